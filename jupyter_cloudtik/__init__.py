@@ -1,0 +1,21 @@
+"""jupyter_cloudtik: clusters, storage and HPC jobs from a notebook."""
+
+from ._version import __version__
+
+__all__ = ["Cluster", "__version__", "load_ipython_extension"]
+
+
+def __getattr__(name: str):
+    # keep `import jupyter_cloudtik` light: Dask and IPython load only when used
+    if name == "Cluster":
+        from .cluster import Cluster
+
+        return Cluster
+    raise AttributeError(name)
+
+
+def load_ipython_extension(ipython) -> None:
+    """`%load_ext jupyter_cloudtik`: register the %cluster magics."""
+    from .magics import register
+
+    register(ipython)

@@ -1,0 +1,181 @@
+"""``jupyter cloudtik ...`` (also ``python -m jupyter_cloudtik``).
+
+Exit codes: 0 success; 1 the operation failed (provider error, timeout, cancelled);
+2 bad usage, bad config, unknown name, conflict or not enough capacity (nothing changed);
+130 interrupted (the operation was cancelled).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from .commands import Parser, UsageProblem, add_cluster_commands
+from .core.errors import (
+    CapacityError,
+    CloudTikError,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    OperationCancelled,
+)
+
+USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="jupyter cloudtik",
+                    description="Clusters from the command line; the same clusters the "
+                                "%cluster magics and the JupyterLab panel show.")
+    from ._version import __version__
+
+    parser.add_argument("--version", action="version", version=__version__)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    add_cluster_commands(sub, cli=True)
+    p = sub.add_parser("cancel", help="cancel a running operation")
+    p.add_argument("op_id")
+    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("operations", help="recent operations and their state")
+    p.add_argument("--cluster", help="only this cluster")
+    p.add_argument("--json", action="store_true")
+    return parser
+
+
+def _emit(args, data: Any, text: str | None = None) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, default=str))
+    elif text is not None:
+        print(text)
+
+
+def _status_text(info) -> str:
+    from .core.units import format_bytes
+
+    lines = [
+        f"cluster    {info.name}",
+        f"provider   {info.provider}",
+        f"state      {info.state}" + (f" ({info.reason})" if info.reason else ""),
+        f"workers    {info.running_workers}/{info.wanted_workers}",
+        f"cores      {info.cores}",
+        f"memory     {format_bytes(info.memory)}",
+        f"scheduler  {info.scheduler_address or '-'}",
+        f"dashboard  {info.dashboard_link or '-'}",
+    ]
+    if info.nodes:
+        lines.append("")
+        lines.append(f"{'NODE':34} {'KIND':7} {'TYPE':10} {'STATUS':9} IP")
+        for n in info.nodes:
+            lines.append(f"{n.node_id:34} {n.kind:7} {n.node_type:10} {n.status:9} "
+                         f"{n.internal_ip or '-'}")
+    return "\n".join(lines)
+
+
+def run(argv: list[str]) -> int:
+    from .cluster import Cluster, ClusterList
+    from .progress import RichProgress, TextProgress, follow
+    from .session import get_backend, resolve_name
+
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except UsageProblem as e:
+        print(str(e), file=sys.stderr)
+        return 2
+    backend = get_backend()
+
+    def view(title: str):
+        if getattr(args, "json", False) or not sys.stderr.isatty():
+            return TextProgress(title, stream=sys.stderr)
+        return RichProgress(title)
+
+    cmd = args.command
+    if cmd == "up":
+        from .core.config import read_config_file
+
+        config = read_config_file(Path(args.config)) if args.config else None
+        op_id = backend.start_up(config, name=args.name, workers=args.workers,
+                                 provider=args.provider)
+        name = backend.operation(op_id).target.split(":", 1)[1]
+        if args.no_wait:
+            _emit(args, {"operation": op_id, "cluster": name},
+                  f"started operation {op_id} for cluster '{name}'")
+            return 0
+        follow(backend, op_id, view(f"{name}: up"))
+        info = backend.get(name)
+        _emit(args, info.to_dict(), _status_text(info))
+        return 0
+    if cmd == "down":
+        names = [c.name for c in backend.list()] if args.all else [
+            resolve_name(backend, args.name)]
+        for name in names:
+            follow(backend, backend.start_down(name), view(f"{name}: down"))
+        _emit(args, {"stopped": names},
+              "\n".join(f"cluster '{n}' is stopped" for n in names) or "no clusters to stop")
+        return 0
+    if cmd == "status":
+        info = backend.status(resolve_name(backend, args.name))
+        _emit(args, info.to_dict(), _status_text(info))
+        return 0
+    if cmd == "list":
+        infos = backend.list(include_stopped=args.all)
+        clusters = ClusterList([Cluster(i.name, backend, i) for i in infos])
+        _emit(args, [i.to_dict() for i in infos], repr(clusters))
+        return 0
+    if cmd == "scale":
+        op_id = backend.start_scale(args.name, args.workers, args.node_type)
+        if args.no_wait:
+            _emit(args, {"operation": op_id}, f"started operation {op_id}")
+            return 0
+        follow(backend, op_id, view(f"{args.name}: scale"))
+        info = backend.get(args.name)
+        _emit(args, info.to_dict(), _status_text(info))
+        return 0
+    if cmd == "logs":
+        logs = backend.logs(resolve_name(backend, args.name), args.node, args.tail)
+        _emit(args, logs, "\n\n".join(f"==> {n} <==\n{t}" for n, t in logs.items()))
+        return 0
+    if cmd == "cancel":
+        op = backend.cancel(args.op_id)
+        _emit(args, op.to_dict(), f"operation {op.id}: {op.state}")
+        return 0
+    if cmd == "operations":
+        ops = backend.operations(args.cluster)
+        _emit(args, [o.to_dict() for o in ops], "\n".join(
+            f"{o.id}  {o.kind:14} {o.target:24} {o.state:10} {o.reason or ''}" for o in ops)
+            or "no operations")
+        return 0
+    raise AssertionError(cmd)  # pragma: no cover
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    json_out = "--json" in argv
+    try:
+        code = run(argv)
+    except OperationCancelled as e:
+        _report(e, json_out)
+        code = 130 if "interrupted" in e.message else 1
+    except USER_ERRORS as e:
+        _report(e, json_out)
+        code = 2
+    except CloudTikError as e:
+        _report(e, json_out)
+        code = 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        code = 130
+    sys.stdout.flush()
+    sys.exit(code)
+
+
+def _report(e: CloudTikError, json_out: bool) -> None:
+    if json_out:
+        print(json.dumps({"error": e.to_dict()}, indent=2))
+    print(f"error: {e.message}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,85 @@
+"""The cluster sub-commands, defined once for ``%cluster`` and ``jupyter cloudtik``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import NoReturn
+
+
+class UsageProblem(Exception):
+    """Bad sub-command or option; the message includes the usage line."""
+
+
+class Parser(argparse.ArgumentParser):
+    """An ArgumentParser that raises instead of printing and exiting (magics need that)."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageProblem(f"{self.format_usage().strip()}\n{self.prog}: {message}")
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if status:
+            raise UsageProblem(message or "")
+        raise SystemExit(0)
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; use 0 or more")
+    return value
+
+
+def add_cluster_commands(sub, cli: bool) -> None:
+    """Add up/down/status/list/scale/logs (and client for magics) to a subparsers object."""
+
+    def add(name: str, help_: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_, description=help_)
+        if cli:
+            p.add_argument("--json", action="store_true", help="print JSON instead of tables")
+        return p
+
+    p = add("up", "start a cluster, or repair an existing one to match its config")
+    p.add_argument("config", nargs="?", help="YAML cluster config file (optional)")
+    p.add_argument("--name", "-n", help="cluster name (default: 'default' or the config's)")
+    p.add_argument("--workers", "-w", type=_non_negative_int, help="number of workers")
+    p.add_argument("--provider", "-p", help="provider type (default: local)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="return once the operation has started")
+
+    p = add("down", "stop a cluster and all of its nodes")
+    p.add_argument("name", nargs="?", help="cluster name (default: the only cluster)")
+    p.add_argument("--all", action="store_true", help="stop every cluster")
+
+    p = add("status", "show a cluster's live state and nodes")
+    p.add_argument("name", nargs="?", help="cluster name (default: the only cluster)")
+
+    p = add("list", "list clusters")
+    p.add_argument("--all", action="store_true", help="include stopped clusters")
+
+    p = add("scale", "change the number of workers")
+    p.add_argument("name", help="cluster name")
+    p.add_argument("workers", type=_non_negative_int, help="number of workers wanted")
+    p.add_argument("--node-type", "-t", help="worker node type (if the cluster has several)")
+    p.add_argument("--no-wait", action="store_true",
+                   help="return once the operation has started")
+
+    p = add("logs", "show the logs of a cluster's nodes")
+    p.add_argument("name", nargs="?", help="cluster name (default: the only cluster)")
+    p.add_argument("--node", help="only this node")
+    p.add_argument("--tail", type=_non_negative_int, default=50,
+                   help="lines per node (0: all; default 50)")
+
+    if not cli:
+        p = add("client", "return a distributed.Client connected to the cluster")
+        p.add_argument("name", nargs="?", help="cluster name (default: the only cluster)")
+
+
+def cluster_parser(prog: str) -> Parser:
+    parser = Parser(prog=prog, add_help=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.required = True
+    add_cluster_commands(sub, cli=False)
+    return parser

@@ -1,0 +1,314 @@
+"""Cluster configs: read, check against the shipped JSON Schema, complete with defaults.
+
+The user's own words are checked first (so an error names the field as they wrote it),
+then defaults are filled in and cross-field rules are checked.  The normalised config is
+what is stored and compared: two configs are "the same cluster" when their normalised
+forms are equal.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError
+
+from . import plugins
+from .errors import ConfigError
+from .units import parse_bytes
+
+if TYPE_CHECKING:
+    from ..providers.base import NodeProvider
+    from .settings import CloudTik
+
+DEFAULT_CLUSTER_NAME = "default"
+
+
+@lru_cache(maxsize=1)
+def cluster_schema() -> dict[str, Any]:
+    text = resources.files("jupyter_cloudtik.core").joinpath("schemas/cluster.schema.json")
+    return json.loads(text.read_text())
+
+
+def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Parse a YAML (or JSON) cluster config file; syntax errors give the line."""
+    p = Path(path).expanduser()
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"config file {p} does not exist", field="config") from None
+    except OSError as e:
+        raise ConfigError(f"cannot read config file {p}: {e.strerror}", field="config") from e
+    return parse_config_text(text, source=str(p))
+
+
+def parse_config_text(text: str, source: str = "<config>") -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark
+        where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
+        raise ConfigError(
+            f"{source}: YAML syntax error at {where}: {e.problem}", field="config"
+        ) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{source}: YAML error: {e}", field="config") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"{source}: a cluster config must be a mapping, not {type(data).__name__}",
+            field="config",
+        )
+    return data
+
+
+def _field_path(error: ValidationError, prefix: str = "") -> str:
+    parts = [str(p) for p in error.absolute_path]
+    path = ".".join(parts)
+    if prefix:
+        return f"{prefix}.{path}" if path else prefix
+    return path or "(top level)"
+
+
+def _describe(error: ValidationError, schema_root: dict[str, Any]) -> str:
+    """A message in the project's style: what is wrong, and what would be right."""
+    if error.validator == "additionalProperties":
+        allowed = sorted((error.schema.get("properties") or {}).keys())
+        inst = error.instance
+        extra = sorted(set(inst) - set(allowed)) if isinstance(inst, dict) else []
+        names = ", ".join(repr(e) for e in extra)
+        hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
+        return f"unknown field {names}{hint}"
+    if error.validator == "oneOf" and "description" in error.schema:
+        return f"{error.instance!r} is not valid: {error.schema['description']}"
+    if error.validator == "pattern" and "description" in error.schema:
+        return f"{error.instance!r} is not allowed: {error.schema['description']}"
+    if error.validator == "enum":
+        return f"{error.instance!r} is not one of {error.validator_value}"
+    return error.message
+
+
+def validate_against(
+    instance: Any, schema: dict[str, Any], prefix: str = ""
+) -> None:
+    """Raise a ConfigError for the most relevant schema violation (others are counted)."""
+    validator = Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), e.path))
+    if not errors:
+        return
+    # deepest error first: it names the precise field
+    errors.sort(key=lambda e: -len(list(e.absolute_path)))
+    first = errors[0]
+    if first.validator == "oneOf" and first.context:
+        inner = sorted(first.context, key=lambda e: -len(list(e.absolute_path)))[0]
+        if "description" not in first.schema:
+            first = inner
+    path = _field_path(first, prefix)
+    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(
+        errors) > 1 else ""
+    raise ConfigError(f"{path}: {_describe(first, schema)}{more}", field=path,
+                      value=first.instance)
+
+
+def provider_class(provider_type: str, settings: CloudTik | None = None) -> type[NodeProvider]:
+    if settings is not None and settings.allowed_providers and (
+        provider_type not in settings.allowed_providers
+    ):
+        raise ConfigError(
+            f"provider.type: '{provider_type}' is not allowed here; allowed: "
+            f"{', '.join(settings.allowed_providers)}",
+            field="provider.type",
+        )
+    return plugins.load(plugins.PROVIDERS, provider_type, field="provider.type",
+                        what="provider")
+
+
+def build_config(
+    source: str | os.PathLike[str] | dict[str, Any] | None = None,
+    *,
+    name: str | None = None,
+    workers: int | None = None,
+    provider: str | None = None,
+    settings: CloudTik | None = None,
+) -> dict[str, Any]:
+    """The normalised cluster config from a file path, a dict or nothing plus short forms."""
+    if source is None:
+        raw: dict[str, Any] = {}
+    elif isinstance(source, dict):
+        raw = copy.deepcopy(source)
+    else:
+        raw = read_config_file(source)
+
+    validate_against(raw, cluster_schema())
+
+    if name is not None:
+        raw["cluster_name"] = name
+    if provider is not None:
+        declared = (raw.get("provider") or {}).get("type")
+        if declared and declared != provider:
+            raise ConfigError(
+                f"provider: the config file says '{declared}' but '{provider}' was asked for",
+                field="provider.type",
+            )
+        raw.setdefault("provider", {})["type"] = provider
+    if workers is not None and (
+        isinstance(workers, bool) or not isinstance(workers, int) or workers < 0
+    ):
+        raise ConfigError(
+                f"workers: {workers!r} is not a whole number of workers (0 or more)",
+                field="workers",
+            )
+    validate_against(raw, cluster_schema())
+    return normalize(raw, workers=workers, settings=settings)
+
+
+def normalize(
+    raw: dict[str, Any], *, workers: int | None = None, settings: CloudTik | None = None
+) -> dict[str, Any]:
+    cfg = copy.deepcopy(raw)
+    cfg.setdefault("cluster_name", DEFAULT_CLUSTER_NAME)
+    prov = cfg.setdefault("provider", {})
+    prov.setdefault("type", settings.default_provider if settings else "local")
+    cls = provider_class(prov["type"], settings)
+    validate_against(
+        {k: v for k, v in prov.items() if k != "type"},
+        _without_type(cls.config_schema), prefix="provider",
+    )
+
+    types = cfg.get("available_node_types")
+    if not types:
+        types = cfg["available_node_types"] = cls.default_node_types(prov)
+        cfg.setdefault("head_node_type", "head")
+    head = cfg.get("head_node_type")
+    if head is None:
+        if "head" in types:
+            head = cfg["head_node_type"] = "head"
+        else:
+            raise ConfigError(
+                "head_node_type: missing; name one of the available_node_types "
+                f"({', '.join(types)})",
+                field="head_node_type",
+            )
+    if head not in types:
+        raise ConfigError(
+            f"head_node_type: '{head}' is not one of the available_node_types "
+            f"({', '.join(types)})",
+            field="head_node_type",
+            value=head,
+        )
+    worker_types = [t for t in types if t != head]
+
+    if workers is not None:
+        if len(worker_types) != 1:
+            raise ConfigError(
+                f"workers: the config has {len(worker_types)} worker node types "
+                f"({', '.join(worker_types) or 'none'}); set min_workers per type instead",
+                field="workers",
+            )
+        wt = types[worker_types[0]]
+        wt["min_workers"] = workers
+        wt["max_workers"] = max(int(wt.get("max_workers", workers)), workers)
+
+    for tname, t in types.items():
+        path = f"available_node_types.{tname}"
+        t.setdefault("node_config", {})
+        validate_against(t["node_config"], cls.node_config_schema, prefix=f"{path}.node_config")
+        res = cls.fill_resources(prov, t)
+        if "memory" in res:
+            res["memory"] = parse_bytes(res["memory"], field=f"{path}.resources.memory")
+        if "disk" in res:
+            res["disk"] = parse_bytes(res["disk"], field=f"{path}.resources.disk")
+        res.setdefault("CPU", 1)
+        res.setdefault("GPU", 0)
+        t["resources"] = res
+        if tname == head:
+            t.pop("min_workers", None)
+            t.pop("max_workers", None)
+            continue
+        t.setdefault("min_workers", 0)
+        t.setdefault("max_workers", max(t["min_workers"], 1))
+        if t["min_workers"] > t["max_workers"]:
+            raise ConfigError(
+                f"{path}.min_workers: {t['min_workers']} is more than max_workers "
+                f"({t['max_workers']})",
+                field=f"{path}.min_workers",
+                value=t["min_workers"],
+            )
+
+    total_min = sum(types[t]["min_workers"] for t in worker_types)
+    total_max = sum(types[t]["max_workers"] for t in worker_types)
+    if "max_workers" not in cfg:
+        cfg["max_workers"] = total_max
+    if total_min > cfg["max_workers"]:
+        raise ConfigError(
+            f"max_workers: {cfg['max_workers']} is less than the sum of min_workers "
+            f"({total_min})",
+            field="max_workers",
+            value=cfg["max_workers"],
+        )
+    limit = settings.max_workers_per_cluster if settings else 0
+    if limit and total_min > limit:
+        raise ConfigError(
+            f"max_workers: {total_min} workers asked for; this installation allows at most "
+            f"{limit} per cluster (c.CloudTik.max_workers_per_cluster)",
+            field="max_workers",
+            value=total_min,
+        )
+    if limit:
+        cfg["max_workers"] = min(cfg["max_workers"], limit)
+
+    cfg.setdefault("idle_timeout_minutes", 0)
+    if cfg["idle_timeout_minutes"] is None:
+        cfg["idle_timeout_minutes"] = 0
+    rt = cfg.setdefault("runtime", {})
+    rt.setdefault("types", ["dask"])
+    rt.setdefault("dask", {})
+    cfg.setdefault("setup_commands", [])
+    return cfg
+
+
+def _without_type(schema: dict[str, Any]) -> dict[str, Any]:
+    s = copy.deepcopy(schema)
+    props = s.get("properties")
+    if isinstance(props, dict):
+        props.pop("type", None)
+    if isinstance(s.get("required"), list):
+        s["required"] = [r for r in s["required"] if r != "type"]
+    return s
+
+
+def config_hash(cfg: dict[str, Any]) -> str:
+    canonical = json.dumps(cfg, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def worker_types(cfg: dict[str, Any]) -> list[str]:
+    return [t for t in cfg["available_node_types"] if t != cfg["head_node_type"]]
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:
+    """Readable differences between two normalised configs: ``path: old -> new``."""
+    a, b = _flatten(old), _flatten(new)
+    out = []
+    for key in sorted(set(a) | set(b)):
+        if a.get(key, "<unset>") != b.get(key, "<unset>"):
+            out.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+    return out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    if isinstance(d, dict) and d:
+        out: dict[str, Any] = {}
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: d}

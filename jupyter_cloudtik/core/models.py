@@ -1,0 +1,108 @@
+"""The shapes every face shows: clusters and their nodes.
+
+These dataclasses are also the JSON bodies of the REST API (``to_dict``/``from_dict``), so
+a kernel talking to a server gets exactly what an in-process call returns.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+CLUSTER_STATES = ("starting", "running", "degraded", "scaling", "stopping", "stopped", "failed")
+
+
+@dataclass
+class NodeInfo:
+    node_id: str
+    node_type: str
+    kind: str  # head | worker
+    status: str  # starting | running | broken | terminated
+    internal_ip: str | None = None
+    external_ip: str | None = None
+    resources: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> NodeInfo:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+@dataclass
+class ClusterInfo:
+    name: str
+    provider: str
+    state: str
+    reason: str | None
+    config: dict[str, Any]
+    target_workers: dict[str, int]
+    scheduler_address: str | None
+    dashboard_link: str | None
+    connect_info: dict[str, Any] | None
+    nodes: list[NodeInfo]
+    created_at: float
+    updated_at: float
+    last_operation: dict[str, Any] | None = None
+
+    # derived figures -----------------------------------------------------------------
+    @property
+    def workers(self) -> list[NodeInfo]:
+        return [n for n in self.nodes if n.kind == "worker"]
+
+    @property
+    def running_workers(self) -> int:
+        return sum(1 for n in self.workers if n.status == "running")
+
+    @property
+    def wanted_workers(self) -> int:
+        return sum(self.target_workers.values())
+
+    def _sum(self, key: str) -> float:
+        return sum(
+            (n.resources.get(key) or 0) for n in self.workers if n.status != "terminated"
+        )
+
+    @property
+    def cores(self) -> int:
+        return int(self._sum("CPU"))
+
+    @property
+    def memory(self) -> int:
+        return int(self._sum("memory"))
+
+    @property
+    def gpus(self) -> int:
+        return int(self._sum("GPU"))
+
+    @property
+    def age_seconds(self) -> float:
+        return max(time.time() - self.created_at, 0.0)
+
+    @property
+    def idle_timeout_minutes(self) -> float:
+        return float(self.config.get("idle_timeout_minutes") or 0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["nodes"] = [n.to_dict() for n in self.nodes]
+        d["summary"] = {
+            "workers": self.running_workers,
+            "wanted_workers": self.wanted_workers,
+            "cores": self.cores,
+            "memory": self.memory,
+            "gpus": self.gpus,
+            "age_seconds": round(self.age_seconds, 1),
+        }
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ClusterInfo:
+        data = {k: d.get(k) for k in cls.__dataclass_fields__}
+        data["nodes"] = [NodeInfo.from_dict(n) for n in d.get("nodes") or []]
+        data["target_workers"] = d.get("target_workers") or {}
+        data["config"] = d.get("config") or {}
+        return cls(**data)

@@ -1,0 +1,271 @@
+"""The provider interfaces, with CloudTik / Ray cluster-launcher semantics.
+
+A ``NodeProvider`` is the source of truth for which nodes exist: the manager never keeps
+a private list it trusts, it asks ``non_terminated_nodes`` with tag filters every time.
+Tags are how a node is known to belong to a cluster and what it is (head or worker, which
+node type, in which status), so any process (another kernel, the CLI, the reaper) can find
+a cluster it did not start.
+
+Providers are synchronous, like the cloud SDKs they wrap; the async core calls them in
+worker threads.  A provider must make ``terminate_node`` idempotent: terminating a node that
+is already gone is not an error.
+
+A ``WorkspaceProvider`` creates what clusters share (network, identity, storage) for a
+workspace name.  Providers that have no such thing (local, dask-gateway) do not implement it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+    from ..core.operations import OperationContext
+    from ..core.settings import CloudTik
+    from ..core.store import Store
+
+# Tag keys (the same names CloudTik uses) -------------------------------------------------
+TAG_CLUSTER_NAME = "cloudtik-cluster-name"
+TAG_NODE_KIND = "cloudtik-node-kind"
+TAG_NODE_TYPE = "cloudtik-node-type"
+TAG_NODE_STATUS = "cloudtik-node-status"
+TAG_LAUNCH_CONFIG = "cloudtik-launch-config"
+TAG_NODE_NAME = "cloudtik-node-name"
+
+NODE_KIND_HEAD = "head"
+NODE_KIND_WORKER = "worker"
+
+STATUS_UNINITIALIZED = "uninitialized"
+STATUS_SETTING_UP = "setting-up"
+STATUS_UP_TO_DATE = "up-to-date"
+STATUS_UPDATE_FAILED = "update-failed"
+
+
+@dataclass
+class ProviderContext:
+    """What the core lends a provider: where to keep files, the store, settings, a logger."""
+
+    state_dir: Path
+    store: Store
+    settings: CloudTik
+    log: logging.Logger = field(default_factory=lambda: logging.getLogger("jupyter_cloudtik"))
+
+
+@dataclass
+class Capacity:
+    """What a provider can still give, for the up-front check before anything starts."""
+
+    cpus: float | None = None  # None: no limit known
+    memory: int | None = None
+    gpus: int | None = None
+    max_nodes: int | None = None
+    description: str = ""
+    in_use: dict[str, dict[str, float]] = field(default_factory=dict)  # cluster -> totals
+
+
+@dataclass
+class ConnectInfo:
+    """How to reach a cluster's runtime; JSON-serialisable so it can cross REST."""
+
+    scheduler_address: str
+    dashboard_link: str | None = None
+    http_address: str | None = None  # scheduler's HTTP server (health, check_idle, identity)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheduler_address": self.scheduler_address,
+            "dashboard_link": self.dashboard_link,
+            "http_address": self.http_address,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConnectInfo:
+        return cls(
+            scheduler_address=d["scheduler_address"],
+            dashboard_link=d.get("dashboard_link"),
+            http_address=d.get("http_address"),
+            extra=d.get("extra") or {},
+        )
+
+
+class NodeProvider:
+    """Creates, finds and terminates the nodes of one cluster."""
+
+    #: short name (the entry point name)
+    provider_type: ClassVar[str] = ""
+    #: JSON Schema of the ``provider:`` section (beyond ``type``); served to UIs as a form
+    config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    #: JSON Schema of a node type's ``node_config``
+    node_config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    #: does the manager have to wait for workers to connect to the scheduler itself?
+    manages_runtime: ClassVar[bool] = True
+
+    def __init__(
+        self, provider_config: dict[str, Any], cluster_name: str, context: ProviderContext
+    ) -> None:
+        self.provider_config = provider_config
+        self.cluster_name = cluster_name
+        self.context = context
+
+    # defaults and checks ----------------------------------------------------------------
+    @classmethod
+    def default_node_types(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
+        """Node types used when a config declares none (``%cluster up --workers 4``)."""
+        return {
+            "head": {"node_config": {}, "resources": {"CPU": 1}},
+            "worker": {"node_config": {}, "resources": {"CPU": 1}, "min_workers": 1,
+                       "max_workers": 8},
+        }
+
+    @classmethod
+    def fill_resources(
+        cls, provider_config: dict[str, Any], node_type: dict[str, Any]
+    ) -> dict[str, Any]:
+        """Resources of a node type, completed from what the provider knows (e.g. flavor)."""
+        return dict(node_type.get("resources") or {})
+
+    def capacity(self) -> Capacity:
+        """What can still be placed; ``Capacity()`` means "no limit known"."""
+        return Capacity()
+
+    def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
+        """Fill provider-specific settings into each node type's node_config."""
+        return cluster_config
+
+    # nodes ------------------------------------------------------------------------------
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        raise NotImplementedError
+
+    def is_running(self, node_id: str) -> bool:
+        raise NotImplementedError
+
+    def is_terminated(self, node_id: str) -> bool:
+        raise NotImplementedError
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        raise NotImplementedError
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        raise NotImplementedError
+
+    def internal_ip(self, node_id: str) -> str | None:
+        raise NotImplementedError
+
+    def external_ip(self, node_id: str) -> str | None:
+        return None
+
+    def create_node(
+        self, node_config: dict[str, Any], tags: dict[str, str], count: int
+    ) -> dict[str, dict[str, Any]]:
+        """Create ``count`` nodes in one go; returns {node_id: info} of the created nodes.
+
+        ``node_config["runtime"]`` (filled by the manager) says what the node must run:
+        ``{"role": "head"|"worker", "scheduler_address": ..., "nthreads": ..., "memory_limit":
+        ..., "setup_commands": [...], "dask": {...}}``.
+        """
+        raise NotImplementedError
+
+    def terminate_node(self, node_id: str) -> None:
+        raise NotImplementedError
+
+    def terminate_nodes(self, node_ids: list[str]) -> None:
+        for node_id in node_ids:
+            self.terminate_node(node_id)
+
+    def node_info(self, node_id: str) -> dict[str, Any]:
+        """Extra facts about a node for status views (pid, ports, flavor, zone, ...)."""
+        return {}
+
+    # runtime ------------------------------------------------------------------------------
+    def connect_info(self, head_node_id: str) -> ConnectInfo | None:
+        """How to reach the scheduler on the head node; None while it is not up yet."""
+        raise NotImplementedError
+
+    async def wait_head_ready(
+        self, head_node_id: str, ctx: OperationContext, timeout: float
+    ) -> ConnectInfo:
+        """Wait for the head's scheduler to answer; the default polls ``connect_info``."""
+        import asyncio
+        import time
+
+        deadline = time.monotonic() + timeout
+        while True:
+            ctx.checkpoint()
+            info = await asyncio.to_thread(self.connect_info, head_node_id)
+            if info is not None:
+                return info
+            if not await asyncio.to_thread(self.is_running, head_node_id):
+                from ..core.errors import NodeLaunchError
+
+                raise NodeLaunchError(
+                    f"the head node {head_node_id} stopped while starting: "
+                    + self.node_failure_hint(head_node_id)
+                )
+            if time.monotonic() > deadline:
+                from ..core.errors import OperationTimeout
+
+                raise OperationTimeout(
+                    f"the head node {head_node_id} did not start its scheduler within "
+                    f"{timeout:.0f}s"
+                )
+            await asyncio.sleep(0.02)
+
+    def node_logs(self, node_id: str, tail: int = 200) -> str:
+        """The last ``tail`` lines of the node's runtime log (0: all), if the provider has it."""
+        return ""
+
+    def recent_nodes(self, limit: int = 50) -> list[str]:
+        """Ids of this cluster's nodes, ended ones included, oldest first (for logs)."""
+        return []
+
+    def sweep_orphans(self) -> int:
+        """Stop anything of this cluster the provider can find but no record knows."""
+        return 0
+
+    def node_failure_hint(self, node_id: str) -> str:
+        """A short explanation of why a node died (e.g. the tail of its log)."""
+        return "no details"
+
+    @classmethod
+    def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
+        """A ``distributed.Client`` connected to the cluster; runs where the user is."""
+        from distributed import Client
+
+        return Client(info.scheduler_address, **kwargs)
+
+    def cleanup(self) -> None:
+        """Release anything left after the last node of the cluster is gone."""
+
+
+class WorkspaceProvider:
+    """Creates, checks and deletes the shared resources of a workspace."""
+
+    provider_type: ClassVar[str] = ""
+    config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+
+    def __init__(self, provider_config: dict[str, Any], workspace_name: str,
+                 context: ProviderContext) -> None:
+        self.provider_config = provider_config
+        self.workspace_name = workspace_name
+        self.context = context
+
+    def create_workspace(self, ctx: OperationContext) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def delete_workspace(self, ctx: OperationContext) -> None:
+        raise NotImplementedError
+
+    def check_workspace_integrity(self) -> bool:
+        raise NotImplementedError
+
+    def get_workspace_info(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def list_clusters(self) -> list[str]:
+        raise NotImplementedError

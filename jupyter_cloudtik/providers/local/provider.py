@@ -1,0 +1,533 @@
+"""The embedded ``local`` provider: a node is a group of processes on this machine.
+
+The head node runs ``dask scheduler`` (with its dashboard), each worker node one
+``dask worker`` limited to its declared threads and memory.  The "cloud" this provider asks
+is the ``local_nodes`` table plus the process table: a node exists while its recorded
+process (pid and start time) is alive, so a node that crashed is seen as gone and ``up``
+replaces it.
+
+Capacity is this machine's cores and memory, minus what live local nodes of every cluster
+in the same state folder have declared; more than that is refused before anything starts
+(overcommit factors allow more, deliberately).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+from traitlets import Enum, Float, Unicode, default
+from traitlets.config import Configurable
+
+from ...core.errors import NodeLaunchError
+from ...core.store import dumps, loads
+from ..base import (
+    TAG_CLUSTER_NAME,
+    TAG_NODE_KIND,
+    Capacity,
+    ConnectInfo,
+    NodeProvider,
+    ProviderContext,
+)
+from . import launcher
+from .node import scrub_environment
+from .processes import find_marked_processes, is_alive, terminate_group
+
+LOCAL_MIGRATIONS = [
+    """
+    CREATE TABLE local_nodes (
+        node_id TEXT PRIMARY KEY,
+        cluster TEXT NOT NULL,
+        tags TEXT NOT NULL,
+        state TEXT NOT NULL,
+        pid INTEGER,
+        pid_started REAL,
+        resources TEXT NOT NULL DEFAULT '{}',
+        info TEXT NOT NULL DEFAULT '{}',
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        terminated_at REAL,
+        exit_reason TEXT
+    );
+    CREATE INDEX local_nodes_cluster ON local_nodes(cluster, state);
+    """,
+]
+
+PENDING_GRACE_SECONDS = 60.0
+DASK_HTTP_ROUTES = [
+    "distributed.http.scheduler.prometheus",
+    "distributed.http.scheduler.info",
+    "distributed.http.scheduler.json",
+    "distributed.http.scheduler.api",  # check_idle, retire_workers: used by the reaper
+    "distributed.http.health",
+    "distributed.http.proxy",
+    "distributed.http.statics",
+]
+
+
+def machine_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def machine_memory() -> int:
+    return psutil.virtual_memory().total
+
+
+class LocalProvider(Configurable):
+    """Settings of the local provider (``c.LocalProvider.*``)."""
+
+    cpu_overcommit = Float(
+        1.0, help="Multiply this machine's cores by this for the capacity check."
+    ).tag(config=True)
+    memory_overcommit = Float(
+        1.0, help="Multiply this machine's memory by this for the capacity check."
+    ).tag(config=True)
+    launch_method = Enum(
+        ["fork", "exec"], default_value="fork",
+        help="fork: nodes are forked from a launcher daemon with Dask preloaded (fast). "
+             "exec: each node is a fresh `python` process.",
+    ).tag(config=True)
+    launcher_idle_seconds = Float(
+        help="Seconds the launcher daemon stays after its last node ended "
+             "(env CLOUDTIK_LAUNCHER_IDLE; default 300).",
+    ).tag(config=True)
+    host = Unicode(
+        "127.0.0.1", help="Address schedulers and workers listen on."
+    ).tag(config=True)
+    terminate_grace = Float(
+        2.0, help="Seconds between SIGTERM and SIGKILL when stopping a node."
+    ).tag(config=True)
+
+    @default("launcher_idle_seconds")
+    def _default_idle(self) -> float:
+        try:
+            return float(os.environ.get("CLOUDTIK_LAUNCHER_IDLE", "300"))
+        except ValueError:
+            return 300.0
+
+
+class LocalNodeProvider(NodeProvider):
+    provider_type = "local"
+    config_schema = {
+        "type": "object",
+        "title": "Local machine",
+        "description": "Nodes are processes on the machine running Jupyter.",
+        "additionalProperties": False,
+        "properties": {
+            "type": {"const": "local"},
+            "host": {
+                "type": "string",
+                "title": "Listen address",
+                "description": "Address the scheduler and workers bind to.",
+                "default": "127.0.0.1",
+            },
+            "launch_method": {
+                "enum": ["fork", "exec"],
+                "title": "Launch method",
+                "description": "fork (fast, from a preloaded launcher) or exec.",
+            },
+        },
+    }
+    node_config_schema = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "env": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "description": "Extra environment variables for the node's processes.",
+            },
+        },
+    }
+
+    def __init__(
+        self, provider_config: dict[str, Any], cluster_name: str, context: ProviderContext
+    ) -> None:
+        super().__init__(provider_config, cluster_name, context)
+        self.settings = LocalProvider(parent=context.settings)
+        self.store = context.store
+        self.store.ensure_schema("local", LOCAL_MIGRATIONS)
+        self.host = provider_config.get("host") or self.settings.host
+        self.launch_method = provider_config.get("launch_method") or self.settings.launch_method
+        self.nodes_dir = launcher.local_dir(context.state_dir) / "nodes"
+
+    # defaults -------------------------------------------------------------------------
+    @classmethod
+    def default_node_types(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "head": {"node_config": {}, "resources": {"CPU": 0}},
+            "worker": {
+                "node_config": {},
+                "resources": {"CPU": 1},
+                "min_workers": 1,
+                "max_workers": max(machine_cpus(), 1),
+            },
+        }
+
+    @classmethod
+    def fill_resources(
+        cls, provider_config: dict[str, Any], node_type: dict[str, Any]
+    ) -> dict[str, Any]:
+        res = dict(node_type.get("resources") or {})
+        res.setdefault("CPU", 1)
+        if "memory" not in res:
+            # a fair share of the machine, as LocalCluster does: memory per core x cores
+            share = machine_memory() // max(machine_cpus(), 1)
+            res["memory"] = int(share * max(int(res["CPU"]), 1)) if res["CPU"] else 0
+        res.setdefault("GPU", 0)
+        return res
+
+    def capacity(self) -> Capacity:
+        cpus = machine_cpus() * self.settings.cpu_overcommit
+        memory = int(machine_memory() * self.settings.memory_overcommit)
+        in_use: dict[str, dict[str, float]] = {}
+        for row in self._rows(states=("pending", "running")):
+            if row["state"] == "running" and not is_alive(row["pid"], row["pid_started"]):
+                continue
+            res = loads(row["resources"], {})
+            use = in_use.setdefault(row["cluster"], {"CPU": 0, "memory": 0, "GPU": 0})
+            for k in use:
+                use[k] += res.get(k, 0) or 0
+        used_cpu = sum(u["CPU"] for u in in_use.values())
+        used_mem = sum(u["memory"] for u in in_use.values())
+        return Capacity(
+            cpus=max(cpus - used_cpu, 0),
+            memory=max(memory - int(used_mem), 0),
+            gpus=0,
+            description=(
+                f"this machine has {machine_cpus()} CPU cores and "
+                f"{machine_memory() / 2**30:.1f} GiB of memory"
+                + (f" (x{self.settings.cpu_overcommit:g} CPU overcommit)"
+                   if self.settings.cpu_overcommit != 1 else "")
+            ),
+            in_use=in_use,
+        )
+
+    # records --------------------------------------------------------------------------
+    def _rows(self, states: tuple[str, ...] = ("pending", "running"), cluster: str | None = None):
+        marks = ",".join("?" * len(states))
+        sql = f"SELECT * FROM local_nodes WHERE state IN ({marks})"
+        params: list[Any] = list(states)
+        if cluster is not None:
+            sql += " AND cluster = ?"
+            params.append(cluster)
+        return self.store.query(sql, params)
+
+    def _row(self, node_id: str):
+        return self.store.query_one("SELECT * FROM local_nodes WHERE node_id = ?", (node_id,))
+
+    def _node_dir(self, node_id: str) -> Path:
+        return self.nodes_dir / node_id
+
+    def _mark_terminated(self, node_id: str, reason: str) -> None:
+        now = time.time()
+        with self.store.transaction() as conn:
+            conn.execute(
+                "UPDATE local_nodes SET state = 'terminated', terminated_at = ?, updated_at = ?,"
+                " exit_reason = COALESCE(exit_reason, ?) WHERE node_id = ? AND state != "
+                "'terminated'",
+                (now, now, reason, node_id),
+            )
+
+    def _refresh(self, row) -> bool:
+        """Is the node still there?  Marks it terminated when its process is gone."""
+        if row["state"] == "running":
+            if is_alive(row["pid"], row["pid_started"]):
+                return True
+            self._mark_terminated(row["node_id"], self._exit_reason(row["node_id"]))
+            return False
+        # pending: the launch may still be under way, or its requester died mid-way
+        pidfile = self._node_dir(row["node_id"]) / "pid"
+        if pidfile.exists():
+            try:
+                pid = int(pidfile.read_text())
+            except ValueError:
+                pid = 0
+            if is_alive(pid):
+                started = psutil.Process(pid).create_time()
+                with self.store.transaction() as conn:
+                    conn.execute(
+                        "UPDATE local_nodes SET state = 'running', pid = ?, pid_started = ?,"
+                        " updated_at = ? WHERE node_id = ?",
+                        (pid, started, time.time(), row["node_id"]),
+                    )
+                return True
+        if time.time() - row["created_at"] < PENDING_GRACE_SECONDS:
+            return True
+        self._mark_terminated(row["node_id"], "never started")
+        return False
+
+    def _exit_reason(self, node_id: str) -> str:
+        d = self._node_dir(node_id)
+        killed = d / "killed"
+        if killed.exists():
+            return f"killed: {killed.read_text().strip()}"
+        code = d / "exitcode"
+        if code.exists():
+            return f"exited with code {code.read_text().strip()}"
+        return "process ended"
+
+    # NodeProvider -------------------------------------------------------------------------
+    def non_terminated_nodes(self, tag_filters: dict[str, str]) -> list[str]:
+        out = []
+        for row in self._rows(cluster=self.cluster_name):
+            tags = loads(row["tags"], {})
+            if any(tags.get(k) != v for k, v in tag_filters.items()):
+                continue
+            if self._refresh(row):
+                out.append(row["node_id"])
+        return out
+
+    def is_running(self, node_id: str) -> bool:
+        row = self._row(node_id)
+        return bool(row) and row["state"] == "running" and is_alive(row["pid"], row["pid_started"])
+
+    def is_terminated(self, node_id: str) -> bool:
+        row = self._row(node_id)
+        return row is None or row["state"] == "terminated" or not self._refresh(row)
+
+    def node_tags(self, node_id: str) -> dict[str, str]:
+        row = self._row(node_id)
+        return loads(row["tags"], {}) if row else {}
+
+    def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
+        with self.store.transaction() as conn:
+            row = conn.execute(
+                "SELECT tags FROM local_nodes WHERE node_id = ?", (node_id,)
+            ).fetchone()
+            if row is None:
+                return
+            merged = {**loads(row["tags"], {}), **tags}
+            conn.execute(
+                "UPDATE local_nodes SET tags = ?, updated_at = ? WHERE node_id = ?",
+                (dumps(merged), time.time(), node_id),
+            )
+
+    def internal_ip(self, node_id: str) -> str | None:
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+
+    def node_info(self, node_id: str) -> dict[str, Any]:
+        row = self._row(node_id)
+        if row is None:
+            return {}
+        info = loads(row["info"], {})
+        info.update({"pid": row["pid"], "state": row["state"]})
+        if row["exit_reason"]:
+            info["exit_reason"] = row["exit_reason"]
+        return info
+
+    def node_logs(self, node_id: str, tail: int = 200) -> str:
+        log = self._node_dir(node_id) / "node.log"
+        try:
+            lines = log.read_text(errors="replace").splitlines()
+        except OSError:
+            return ""
+        return "\n".join(lines[-tail:]) if tail else "\n".join(lines)
+
+    def recent_nodes(self, limit: int = 50) -> list[str]:
+        rows = self.store.query(
+            "SELECT node_id FROM (SELECT node_id, created_at FROM local_nodes WHERE cluster = ?"
+            " ORDER BY created_at DESC LIMIT ?) ORDER BY created_at",
+            (self.cluster_name, limit),
+        )
+        return [r[0] for r in rows]
+
+    def node_failure_hint(self, node_id: str) -> str:
+        reason = self._exit_reason(node_id)
+        tail = self.node_logs(node_id, tail=8)
+        return f"{reason}; log {self._node_dir(node_id) / 'node.log'} ends with:\n{tail}"
+
+    def create_node(
+        self, node_config: dict[str, Any], tags: dict[str, str], count: int
+    ) -> dict[str, dict[str, Any]]:
+        runtime = node_config.get("runtime") or {}
+        role = runtime.get("role") or tags.get(TAG_NODE_KIND, "worker")
+        env = scrub_environment(dict(os.environ))
+        env["DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES"] = repr(DASK_HTTP_ROUTES)
+        env.update(node_config.get("env") or {})
+        resources = runtime.get("resources") or {}
+        now = time.time()
+        specs = []
+        for _ in range(count):
+            node_id = f"{self.cluster_name}-{role}-{secrets.token_hex(3)}"
+            node_dir = self._node_dir(node_id)
+            node_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            spec = {
+                "node_id": node_id,
+                "cluster": self.cluster_name,
+                "state_dir": str(self.context.state_dir),
+                "node_dir": str(node_dir),
+                "log": str(node_dir / "node.log"),
+                "role": role,
+                "argv": self._dask_argv(role, node_id, node_dir, runtime),
+                "env": env,
+                "setup_commands": runtime.get("setup_commands") or [],
+                "memory_limit": runtime.get("memory_limit") or 0,
+                "title": f"cloudtik {role} {node_id}",
+            }
+            info = {"node_dir": str(node_dir), "launch_method": self.launch_method}
+            with self.store.transaction() as conn:
+                conn.execute(
+                    "INSERT INTO local_nodes (node_id, cluster, tags, state, resources, info,"
+                    " created_at, updated_at) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?)",
+                    (node_id, self.cluster_name, dumps({**tags, TAG_CLUSTER_NAME:
+                     self.cluster_name}), dumps(resources), dumps(info), now, now),
+                )
+            specs.append(spec)
+
+        try:
+            launched = self._launch(specs)
+        except Exception as e:
+            for spec in specs:
+                self._mark_terminated(spec["node_id"], f"launch failed: {e}")
+            raise NodeLaunchError(f"could not start local {role} processes: {e}") from e
+        out = {}
+        with self.store.transaction() as conn:
+            for item in launched:
+                conn.execute(
+                    "UPDATE local_nodes SET state = 'running', pid = ?, pid_started = ?,"
+                    " updated_at = ? WHERE node_id = ? AND state = 'pending'",
+                    (item["pid"], item["started"], time.time(), item["node_id"]),
+                )
+                out[item["node_id"]] = {"pid": item["pid"]}
+        return out
+
+    def _dask_argv(
+        self, role: str, node_id: str, node_dir: Path, runtime: dict[str, Any]
+    ) -> list[str]:
+        dask_opts = runtime.get("dask") or {}
+        if role == "head":
+            return [
+                "--host", self.host, "--port", "0",
+                "--dashboard-address", f"{self.host}:0",
+                "--scheduler-file", str(node_dir / "scheduler.json"),
+                *dask_opts.get("scheduler_options", []),
+            ]
+        argv = [
+            runtime["scheduler_address"],
+            "--name", node_id,
+            "--nthreads", str(max(int(runtime.get("nthreads") or 1), 1)),
+            "--memory-limit", str(int(runtime.get("memory_limit") or 0)),
+            "--local-directory", str(node_dir / "work"),
+            "--host", self.host,
+            "--dashboard-address", f"{self.host}:0",
+            "--death-timeout", "60",
+        ]
+        argv += ["--nanny", "--nworkers", "1"] if dask_opts.get("nanny") else ["--no-nanny"]
+        return argv + list(dask_opts.get("worker_options", []))
+
+    def _launch(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        if self.launch_method == "fork" and sys.platform.startswith("linux"):
+            state_dir = self.context.state_dir
+            launcher.ensure_running(
+                state_dir, self.settings.launcher_idle_seconds,
+                env=scrub_environment(dict(os.environ)),
+            )
+            try:
+                return launcher.request(state_dir, {"op": "launch", "specs": specs})
+            except launcher.LauncherUnavailable:
+                # the launcher exited between hello and launch (idle); start it again
+                launcher.ensure_running(
+                    state_dir, self.settings.launcher_idle_seconds,
+                    env=scrub_environment(dict(os.environ)),
+                )
+                return launcher.request(state_dir, {"op": "launch", "specs": specs})
+        return [self._exec(spec) for spec in specs]
+
+    def _exec(self, spec: dict[str, Any]) -> dict[str, Any]:
+        spec_path = Path(spec["node_dir"]) / "spec.json"
+        fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(spec, f)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_cloudtik.providers.local.node", str(spec_path)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            env=spec["env"], start_new_session=True, close_fds=True,
+        )
+        return {"node_id": spec["node_id"], "pid": proc.pid,
+                "started": psutil.Process(proc.pid).create_time()}
+
+    def terminate_node(self, node_id: str) -> None:
+        self.terminate_nodes([node_id])
+
+    def terminate_nodes(self, node_ids: list[str]) -> None:
+        rows = [r for r in (self._row(n) for n in node_ids) if r is not None]
+        # signal every node first, then wait for all: N nodes stop in one grace period
+        import threading
+
+        threads = [
+            threading.Thread(
+                target=terminate_group,
+                args=(r["pid"], r["pid_started"], self.settings.terminate_grace),
+            )
+            for r in rows if r["pid"]
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        # a process whose pid never reached the record (crash mid-launch) is still marked
+        for pid, _node in find_marked_processes(
+            self.context.state_dir, node_ids=[r["node_id"] for r in rows]
+        ).items():
+            terminate_group(pid, None, self.settings.terminate_grace)
+        for r in rows:
+            self._mark_terminated(r["node_id"], "terminated")
+            shutil.rmtree(self._node_dir(r["node_id"]) / "work", ignore_errors=True)
+
+    def sweep_orphans(self) -> int:
+        """Stop processes marked as this cluster's nodes that no live record knows."""
+        known = {r["node_id"] for r in self._rows(cluster=self.cluster_name)}
+        orphans = {
+            pid: node for pid, node in find_marked_processes(
+                self.context.state_dir, cluster=self.cluster_name
+            ).items() if node not in known
+        }
+        for pid in orphans:
+            terminate_group(pid, None, self.settings.terminate_grace)
+        return len(orphans)
+
+    def connect_info(self, head_node_id: str) -> ConnectInfo | None:
+        path = self._node_dir(head_node_id) / "scheduler.json"
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        host = self.internal_ip(head_node_id)
+        port = (data.get("services") or {}).get("dashboard")
+        address = data["address"]
+        if self.host in ("0.0.0.0", ""):
+            address = f"tcp://{host}:{address.rsplit(':', 1)[1]}"
+        return ConnectInfo(
+            scheduler_address=address,
+            dashboard_link=f"http://{host}:{port}/status" if port else None,
+            http_address=f"http://{host}:{port}" if port else None,
+        )
+
+    def cleanup(self) -> None:
+        """Forget node folders of this cluster that ended more than a week ago."""
+        cutoff = time.time() - 7 * 24 * 3600
+        rows = self.store.query(
+            "SELECT node_id FROM local_nodes WHERE cluster = ? AND state = 'terminated'"
+            " AND terminated_at < ?",
+            (self.cluster_name, cutoff),
+        )
+        for r in rows:
+            shutil.rmtree(self._node_dir(r["node_id"]), ignore_errors=True)
+        with self.store.transaction() as conn:
+            conn.execute(
+                "DELETE FROM local_nodes WHERE cluster = ? AND state = 'terminated'"
+                " AND terminated_at < ?",
+                (self.cluster_name, cutoff),
+            )

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Install the Debian packages jupyter_cloudtik's demo and tests use, if any is missing.
+# Safe to run again: it does nothing when everything is there.
+set -euo pipefail
+
+# package -> a file that proves it is installed
+declare -A PACKAGES=(
+  [python3-venv]=/usr/lib/python3/dist-packages
+)
+
+missing=()
+for pkg in "${!PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+# python3-venv is only needed when the interpreter has no venv module of its own
+if python3 -c "import venv, ensurepip" 2>/dev/null; then
+  missing=("${missing[@]/python3-venv}")
+fi
+missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
+
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+echo "installing Debian packages: ${missing[*]}"
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null; then SUDO="sudo"; else
+    echo "need root (or sudo) to install: ${missing[*]}" >&2; exit 1
+  fi
+fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
