@@ -24,6 +24,16 @@ from .core.errors import (
 
 USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
+# Features add their own sub-commands: a module with COMMANDS (a set of top-level command
+# names), add_commands(subparsers) and run(args) -> exit code.
+FEATURE_CLIS: tuple[str, ...] = ()
+
+
+def _feature_modules():
+    import importlib
+
+    return [importlib.import_module(m) for m in FEATURE_CLIS]
+
 
 def build_parser() -> Parser:
     parser = Parser(prog="jupyter cloudtik",
@@ -41,6 +51,8 @@ def build_parser() -> Parser:
     p = sub.add_parser("operations", help="recent operations and their state")
     p.add_argument("--cluster", help="only this cluster")
     p.add_argument("--json", action="store_true")
+    for module in _feature_modules():
+        module.add_commands(sub)
     return parser
 
 
@@ -84,6 +96,9 @@ def run(argv: list[str]) -> int:
     except UsageProblem as e:
         print(str(e), file=sys.stderr)
         return 2
+    for module in _feature_modules():
+        if args.command in module.COMMANDS:
+            return module.run(args)
     backend = get_backend()
 
     def view(title: str):

@@ -98,5 +98,13 @@ class CloudTikMagics(Magics):
         raise UsageError(_help())  # pragma: no cover - argparse rejects unknown commands
 
 
+# Features add their magics here: (module, Magics class name).
+FEATURE_MAGICS: tuple[tuple[str, str], ...] = ()
+
+
 def register(ipython) -> None:
+    import importlib
+
     ipython.register_magics(CloudTikMagics)
+    for module, cls in FEATURE_MAGICS:
+        ipython.register_magics(getattr(importlib.import_module(module), cls))
