@@ -221,6 +221,39 @@ class Operations:
             )
         return self.get(op_id)
 
+    def adopt(self, op_id: str, message: str | None = None) -> OperationInfo | None:
+        """Make this process the owner of an operation whose work outlives processes.
+
+        For work that goes on elsewhere (an HPC job runs on its system whether or not the
+        kernel that submitted it lives), whoever watches it next takes the operation over:
+        an active one whose owner is gone, or one that a reader marked "interrupted"
+        because its owner was gone.  Returns None (and changes nothing) when the
+        operation finished otherwise or another live process owns it.
+        """
+        now = time.time()
+        pid = os.getpid()
+        with self.store.transaction() as conn:
+            row = conn.execute("SELECT * FROM operations WHERE id = ?", (op_id,)).fetchone()
+            if row is None:
+                return None
+            interrupted = row["state"] == "failed" and (row["reason"] or "").startswith(
+                "interrupted:")
+            if row["state"] not in ACTIVE_STATES and not interrupted:
+                return None
+            if row["owner_pid"] == pid and row["owner_host"] == socket.gethostname():
+                return _row_to_op(row)
+            if not interrupted and owner_alive(
+                    row["owner_pid"], row["owner_host"], row["owner_started"]):
+                return None
+            conn.execute(
+                "UPDATE operations SET state = 'running', reason = NULL, finished_at = NULL,"
+                " owner_pid = ?, owner_host = ?, owner_started = ?, updated_at = ?"
+                " WHERE id = ?",
+                (pid, socket.gethostname(), _process_start_time(pid), now, op_id),
+            )
+        self.emit(op_id, "adopt", message or f"taken over by process {pid}")
+        return self.get(op_id)
+
     def request_cancel(self, op_id: str) -> OperationInfo:
         op = self.get(op_id)
         if op.done:

@@ -1,0 +1,158 @@
+"""The Python API: ``Job.submit("analysis.ipynb", backend="daint", parameters={...})``.
+
+A ``Job`` is an id plus the jobs client; what it shows comes from the state store, so a
+job object made in one kernel describes the same job another kernel or the CLI submitted.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from pathlib import Path
+from typing import Any
+
+from .base import FINAL_STATES, format_duration
+from .client import JobsClient, get_jobs_client
+from .commands import build_spec, job_text, jobs_table
+from .models import JobInfo
+
+BADGE_COLORS = {
+    "submitting": "#6c757d", "queued": "#0d6efd", "running": "#fd7e14",
+    "succeeded": "#198754", "failed": "#dc3545", "cancelled": "#6c757d",
+    "unknown": "#ffc107",
+}
+
+
+class Job:
+    def __init__(self, job_id: str, client: JobsClient | None = None,
+                 info: JobInfo | None = None) -> None:
+        self.client = client or get_jobs_client()
+        self._info = info or self.client.get(job_id)
+        self.id = self._info.id
+
+    # constructors -------------------------------------------------------------------------
+    @classmethod
+    def submit(cls, notebook: str | None = None, *, command: str | list[str] | None = None,
+               backend: str | None = None, parameters: dict[str, Any] | None = None,
+               wait: bool = False, client: JobsClient | None = None, **options: Any) -> Job:
+        """Submit a notebook (or a command) as a job.
+
+        ``options``: name, nodes, cpus, tasks_per_node, memory ("4GiB"), time ("30m"),
+        queue, account, reservation, inputs (locations), outputs (glob patterns), output
+        (a location), container, python, kernel, env (dict).
+        """
+        client = client or get_jobs_client()
+        spec = build_spec(notebook, command, parameters=parameters, **options)
+        job = cls(client.submit(spec, backend).id, client)
+        if wait:
+            job.wait()
+        return job
+
+    @classmethod
+    def get(cls, job_id: str, client: JobsClient | None = None) -> Job:
+        return cls(job_id, client)
+
+    @classmethod
+    def list(cls, active_only: bool = False, backend: str | None = None,
+             client: JobsClient | None = None) -> JobList:
+        client = client or get_jobs_client()
+        return JobList([cls(i.id, client, i) for i in client.list(active_only, backend)])
+
+    # state ------------------------------------------------------------------------------------
+    @property
+    def info(self) -> JobInfo:
+        self._info = self.client.get(self.id)
+        return self._info
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    def refresh(self) -> JobInfo:
+        self._info = self.client.refresh(self.id)
+        return self._info
+
+    def wait(self, timeout: float | None = None) -> JobInfo:
+        self._info = self.client.wait(self.id, timeout)
+        return self._info
+
+    # actions ----------------------------------------------------------------------------------
+    def logs(self, follow: bool = False) -> str:
+        if follow:
+            parts = []
+            for text in self.client.follow_logs(self.id):
+                print(text, end="", flush=True)
+                parts.append(text)
+            return "".join(parts)
+        return self.client.logs(self.id).text
+
+    def cancel(self) -> JobInfo:
+        self._info = self.client.cancel(self.id)
+        return self._info
+
+    def outputs(self) -> list[str]:
+        return [f.name for f in self.client.outputs(self.id)]
+
+    def fetch(self, dest: str | Path | None = None) -> list[Path]:
+        """Copy the executed notebook and the outputs into the session."""
+        return self.client.fetch(self.id, dest)
+
+    # display ----------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        i = self._info
+        return f"<Job {i.id} {i.name!r} {i.state_label} on {i.backend}>"
+
+    def __str__(self) -> str:
+        return job_text(self._info)
+
+    def _repr_html_(self) -> str:
+        return _html_rows([self.info], detail=True)
+
+
+class JobList(list):
+    def _repr_html_(self) -> str:
+        if not self:
+            return "<p>No jobs. Submit one with <code>%hpc submit NOTEBOOK</code>.</p>"
+        return _html_rows([j._info for j in self])
+
+    def __repr__(self) -> str:
+        return jobs_table([j._info for j in self])
+
+
+def badge(state: str) -> str:
+    color = BADGE_COLORS.get(state, "#6c757d")
+    fg = "#000" if state == "unknown" else "#fff"
+    return (f'<span class="cloudtik-job-state" style="background:{color};color:{fg};'
+            f'border-radius:0.6em;padding:0 0.5em">{html.escape(state)}</span>')
+
+
+def _html_rows(jobs: list[JobInfo], detail: bool = False) -> str:
+    head = ("<tr><th>job</th><th>name</th><th>backend</th><th>state</th>"
+            "<th>runtime</th><th>reason</th></tr>")
+    body = []
+    for j in jobs:
+        native = f" ({html.escape(j.native_state)})" if j.native_state else ""
+        body.append(
+            f"<tr><td><code>{j.id}</code></td><td>{html.escape(j.name)}</td>"
+            f"<td>{html.escape(j.backend)}</td><td>{badge(j.state)}{native}</td>"
+            f"<td>{format_duration(j.runtime_seconds) if j.started_at else '-'}</td>"
+            f"<td>{html.escape(j.reason or '')}</td></tr>")
+    out = f"<table>{head}{''.join(body)}</table>"
+    if detail and jobs and jobs[0].error:
+        e = jobs[0].error
+        out += (f"<p><b>error in cell {e.get('cell')}</b></p><pre>"
+                f"{html.escape(e.get('source') or '')}\n\n"
+                f"{html.escape(str(e.get('ename')))}: {html.escape(str(e.get('evalue')))}</pre>")
+    return out
+
+
+def wait_all(jobs: list[Job], timeout: float | None = None) -> list[JobInfo]:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    out = []
+    for j in jobs:
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        out.append(j.wait(left))
+    return out
+
+
+__all__ = ["FINAL_STATES", "Job", "JobList", "wait_all"]

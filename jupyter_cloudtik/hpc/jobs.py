@@ -1,0 +1,877 @@
+"""JobManager: submit, watch, cancel and collect HPC jobs, recorded in the state store.
+
+A job is a row in ``hpc_jobs`` (the record: state, the backend's own state, why) plus an
+operation (kind ``hpc.job``) whose events tell its story: recorded, inputs staged,
+submitted, queued, running, results copied, done.  Both live in the state database, so a
+job survives the kernel, the server and the CLI that started it.
+
+Submitting is idempotent.  The client token and the attempt are recorded *before* the
+backend is called; if the call's fate is unknown (the process died, the backend did not
+answer), the next attempt first asks the backend for a job carrying that token and adopts
+it, so no job ever runs twice.  A backend that is down leaves its jobs ``unknown`` with the
+reason, and they recover by themselves when it answers again.
+
+One background poller per state folder (a lease in the database decides which process
+runs it) asks each backend about all of its active jobs in one call per interval; the
+interval starts short after anything changed and backs off while nothing does, and
+backs off further while the backend does not answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import fnmatch
+import getpass
+import logging
+import os
+import shutil
+import socket
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import (
+    CloudTikError,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    ProviderError,
+)
+from ..core.operations import OperationContext, Operations, owner_alive
+from ..core.secrets import SecretStore
+from ..core.settings import CloudTik, default_settings
+from ..core.store import Store, dumps, loads
+from . import notebook as nbtools
+from . import script
+from .base import (
+    ACTIVE_STATES,
+    CANCELLED,
+    FAILED,
+    FINAL_STATES,
+    QUEUED,
+    RUNNING,
+    SUBMITTING,
+    SUCCEEDED,
+    UNKNOWN,
+    BackendUnavailable,
+    Environment,
+    HPCBackend,
+    JobRef,
+    JobSpec,
+    JobStatus,
+    LogChunk,
+    OutputFile,
+    StageIn,
+    Submission,
+    check_limits,
+)
+from .models import JobInfo
+from .settings import HPC, BackendRegistry, hpc_settings
+from .staging import (
+    LocalStager,
+    Stagers,
+    default_name,
+    is_local,
+    local_path,
+    normalize,
+    split_named,
+)
+
+log = logging.getLogger("jupyter_cloudtik.hpc")
+
+HPC_MIGRATIONS = [
+    """
+    CREATE TABLE hpc_jobs (
+        id TEXT PRIMARY KEY,
+        name TEXT NOT NULL,
+        backend TEXT NOT NULL,
+        backend_type TEXT NOT NULL,
+        kind TEXT NOT NULL,
+        client_token TEXT NOT NULL UNIQUE,
+        native_id TEXT,
+        state TEXT NOT NULL,
+        native_state TEXT,
+        reason TEXT,
+        exit_code INTEGER,
+        error TEXT,
+        spec TEXT NOT NULL,
+        plan TEXT NOT NULL DEFAULT '{}',
+        op_id TEXT,
+        user TEXT,
+        submit_attempts INTEGER NOT NULL DEFAULT 0,
+        cancel_requested INTEGER NOT NULL DEFAULT 0,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL,
+        submitted_at REAL,
+        started_at REAL,
+        finished_at REAL
+    );
+    CREATE INDEX hpc_jobs_state ON hpc_jobs(state, backend);
+    CREATE TABLE hpc_poller (
+        id INTEGER PRIMARY KEY CHECK (id = 1),
+        owner_pid INTEGER,
+        owner_host TEXT,
+        owner_started REAL,
+        heartbeat REAL NOT NULL
+    );
+    """,
+]
+
+LEASE_STALE_SECONDS = 30.0
+
+
+def _target(job_id: str) -> str:
+    return f"job:{job_id}"
+
+
+class JobManager:
+    """Jobs of one state folder; one per process is typical (faces share it)."""
+
+    def __init__(self, settings: CloudTik | None = None, hpc: HPC | None = None,
+                 store: Store | None = None, user: str | None = None,
+                 stagers: Stagers | None = None) -> None:
+        self.settings = settings or default_settings()
+        self.hpc = hpc or hpc_settings()
+        self.store = store or Store(self.settings.state_dir)
+        self.store.ensure_schema("hpc", HPC_MIGRATIONS)
+        self.ops = Operations(self.store)
+        self.secrets = SecretStore(self.store)
+        self.user = user or _current_user()
+        self.stagers = stagers or Stagers([LocalStager()])
+        self.registry = BackendRegistry(self.hpc, self.store.state_dir, self.secrets, log,
+                                        self.settings)
+        self._submitting: set[str] = set()
+        self._due: dict[str, float] = {}
+        self._interval: dict[str, float] = {}
+        self._retry: dict[str, float] = {}
+        self._backend_locks: dict[str, asyncio.Lock] = {}
+        self._poller: asyncio.Task | None = None
+        self._wakeup: asyncio.Event | None = None
+        self._holding_lease = False
+        self._closed = False
+
+    # backends -------------------------------------------------------------------------------
+    def backends(self) -> list[dict[str, Any]]:
+        return self.registry.describe()
+
+    def backend(self, name: str | None) -> HPCBackend:
+        return self.registry.get(name)
+
+    # submitting -----------------------------------------------------------------------------
+    async def submit(self, spec: JobSpec, backend: str | None = None) -> JobInfo:
+        """Check the job, record it, stage its inputs and submit it.
+
+        Everything that can be checked is checked before anything is recorded: the
+        backend, the notebook, the resources against the backend's limits, every input
+        and the output location.  Returns once the backend accepted the job (state
+        ``queued``) or, if it did not answer, with the job ``unknown`` and the reason.
+        """
+        name = self.registry.resolve(backend)
+        be = self.registry.get(name)
+        spec = copy.deepcopy(spec)
+        job_id = uuid.uuid4().hex[:8]
+        nb = None
+        if spec.notebook:
+            spec.notebook = str(local_path(spec.notebook).resolve()) \
+                if is_local(spec.notebook) else spec.notebook
+            nb = nbtools.check_notebook(spec.notebook)
+            unknown = sorted(set(spec.parameters) - set(nbtools.parameter_names(nb)))
+            if unknown and nbtools.parameter_names(nb):
+                log.info("job %s: parameters %s are not in the notebook's parameters cell; "
+                         "papermill adds them", job_id, unknown)
+        elif not spec.command:
+            raise ConfigError("give a notebook or a command to run", field="notebook")
+        if not spec.name:
+            spec.name = Path(spec.notebook).stem if spec.notebook else Path(
+                str(spec.command[0])).name
+        await asyncio.to_thread(self._validate, be, spec)
+        plan = await asyncio.to_thread(self._plan, be, spec)
+        token = uuid.uuid4().hex
+        now = time.time()
+        op = self.ops.start("hpc.job", _target(job_id),
+                            {"backend": name, "name": spec.name, "kind": spec.kind},
+                            user=self.user, exclusive=False)
+        with self.store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO hpc_jobs (id, name, backend, backend_type, kind, client_token,"
+                " state, spec, plan, op_id, user, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (job_id, spec.name, name, be.kind, spec.kind, token, SUBMITTING,
+                 dumps(spec.to_dict()), dumps(plan), op.id, self.user, now, now))
+        self.ops.emit(op.id, "recorded", f"job {job_id} ({spec.name}) for backend '{name}'",
+                      0.05, data={"job": job_id, "state": SUBMITTING})
+        await self._submit(job_id)
+        self._wake(name)
+        return self.get(job_id)
+
+    def _validate(self, be: HPCBackend, spec: JobSpec) -> None:
+        try:
+            be.validate(spec)
+        except BackendUnavailable as e:
+            # the system cannot tell its limits now: hold the job to the configured ones,
+            # it will be submitted when the backend answers
+            log.warning("backend %s: limits unknown (%s); using the configured ones",
+                        be.name, e.message)
+            check_limits(spec, HPCBackend.limits(be), be.name)
+
+    def _plan(self, be: HPCBackend, spec: JobSpec) -> dict[str, Any]:
+        """Decide, for every input and the output, who moves it; refuse the impossible."""
+        env = spec.environment
+        environment = be.default_environment() if env is None else \
+            be.default_environment().merged({k: v for k, v in env.__dict__.items() if v})
+        files: dict[str, str] = {}
+        output_notebook = None
+        if spec.notebook:
+            nb_name = Path(spec.notebook).name
+            files[nb_name] = spec.notebook
+            output_notebook = script.output_notebook_name(nb_name)
+        names = set(files) | set(script.SCAFFOLDING) | {script.LOG_NAME}
+        inputs: list[dict[str, Any]] = []
+        for item in spec.inputs:
+            given, loc = split_named(item)
+            loc = normalize(loc)
+            nm = given or default_name(loc)
+            if nm in names:
+                raise ConfigError(
+                    f"inputs: two inputs (or an input and the job's own files) are named "
+                    f"{nm!r}; rename one with NAME=LOCATION", field="inputs")
+            names.add(nm)
+            stager = self.stagers.for_location(loc)
+            if be.can_reach(loc):
+                if stager is not None:
+                    stager.check(loc)
+                inputs.append(StageIn(nm, loc, "direct").__dict__)
+                continue
+            if stager is None:
+                reach = ", ".join(be.directly_reachable()) or "nothing directly"
+                raise ConfigError(
+                    f"inputs: backend '{be.name}' cannot read {loc!r} (it reaches {reach}) "
+                    "and this session has no storage that can stage it", field="inputs")
+            stager.check(loc)
+            inputs.append(StageIn(nm, loc, "upload").__dict__)
+        stage_out = output_via_session = None
+        if spec.output:
+            out = normalize(spec.output)
+            stager = self.stagers.for_location(out)
+            if be.can_reach(out):
+                if stager is not None:
+                    stager.check(out, for_output=True)
+                stage_out = out
+            elif stager is not None:
+                stager.check(out, for_output=True)
+                output_via_session = out
+            else:
+                raise ConfigError(
+                    f"output: backend '{be.name}' cannot write to {out!r} and this session "
+                    "has no storage that can copy results there", field="output")
+        return {"files": files, "inputs": inputs, "output_notebook": output_notebook,
+                "stage_out": stage_out, "output_via_session": output_via_session,
+                "environment": environment.__dict__}
+
+    async def _submit(self, job_id: str) -> None:
+        """One submission attempt (also the retry after a backend was down)."""
+        if job_id in self._submitting:
+            return
+        self._submitting.add(job_id)
+        try:
+            await self._submit_once(job_id)
+        finally:
+            self._submitting.discard(job_id)
+
+    async def _submit_once(self, job_id: str) -> None:
+        row = self._row(job_id)
+        if row["native_id"] or row["state"] in FINAL_STATES:
+            return
+        ctx = OperationContext(self.ops, row["op_id"])
+        name = row["backend"]
+        try:
+            be = self.registry.get(name)
+        except CloudTikError as e:
+            self._finish(job_id, FAILED, f"backend '{name}' is not usable: {e.message}")
+            return
+        attempts = self._record_attempt(job_id)
+        token, plan = row["client_token"], loads(row["plan"], {})
+        nid = None
+        try:
+            if attempts > 1:
+                nid = await asyncio.to_thread(be.find, token, job_id)
+                if nid:
+                    ctx.progress("submit", f"found the job a previous attempt submitted: {nid}",
+                                 native_id=nid)
+            if row["cancel_requested"]:
+                if nid:
+                    await asyncio.to_thread(be.cancel, JobRef(job_id, nid))
+                self._finish(job_id, CANCELLED, "cancelled before it started", native_id=nid)
+                return
+            if nid is None:
+                sub = await self._stage_inputs(job_id, row, plan, ctx)
+                ctx.progress("submit", f"submitting to '{name}' ({be.kind})", 0.5)
+                nid = await asyncio.to_thread(be.submit, sub)
+        except BackendUnavailable as e:
+            reason = (f"backend '{name}' did not answer ({e.message}); the job will be "
+                      "submitted when it does")
+            self._update(job_id, state=UNKNOWN, reason=reason)
+            ctx.progress("unavailable", reason, level="warning", state=UNKNOWN)
+            self._backoff(name)
+            return
+        except CloudTikError as e:
+            self._finish(job_id, FAILED, f"submission failed: {e.message}")
+            return
+        except Exception as e:  # a bug or an SDK surprise: fail the job, keep the record
+            log.exception("job %s: submission failed", job_id)
+            self._finish(job_id, FAILED, f"submission failed: {type(e).__name__}: {e}")
+            return
+        finally:
+            staging = self._staging_dir(job_id)
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        now = time.time()
+        self._update(job_id, native_id=str(nid), state=QUEUED, reason=None, submitted_at=now)
+        ctx.progress("submitted", f"submitted to '{name}' as job {nid}", 0.6,
+                     native_id=str(nid), state=QUEUED)
+        if self._row(job_id)["cancel_requested"]:
+            await self._cancel_native(job_id)
+
+    def _record_attempt(self, job_id: str) -> int:
+        with self.store.transaction() as conn:
+            conn.execute("UPDATE hpc_jobs SET submit_attempts = submit_attempts + 1,"
+                         " updated_at = ? WHERE id = ?", (time.time(), job_id))
+            return conn.execute("SELECT submit_attempts FROM hpc_jobs WHERE id = ?",
+                                (job_id,)).fetchone()[0]
+
+    def _staging_dir(self, job_id: str) -> Path:
+        return self.store.state_dir / "hpc" / "staging" / job_id
+
+    async def _stage_inputs(self, job_id: str, row, plan: dict[str, Any],
+                            ctx: OperationContext) -> Submission:
+        spec = JobSpec.from_dict(loads(row["spec"]))
+        inputs = []
+        items = [StageIn(**i) for i in plan.get("inputs", [])]
+        to_stage = [i for i in items if i.mode == "upload"]
+        for n, item in enumerate(items):
+            if item.mode != "upload":
+                inputs.append(item)
+                continue
+            stager = self.stagers.for_location(item.source)
+            if stager is None:
+                raise ConfigError(f"inputs: nothing can stage {item.source!r}", field="inputs")
+            base = 0.1 + 0.35 * n / max(1, len(to_stage))
+
+            def progress(fraction: float, message: str, _base=base) -> None:
+                ctx.progress("stage-in", message,
+                             _base + 0.35 * fraction / max(1, len(to_stage)))
+
+            dest = self._staging_dir(job_id) / item.name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            ctx.progress("stage-in", f"staging {item.name} from {item.source}", base)
+            local = await asyncio.to_thread(stager.download, item.source, dest, progress)
+            size = _size(local)
+            inputs.append(StageIn(item.name, str(local), "upload", size))
+        env = Environment(**plan["environment"])
+        return Submission(job_id=job_id, token=row["client_token"], spec=spec,
+                          environment=env, files=plan.get("files", {}), inputs=inputs,
+                          output_notebook=plan.get("output_notebook"),
+                          stage_out=plan.get("stage_out"))
+
+    # reading ------------------------------------------------------------------------------
+    def _row(self, job_id: str):
+        row = self.store.query_one("SELECT * FROM hpc_jobs WHERE id = ?", (job_id,))
+        if row is not None:
+            return row
+        rows = self.store.query("SELECT * FROM hpc_jobs WHERE id LIKE ? LIMIT 2",
+                                (f"{job_id}%",)) if job_id else []
+        if len(rows) == 1:
+            return rows[0]
+        if len(rows) > 1:
+            raise ConflictError(f"job: '{job_id}' matches several jobs; give more of the id",
+                                field="job")
+        recent = [r[0] for r in self.store.query(
+            "SELECT id FROM hpc_jobs ORDER BY created_at DESC LIMIT 5")]
+        hint = f"; recent jobs: {', '.join(recent)}" if recent else "; there are no jobs"
+        raise NotFoundError(f"job: no job '{job_id}'{hint}", field="job", value=job_id)
+
+    def get(self, job_id: str) -> JobInfo:
+        return self._info(self._row(job_id))
+
+    def list(self, active_only: bool = False, backend: str | None = None,
+             limit: int = 100) -> list[JobInfo]:
+        sql, params = "SELECT * FROM hpc_jobs", []
+        clauses = []
+        if active_only:
+            clauses.append(f"state IN ({','.join('?' * len(ACTIVE_STATES))})")
+            params += list(ACTIVE_STATES)
+        if backend:
+            clauses.append("backend = ?")
+            params.append(backend)
+        if clauses:
+            sql += " WHERE " + " AND ".join(clauses)
+        sql += " ORDER BY created_at DESC LIMIT ?"
+        params.append(limit)
+        return [self._info(r) for r in self.store.query(sql, params)]
+
+    def _info(self, row) -> JobInfo:
+        spec = loads(row["spec"], {})
+        plan = loads(row["plan"], {})
+        return JobInfo(
+            id=row["id"], name=row["name"], backend=row["backend"],
+            backend_type=row["backend_type"], kind=row["kind"], state=row["state"],
+            native_id=row["native_id"], native_state=row["native_state"],
+            reason=row["reason"], exit_code=row["exit_code"], error=loads(row["error"]),
+            notebook=spec.get("notebook"), command=spec.get("command"),
+            parameters=spec.get("parameters") or {}, resources=spec.get("resources") or {},
+            attributes=spec.get("attributes") or {}, inputs=plan.get("inputs") or [],
+            output=spec.get("output"), output_notebook=plan.get("output_notebook"),
+            op_id=row["op_id"], user=row["user"], created_at=row["created_at"],
+            updated_at=row["updated_at"], submitted_at=row["submitted_at"],
+            started_at=row["started_at"], finished_at=row["finished_at"])
+
+    async def refresh(self, job_id: str) -> JobInfo:
+        """Ask the backend now (not waiting for the next poll) and return the job."""
+        row = self._row(job_id)
+        if row["state"] not in FINAL_STATES:
+            await self._poll_backend(row["backend"], force=True)
+        return self.get(row["id"])
+
+    async def wait(self, job_id: str, timeout: float | None = None,
+                   poll: float = 0.1) -> JobInfo:
+        """Until the job is final (another process may be the one polling)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job_id = self._row(job_id)["id"]
+        self.ensure_poller()
+        while True:
+            info = self.get(job_id)
+            if info.done:
+                return info
+            if deadline is not None and time.monotonic() > deadline:
+                return info
+            await asyncio.sleep(poll)
+
+    # actions ------------------------------------------------------------------------------
+    async def cancel(self, job_id: str) -> JobInfo:
+        row = self._row(job_id)
+        job_id = row["id"]
+        if row["state"] in FINAL_STATES:
+            return self._info(row)
+        self._update(job_id, cancel_requested=1)
+        self.ops.emit(row["op_id"], "cancel", "cancellation requested")
+        if not row["native_id"]:
+            if job_id not in self._submitting and not self._owned_elsewhere(row):
+                await self._submit(job_id)  # finds a half-submitted job, or records cancel
+            return self.get(job_id)
+        await self._cancel_native(job_id)
+        return self.get(job_id)
+
+    async def _cancel_native(self, job_id: str) -> None:
+        row = self._row(job_id)
+        be = self.registry.get(row["backend"])
+        try:
+            await asyncio.to_thread(be.cancel, _ref(row))
+        except BackendUnavailable as e:
+            self.ops.emit(row["op_id"], "cancel",
+                          f"the backend did not answer ({e.message}); will ask again",
+                          level="warning")
+            return
+        await self._poll_backend(row["backend"], force=True)
+
+    async def logs(self, job_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        row = self._row(job_id)
+        if not row["native_id"]:
+            return LogChunk("", offset, eof=True)
+        be = self.registry.get(row["backend"])
+        chunk = await asyncio.to_thread(be.logs, _ref(row), offset, limit)
+        return chunk
+
+    async def outputs(self, job_id: str) -> list[OutputFile]:
+        row = self._row(job_id)
+        if not row["native_id"]:
+            return []
+        be = self.registry.get(row["backend"])
+        return await asyncio.to_thread(be.list_outputs, _ref(row))
+
+    async def fetch(self, job_id: str, dest: str | os.PathLike[str] | None = None,
+                    names: list[str] | None = None) -> list[Path]:
+        """Copy the executed notebook and the declared outputs into the session."""
+        row = self._row(job_id)
+        job_id = row["id"]
+        if not row["native_id"]:
+            raise ConflictError(f"job {job_id} was never submitted; there is nothing to fetch",
+                                field="job")
+        target = Path(dest).expanduser() if dest else Path.cwd() / self.hpc.results_dir / job_id
+        spec = JobSpec.from_dict(loads(row["spec"]))
+        plan = loads(row["plan"], {})
+        be = self.registry.get(row["backend"])
+        op = self.ops.start("hpc.fetch", _target(job_id), {"dest": str(target)},
+                            user=self.user, exclusive=False)
+        ctx = OperationContext(self.ops, op.id)
+        try:
+            listing = await asyncio.to_thread(be.list_outputs, _ref(row))
+            wanted = names or self._wanted_outputs(listing, spec, plan)
+            ctx.progress("list", f"{len(wanted)} file(s) to fetch", 0.1)
+            paths = await asyncio.to_thread(be.fetch_outputs, _ref(row), target, wanted)
+        except CloudTikError as e:
+            self.ops.finish(op.id, "failed", e.message, {"error": e.to_dict()})
+            raise
+        self.ops.finish(op.id, "succeeded", result={"paths": [str(p) for p in paths]})
+        return paths
+
+    @staticmethod
+    def _wanted_outputs(listing: list[OutputFile], spec: JobSpec,
+                        plan: dict[str, Any]) -> list[str]:
+        names = [f.name for f in listing]
+        if not spec.outputs:
+            return names
+        wanted = []
+        nb_out = plan.get("output_notebook")
+        for n in names:
+            if n == nb_out or any(fnmatch.fnmatch(n, p) for p in spec.outputs):
+                wanted.append(n)
+        return wanted
+
+    def events(self, job_id: str, after: int = 0):
+        return self.ops.events(self._row(job_id)["op_id"], after=after)
+
+    # updating -----------------------------------------------------------------------------
+    def _update(self, job_id: str, **fields: Any) -> None:
+        fields["updated_at"] = time.time()
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self.store.transaction() as conn:
+            conn.execute(f"UPDATE hpc_jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
+
+    def _finish(self, job_id: str, state: str, reason: str | None = None,
+                **fields: Any) -> None:
+        row = self._row(job_id)
+        if row["state"] in FINAL_STATES:
+            return
+        now = time.time()
+        self._update(job_id, state=state, reason=reason, finished_at=now, **fields)
+        op_state = {SUCCEEDED: "succeeded", CANCELLED: "cancelled"}.get(state, "failed")
+        op = self.ops.get(row["op_id"])
+        interrupted = op.state == "failed" and (op.reason or "").startswith("interrupted:")
+        if op.done and not interrupted:
+            return
+        if interrupted:
+            self.ops.adopt(op.id)
+        self.ops.finish(op.id, op_state, reason, result={"job": job_id, "state": state})
+
+    # polling --------------------------------------------------------------------------------
+    def ensure_poller(self) -> None:
+        """Start the background poller on the running loop (idempotent)."""
+        if self._closed:
+            return
+        if self._poller is not None and not self._poller.done():
+            return
+        self._wakeup = asyncio.Event()
+        self._poller = asyncio.get_running_loop().create_task(self._poll_loop())
+
+    def _wake(self, backend: str | None = None) -> None:
+        if backend is not None:
+            self._due[backend] = 0.0
+            self._interval[backend] = self.hpc.poll_interval
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def _poll_loop(self) -> None:
+        while not self._closed:
+            holding = False
+            try:
+                holding = await asyncio.to_thread(self._take_lease)
+                if holding:
+                    await self.tick()
+            except Exception:  # the poller must survive anything a backend does
+                log.exception("HPC poller tick failed")
+            now = time.monotonic()
+            if holding:
+                due = [d for b, d in self._due.items() if self._has_active(b)]
+                wait = min([max(0.02, d - now) for d in due], default=2.0)
+                wait = min(wait, 2.0)
+            else:
+                wait = 2.0
+            self._wakeup.clear()
+            try:
+                await asyncio.wait_for(self._wakeup.wait(), wait)
+            except asyncio.TimeoutError:
+                pass
+
+    def _has_active(self, backend: str) -> bool:
+        return self.store.query_one(
+            f"SELECT 1 FROM hpc_jobs WHERE backend = ? AND state IN "
+            f"({','.join('?' * len(ACTIVE_STATES))}) LIMIT 1", (backend, *ACTIVE_STATES)
+        ) is not None
+
+    def _take_lease(self) -> bool:
+        """Hold the poller lease of this state folder; the first holder adopts the jobs."""
+        pid, host = os.getpid(), socket.gethostname()
+        now = time.time()
+        with self.store.transaction() as conn:
+            row = conn.execute("SELECT * FROM hpc_poller WHERE id = 1").fetchone()
+            mine = row is not None and row["owner_pid"] == pid and row["owner_host"] == host
+            if row is not None and not mine:
+                stale = now - row["heartbeat"] > LEASE_STALE_SECONDS
+                if owner_alive(row["owner_pid"], row["owner_host"], row["owner_started"]) \
+                        and not stale:
+                    self._holding_lease = False
+                    return False
+            from ..core.operations import _process_start_time
+
+            conn.execute(
+                "INSERT INTO hpc_poller (id, owner_pid, owner_host, owner_started, heartbeat)"
+                " VALUES (1, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET owner_pid ="
+                " excluded.owner_pid, owner_host = excluded.owner_host, owner_started ="
+                " excluded.owner_started, heartbeat = excluded.heartbeat",
+                (pid, host, _process_start_time(pid), now))
+        if not self._holding_lease:
+            self._holding_lease = True
+            self._adopt_active()
+        return True
+
+    def _release_lease(self) -> None:
+        try:
+            with self.store.transaction() as conn:
+                conn.execute("DELETE FROM hpc_poller WHERE id = 1 AND owner_pid = ? AND"
+                             " owner_host = ?", (os.getpid(), socket.gethostname()))
+        except Exception:
+            pass
+        self._holding_lease = False
+
+    def _adopt_active(self) -> None:
+        for row in self.store.query(
+                f"SELECT id, op_id, backend FROM hpc_jobs WHERE state IN "
+                f"({','.join('?' * len(ACTIVE_STATES))})", ACTIVE_STATES):
+            if self.ops.adopt(row["op_id"], "the job is watched by this process now"):
+                self._due[row["backend"]] = 0.0
+
+    def _owned_elsewhere(self, row) -> bool:
+        """Is another live process submitting this job right now?"""
+        try:
+            op = self.ops.get(row["op_id"])
+        except NotFoundError:
+            return False
+        if op.owner_pid == os.getpid():
+            return False
+        prow = self.store.query_one("SELECT owner_host, owner_started FROM operations"
+                                    " WHERE id = ?", (op.id,))
+        return op.state in ("pending", "running") and owner_alive(
+            op.owner_pid, prow["owner_host"], prow["owner_started"])
+
+    async def tick(self, force: bool = False) -> None:
+        """One round: each backend whose turn it is gets one poll for all its jobs."""
+        backends = [r[0] for r in self.store.query(
+            f"SELECT DISTINCT backend FROM hpc_jobs WHERE state IN "
+            f"({','.join('?' * len(ACTIVE_STATES))})", ACTIVE_STATES)]
+        now = time.monotonic()
+        due = [b for b in backends if force or self._due.get(b, 0.0) <= now]
+        await asyncio.gather(*(self._poll_backend(b, force=force) for b in due))
+
+    async def _poll_backend(self, name: str, force: bool = False) -> None:
+        lock = self._backend_locks.setdefault(name, asyncio.Lock())
+        if lock.locked() and not force:
+            return
+        async with lock:
+            await self._poll_backend_locked(name)
+
+    async def _poll_backend_locked(self, name: str) -> None:
+        rows = self.store.query(
+            f"SELECT * FROM hpc_jobs WHERE backend = ? AND state IN "
+            f"({','.join('?' * len(ACTIVE_STATES))})", (name, *ACTIVE_STATES))
+        if not rows:
+            return
+        # jobs not submitted yet (the backend was down, or a submit was interrupted)
+        pending = [r for r in rows if not r["native_id"]]
+        for r in pending:
+            if r["id"] in self._submitting or self._owned_elsewhere(r):
+                continue
+            await self._submit(r["id"])
+        rows = [self._row(r["id"]) for r in rows]
+        submitted = [r for r in rows if r["native_id"] and r["state"] not in FINAL_STATES]
+        if not submitted:
+            self._schedule(name, changed=bool(pending))
+            return
+        try:
+            be = self.registry.get(name)
+            statuses = await asyncio.to_thread(be.poll, [_ref(r) for r in submitted])
+        except BackendUnavailable as e:
+            self._mark_unreachable(submitted, name, e.message)
+            self._backoff(name)
+            return
+        except CloudTikError as e:
+            self._mark_unreachable(submitted, name, e.message)
+            self._backoff(name)
+            return
+        except Exception as e:
+            log.exception("backend %s: poll failed", name)
+            self._mark_unreachable(submitted, name, f"{type(e).__name__}: {e}")
+            self._backoff(name)
+            return
+        self._retry.pop(name, None)
+        changed = False
+        for r in submitted:
+            st = statuses.get(r["native_id"])
+            if st is None:
+                continue
+            try:
+                changed |= await self._apply(r, st)
+            except BackendUnavailable as e:
+                self._mark_unreachable([r], name, e.message)
+        self._schedule(name, changed)
+
+    def _schedule(self, name: str, changed: bool) -> None:
+        interval = self._interval.get(name, self.hpc.poll_interval)
+        if changed:
+            interval = self.hpc.poll_interval
+        else:
+            interval = min(interval * self.hpc.poll_backoff, self.hpc.poll_interval_max)
+        self._interval[name] = interval
+        self._due[name] = time.monotonic() + interval
+
+    def _backoff(self, name: str) -> None:
+        retry = min(max(self._retry.get(name, 0.5) * 2, 1.0), self.hpc.retry_interval_max)
+        self._retry[name] = retry
+        self._due[name] = time.monotonic() + retry
+
+    def _mark_unreachable(self, rows, name: str, message: str) -> None:
+        reason = f"backend '{name}' did not answer: {message}"
+        for r in rows:
+            if r["state"] == UNKNOWN and r["reason"] == reason:
+                continue
+            self._update(r["id"], state=UNKNOWN, reason=reason)
+            self.ops.emit(r["op_id"], "unavailable", reason, level="warning",
+                          data={"state": UNKNOWN})
+
+    async def _apply(self, row, st: JobStatus) -> bool:
+        """Record what the backend said; returns whether anything changed."""
+        job_id = row["id"]
+        if st.final:
+            await self._finalize(row, st)
+            return True
+        fields: dict[str, Any] = {}
+        if st.state != row["state"]:
+            fields["state"] = st.state
+        if st.native_state != row["native_state"]:
+            fields["native_state"] = st.native_state
+        if (st.message or None) != row["reason"]:
+            fields["reason"] = st.message
+        if st.state == RUNNING and not row["started_at"]:
+            fields["started_at"] = time.time()
+        if not fields:
+            return False
+        self._update(job_id, **fields)
+        if "state" in fields or "native_state" in fields:
+            recovered = row["state"] == UNKNOWN and st.state != UNKNOWN
+            label = f"{st.state} ({st.native_state})" if st.native_state else st.state
+            msg = ("backend answers again; " if recovered else "") + label
+            if st.message:
+                msg += f": {st.message}"
+            fraction = {QUEUED: 0.65, RUNNING: 0.75}.get(st.state)
+            self.ops.emit(row["op_id"], st.state, msg, fraction,
+                          data={"state": st.state, "native_state": st.native_state})
+        return True
+
+    async def _finalize(self, row, st: JobStatus) -> None:
+        job_id = row["id"]
+        be = self.registry.get(row["backend"])
+        plan = loads(row["plan"], {})
+        state, reason, error = st.state, st.message, None
+        ctx = OperationContext(self.ops, row["op_id"])
+        if row["kind"] == "notebook" and state in (SUCCEEDED, FAILED) \
+                and plan.get("output_notebook"):
+            try:
+                data = await asyncio.to_thread(be.read_file, _ref(row),
+                                               plan["output_notebook"])
+                error = nbtools.find_error(data)
+            except NotFoundError:
+                if state == FAILED:
+                    reason = (reason or "failed") + "; no executed notebook (the job ended " \
+                        "before papermill wrote one)" + await self._log_tail(be, row)
+            except BackendUnavailable:
+                raise
+            except CloudTikError as e:
+                log.warning("job %s: cannot read the executed notebook: %s", job_id, e.message)
+            if error:
+                state = FAILED
+                reason = nbtools.describe_error(error)
+        elif state == FAILED and not error:
+            reason = (reason or "failed") + await self._log_tail(be, row)
+        if state == SUCCEEDED and plan.get("output_via_session"):
+            try:
+                await self._stage_out(row, be, plan, ctx)
+            except BackendUnavailable:
+                raise
+            except CloudTikError as e:
+                state = FAILED
+                reason = (f"the job ran, but copying its results to "
+                          f"{plan['output_via_session']} failed: {e.message}")
+        fields = {"native_state": st.native_state, "exit_code": st.exit_code}
+        if error:
+            fields["error"] = dumps(error)
+        if not row["started_at"] and state != CANCELLED:
+            fields["started_at"] = row["submitted_at"]
+        self._finish(job_id, state, reason, **fields)
+
+    async def _log_tail(self, be: HPCBackend, row, lines: int = 3) -> str:
+        try:
+            chunk = await asyncio.to_thread(be.logs, _ref(row), 0, 1 << 20)
+        except Exception:
+            return ""
+        tail = [ln for ln in chunk.text.strip().splitlines() if ln.strip()][-lines:]
+        return ("; log ends with: " + " | ".join(t.strip()[:200] for t in tail)) if tail else ""
+
+    async def _stage_out(self, row, be: HPCBackend, plan: dict[str, Any],
+                         ctx: OperationContext) -> None:
+        location = plan["output_via_session"]
+        stager = self.stagers.for_location(location)
+        if stager is None:
+            raise ConfigError(f"output: nothing can copy results to {location!r}",
+                              field="output")
+        spec = JobSpec.from_dict(loads(row["spec"]))
+        ctx.progress("stage-out", f"copying results to {location}", 0.9)
+        tmp = self._staging_dir(row["id"]) / "out"
+        try:
+            listing = await asyncio.to_thread(be.list_outputs, _ref(row))
+            wanted = self._wanted_outputs(listing, spec, plan)
+            paths = await asyncio.to_thread(be.fetch_outputs, _ref(row), tmp, wanted)
+            tops = sorted({tmp / Path(p).relative_to(tmp).parts[0] for p in paths})
+            for n, top in enumerate(tops):
+                await asyncio.to_thread(
+                    stager.upload, top, location,
+                    lambda f, m, _n=n: ctx.progress("stage-out", m,
+                                                    0.9 + 0.09 * (_n + f) / len(tops)))
+        finally:
+            shutil.rmtree(self._staging_dir(row["id"]), ignore_errors=True)
+        ctx.progress("stage-out", f"results are in {location}", 0.99)
+
+    # life cycle -------------------------------------------------------------------------------
+    async def close(self) -> None:
+        self._closed = True
+        if self._poller is not None:
+            self._poller.cancel()
+            try:
+                await self._poller
+            except BaseException:
+                pass
+        await asyncio.to_thread(self._release_lease)
+        await asyncio.to_thread(self.registry.close)
+
+
+def _ref(row) -> JobRef:
+    return JobRef(row["id"], row["native_id"])
+
+
+def _size(path: Path) -> int | None:
+    try:
+        if path.is_dir():
+            return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def _current_user() -> str:
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
+
+
+__all__ = ["JobManager", "ProviderError"]

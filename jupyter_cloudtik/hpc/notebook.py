@@ -1,0 +1,140 @@
+"""Notebooks as jobs: checks before submitting, the cell magic's notebook, errors after.
+
+Notebooks run with papermill on the system (``python -m papermill``), so only papermill
+and a kernel must exist in the job's environment — not jupyter_cloudtik.  What went wrong
+is read back from the executed notebook: papermill stores the exception in the failing
+cell's outputs, and the first cell with an error output is the one to show people.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError, NotFoundError
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+PAPERMILL_ERROR_TAG = "papermill-error-cell-tag"
+
+
+def check_notebook(path: str | Path, field: str = "notebook") -> dict[str, Any]:
+    """Read and check a notebook before anything is submitted."""
+    p = Path(path).expanduser()
+    if not p.exists():
+        raise NotFoundError(f"{field}: {str(path)!r} does not exist", field=field)
+    if p.is_dir():
+        raise ConfigError(f"{field}: {str(path)!r} is a folder, not a notebook", field=field)
+    try:
+        nb = json.loads(p.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(f"{field}: {str(path)!r} is not a notebook (not JSON: {e})",
+                          field=field) from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) \
+            or nb.get("nbformat", 0) < 4:
+        raise ConfigError(
+            f"{field}: {str(path)!r} is not a version-4 notebook (no 'cells' list)",
+            field=field)
+    return nb
+
+
+def parameter_names(nb: dict[str, Any]) -> list[str]:
+    """Names assigned in the cell tagged ``parameters`` (papermill's convention)."""
+    for cell in nb.get("cells", []):
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if "parameters" in tags and cell.get("cell_type") == "code":
+            source = _source(cell)
+            return re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=", source, re.M)
+    return []
+
+
+def notebook_from_cell(source: str, parameters: dict[str, Any] | None = None,
+                       kernel: str = "python3") -> dict[str, Any]:
+    """A notebook holding one cell (the ``%%hpc`` cell magic's job)."""
+    params = parameters or {}
+    params_src = "\n".join(f"{k} = {v!r}" for k, v in params.items()) or "# parameters"
+    return {
+        "nbformat": 4,
+        "nbformat_minor": 5,
+        "metadata": {
+            "kernelspec": {"name": kernel, "display_name": "Python 3", "language": "python"},
+            "language_info": {"name": "python"},
+        },
+        "cells": [
+            {"cell_type": "code", "id": "parameters", "metadata": {"tags": ["parameters"]},
+             "execution_count": None, "outputs": [], "source": params_src},
+            {"cell_type": "code", "id": "cell", "metadata": {}, "execution_count": None,
+             "outputs": [], "source": source},
+        ],
+    }
+
+
+def find_error(nb: dict[str, Any] | bytes | str) -> dict[str, Any] | None:
+    """The first cell that raised, as a small dict for the job's status; None if none did."""
+    if isinstance(nb, (bytes, str)):
+        try:
+            nb = json.loads(nb)
+        except json.JSONDecodeError:
+            return None
+    index = 0  # count code cells the way people see them (papermill's own cell skipped)
+    for cell in nb.get("cells", []):
+        tags = (cell.get("metadata") or {}).get("tags") or []
+        if PAPERMILL_ERROR_TAG in tags:
+            continue
+        if cell.get("cell_type") != "code":
+            index += 1
+            continue
+        for out in cell.get("outputs") or []:
+            if out.get("output_type") == "error":
+                tb = [_ANSI.sub("", line) for line in out.get("traceback") or []]
+                return {
+                    "cell": index,
+                    "execution_count": cell.get("execution_count"),
+                    "ename": out.get("ename"),
+                    "evalue": out.get("evalue"),
+                    "source": _source(cell)[:2000],
+                    "traceback": "\n".join(tb)[-4000:],
+                }
+        index += 1
+    return None
+
+
+def describe_error(err: dict[str, Any] | None) -> str | None:
+    if not err:
+        return None
+    where = f"cell {err['cell']}"
+    if err.get("execution_count"):
+        where += f" [{err['execution_count']}]"
+    return f"{where} raised {err.get('ename')}: {err.get('evalue')}"
+
+
+def cell_outputs_text(nb: dict[str, Any] | bytes | str, cell_id: str = "cell") -> str:
+    """The text the given cell printed (for showing a ``%%hpc`` job's result)."""
+    if isinstance(nb, (bytes, str)):
+        nb = json.loads(nb)
+    parts = []
+    for cell in nb.get("cells", []):
+        if cell.get("id") != cell_id:
+            continue
+        for out in cell.get("outputs") or []:
+            kind = out.get("output_type")
+            if kind == "stream":
+                parts.append(_text(out.get("text")))
+            elif kind in ("execute_result", "display_data"):
+                parts.append(_text((out.get("data") or {}).get("text/plain")) + "\n")
+            elif kind == "error":
+                parts.append(f"{out.get('ename')}: {out.get('evalue')}\n")
+    return "".join(parts)
+
+
+def _source(cell: dict[str, Any]) -> str:
+    return _text(cell.get("source"))
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list):
+        return "".join(value)
+    return str(value)

@@ -1,0 +1,155 @@
+"""The batch script every script-running backend submits (local, Slurm, FirecREST, ARC).
+
+One script, rendered from the ``Submission``: scheduler directives (given by the backend),
+environment activation (the session's interpreter and virtualenv/conda env, or an
+Apptainer/Singularity image), the staging commands for inputs the system reaches itself,
+the papermill call (or the command), the copy of results to an output location the
+system reaches itself, and a few marker files in ``.cloudtik/`` that let a backend tell
+what happened even after its scheduler forgot the job (Slurm drops finished jobs from
+``squeue`` after ``MinJobAge``).
+
+The job folder layout, relative to the job's working directory::
+
+    job.sh  job.log  parameters.json  <notebook>.ipynb  <notebook>.out.ipynb
+    <inputs by name>  <whatever the notebook writes>
+    .cloudtik/{started,native_id,exitcode,finished}
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import PurePosixPath
+
+from .base import Environment, Submission, shell_quote
+
+SCRIPT_NAME = "job.sh"
+LOG_NAME = "job.log"
+PARAMETERS_NAME = "parameters.json"
+MARKER_DIR = ".cloudtik"
+SCAFFOLDING = (SCRIPT_NAME, PARAMETERS_NAME, MARKER_DIR)
+
+
+def output_notebook_name(notebook: str) -> str:
+    stem = PurePosixPath(notebook).name
+    if stem.endswith(".ipynb"):
+        stem = stem[: -len(".ipynb")]
+    return f"{stem}.out.ipynb"
+
+
+def parameters_json(sub: Submission) -> str:
+    return json.dumps(sub.spec.parameters, indent=1, sort_keys=True, default=str)
+
+
+def _activation(env: Environment) -> tuple[list[str], str]:
+    """Shell lines that activate the environment, and the prefix that runs a program in it."""
+    lines = list(env.setup)
+    for key, value in sorted(env.variables.items()):
+        lines.append(f"export {key}={shell_quote(value)}")
+    if env.container:
+        runtime = env.container_runtime or "apptainer"
+        lines.append(f'CT_RUN=({runtime} exec --bind "$CT_JOB_DIR" --pwd "$CT_JOB_DIR" '
+                     f"{shell_quote(env.container)})")
+        python = env.python or "python3"
+    else:
+        if env.venv:
+            lines.append(f"export VIRTUAL_ENV={shell_quote(env.venv)}")
+            lines.append('export PATH="$VIRTUAL_ENV/bin:$PATH"')
+        if env.conda_env:
+            lines.append(f"export CONDA_PREFIX={shell_quote(env.conda_env)}")
+            lines.append('export PATH="$CONDA_PREFIX/bin:$PATH"')
+        lines.append("CT_RUN=()")
+        python = env.python or "python3"
+    lines.append(f"CT_PYTHON={shell_quote(python)}")
+    return lines, '"${CT_RUN[@]}"'
+
+
+def _fetch_url(url: str, name: str) -> str:
+    q_url, q_name = shell_quote(url), shell_quote(name)
+    return (f"if command -v curl >/dev/null; then curl -fsSL -o {q_name} {q_url}; "
+            f'else "${{CT_RUN[@]}}" "$CT_PYTHON" -c "import sys, urllib.request; '
+            f"urllib.request.urlretrieve(sys.argv[1], sys.argv[2])\" {q_url} {q_name}; fi "
+            f"|| ct_fail 'cannot fetch input {name} from {url}'")
+
+
+def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None = None,
+           stage_in_direct: bool = True) -> str:
+    """The job script.  ``job_dir`` None means "the directory the job starts in"."""
+    spec = sub.spec
+    lines = ["#!/bin/bash"]
+    lines += list(directives)
+    lines.append(f"# jupyter_cloudtik job {sub.job_id} ({sub.name}), token {sub.token}")
+    lines.append("set -u")
+    if job_dir:
+        lines.append(f"CT_JOB_DIR={shell_quote(job_dir)}")
+    else:
+        lines.append('CT_JOB_DIR="$(pwd)"')
+    lines += [
+        'cd "$CT_JOB_DIR" || exit 90',
+        f"mkdir -p {MARKER_DIR}",
+        f"date +%s > {MARKER_DIR}/started",
+        f'if [ -n "${{SLURM_JOB_ID:-}}" ]; then echo "$SLURM_JOB_ID" > {MARKER_DIR}/native_id; fi',
+        "ct_end() {",
+        f'  echo "$1" > {MARKER_DIR}/exitcode; date +%s > {MARKER_DIR}/finished; exit "$1"',
+        "}",
+        'ct_fail() { echo "jupyter_cloudtik: $1" >&2; ct_end 91; }',
+    ]
+    env_lines, run = _activation(sub.environment)
+    lines += env_lines
+    if stage_in_direct:
+        for item in sub.inputs:
+            if item.mode != "direct":
+                continue
+            q_name = shell_quote(item.name)
+            if "://" in item.source and not item.source.startswith("file://"):
+                lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
+                lines.append(_fetch_url(item.source, item.name))
+            else:
+                src = item.source[len("file://"):] if item.source.startswith("file://") \
+                    else item.source
+                lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
+                lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
+                             f"|| ct_fail 'cannot copy input {item.name}'")
+    if spec.notebook:
+        nb_in = PurePosixPath(spec.notebook).name
+        nb_out = sub.output_notebook or output_notebook_name(nb_in)
+        lines.append(
+            f'{run} "$CT_PYTHON" -m papermill {shell_quote(nb_in)} {shell_quote(nb_out)}'
+            f" -f {PARAMETERS_NAME} -k {shell_quote(spec.kernel or 'python3')}"
+            ' --cwd "$CT_JOB_DIR" --log-output --no-progress-bar')
+    else:
+        argv = " ".join(shell_quote(a) for a in (spec.command or ["true"]))
+        lines.append(f"{run} {argv}")
+    lines.append("CT_RC=$?")
+    if sub.stage_out:
+        dest = sub.stage_out[len("file://"):] if sub.stage_out.startswith("file://") \
+            else sub.stage_out
+        patterns = list(spec.outputs) or ["*"]
+        if spec.notebook:
+            patterns.insert(0, sub.output_notebook or output_notebook_name(spec.notebook))
+        lines.append(f"mkdir -p {shell_quote(dest)} || ct_fail 'cannot create {dest}'")
+        lines.append("shopt -s nullglob")
+        globbed = " ".join(_glob(p) for p in patterns)
+        lines.append(f"for f in {globbed}; do")
+        lines.append(f'  case "$f" in {SCRIPT_NAME}|{LOG_NAME}|{PARAMETERS_NAME}|{MARKER_DIR})'
+                     " continue;; esac")
+        lines.append(f'  cp -R -- "$f" {shell_quote(dest)}/ || ct_fail "cannot copy $f to'
+                     f' {dest}"')
+        lines.append("done")
+    lines.append('ct_end "$CT_RC"')
+    return "\n".join(lines) + "\n"
+
+
+def _glob(pattern: str) -> str:
+    """A glob pattern for the ``for`` loop: quoted except its wildcard characters."""
+    out, buf = [], ""
+    for ch in pattern:
+        if ch in "*?[]":
+            if buf:
+                out.append(shell_quote(buf))
+                buf = ""
+            out.append(ch)
+        else:
+            buf += ch
+    if buf:
+        out.append(shell_quote(buf))
+    return "".join(out)
