@@ -463,8 +463,10 @@ def check_limits(spec: JobSpec, limits: Limits, backend: str) -> None:
         raise ConfigError(
             f"queue: '{a.queue_name}' is not a partition/queue of backend '{backend}'; "
             f"available: {', '.join(limits.queues) or 'none'}", field="queue")
-    q = limits.for_queue(a.queue_name)
-    where = f"backend '{backend}'" + (f", queue '{a.queue_name}'" if a.queue_name else "")
+    queue = a.queue_name or limits.default_queue
+    q = limits.for_queue(queue)
+    where = f"backend '{backend}'" + (f", queue '{queue}'," if queue in limits.per_queue
+                                      else "")
     if q.max_nodes is not None and r.node_count > q.max_nodes:
         raise CapacityError(
             f"nodes: {r.node_count} is more than {where} allows (at most {q.max_nodes})",

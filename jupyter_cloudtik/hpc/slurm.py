@@ -1,0 +1,422 @@
+"""``slurm``: jobs through ``sbatch``, watched with ``squeue``/``scontrol``, ended with ``scancel``.
+
+Commands run on the login node — this machine when the server runs on one, otherwise
+over SSH (``host:``; the key comes from the secret store, ``ssh_key``).  Each job gets a
+folder ``<workdir>/<job id>`` holding the rendered batch script (resources as ``#SBATCH``
+lines, environment activation, staging commands, the papermill call), its inputs, its
+log and its results.
+
+Polling is one ``squeue --me --states=all`` for every job of the backend.  Jobs Slurm has
+forgotten (finished longer than ``MinJobAge`` ago) are answered from the markers the
+script leaves in the job's folder.  A submit is recognised later by the client token in
+the job's ``--comment``, so an interrupted submit is never run twice.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import time
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ConfigError, NotFoundError, ProviderError
+from . import script
+from .base import (
+    CANCELLED,
+    FAILED,
+    QUEUED,
+    RUNNING,
+    SUCCEEDED,
+    UNKNOWN,
+    BackendUnavailable,
+    HPCBackend,
+    JobRef,
+    JobStatus,
+    Limits,
+    LogChunk,
+    OutputFile,
+    Submission,
+    format_duration,
+    parse_duration,
+)
+from .files import INPUTS_LIST, input_names
+from .shell import LocalShell, Result, SSHShell
+
+QUEUED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
+                 "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
+RUNNING_STATES = {"RUNNING", "COMPLETING", "STAGE_OUT", "SIGNALING", "RESIZING"}
+FAILED_STATES = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+                 "PREEMPTED", "SPECIAL_EXIT", "REVOKED"}
+FAILURE_TEXT = {"TIMEOUT": "the time limit was reached", "OUT_OF_MEMORY": "out of memory",
+                "NODE_FAIL": "a node failed", "BOOT_FAIL": "a node failed to boot",
+                "DEADLINE": "the deadline passed", "PREEMPTED": "preempted"}
+UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
+               "Zero Bytes were transmitted", "slurm_load_jobs error")
+LIMITS_TTL = 60.0
+
+
+def common_state(native: str) -> str:
+    native = native.upper().split()[0] if native else ""
+    if native in QUEUED_STATES:
+        return QUEUED
+    if native in RUNNING_STATES:
+        return RUNNING
+    if native == "COMPLETED":
+        return SUCCEEDED
+    if native == "CANCELLED":
+        return CANCELLED
+    if native in FAILED_STATES:
+        return FAILED
+    return UNKNOWN
+
+
+def slurm_time(seconds: float) -> str:
+    minutes = math.ceil(seconds / 60)
+    days, rest = divmod(minutes, 1440)
+    hours, mins = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours:02d}:{mins:02d}:00"
+
+
+def parse_kv(line: str) -> dict[str, str]:
+    """``scontrol show ... -o`` lines: space-separated KEY=VALUE (values without spaces)."""
+    out = {}
+    for token in line.split():
+        if "=" in token:
+            k, v = token.split("=", 1)
+            out[k] = v
+    return out
+
+
+class SlurmBackend(HPCBackend):
+    kind = "slurm"
+    description = "Slurm through sbatch/squeue/scancel, locally or over SSH"
+    direct_schemes = ("http", "https")
+    config_schema = {
+        "type": "object",
+        "properties": {
+            "type": {"const": "slurm"},
+            "host": {"type": "string", "description": "login node (absent: this machine)"},
+            "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+            "user": {"type": "string"},
+            "known_hosts": {"type": "string"},
+            "check_host_key": {"type": "boolean"},
+            "workdir": {"type": "string", "description": "folder of the jobs' folders"},
+            "partition": {"type": "string"},
+            "account": {"type": "string"},
+            "qos": {"type": "string"},
+            "sbatch_options": {"type": "array", "items": {"type": "string"}},
+            "env": {"type": "object", "additionalProperties": {"type": "string"},
+                    "description": "environment of the Slurm commands, e.g. SLURM_CONF"},
+            "shared_filesystem": {"type": "boolean",
+                                  "description": "local paths of the session are visible"
+                                                 " to the jobs (default: true without host)"},
+            "environment": {"type": "object"},
+            "limits": {"type": "object"},
+            "connect_timeout": {"type": "number", "exclusiveMinimum": 0},
+        },
+        "additionalProperties": False,
+    }
+
+    def __init__(self, name: str, config: dict[str, Any], context) -> None:
+        super().__init__(name, config, context)
+        self.remote = bool(self.config.get("host"))
+        self.shares_local_filesystem = bool(self.config.get("shared_filesystem",
+                                                            not self.remote))
+        self._shell = None
+        self._workdir: str | None = None
+        self._limits: tuple[float, Limits] | None = None
+
+    # the login node --------------------------------------------------------------------------
+    @property
+    def shell(self):
+        if self._shell is None:
+            env = dict(self.config.get("env") or {})
+            if self.remote:
+                self._shell = SSHShell(
+                    self.config["host"], user=self.config.get("user"),
+                    port=int(self.config.get("port", 22)),
+                    private_key=self.context.secret("ssh_key"),
+                    passphrase=self.context.secret("ssh_key_passphrase"),
+                    known_hosts=self.config.get("known_hosts"),
+                    check_host_key=self.config.get("check_host_key", True),
+                    connect_timeout=float(self.config.get("connect_timeout", 15)), env=env)
+            else:
+                self._shell = LocalShell(env)
+        return self._shell
+
+    @property
+    def workdir(self) -> str:
+        if self._workdir is None:
+            wd = self.config.get("workdir") or "~/cloudtik-jobs"
+            if wd.startswith("~"):
+                wd = self.shell.home() + wd[1:]
+            self._workdir = wd.rstrip("/")
+        return self._workdir
+
+    def folder(self, job_id: str) -> str:
+        if "/" in job_id or job_id in ("", ".", ".."):
+            raise ConfigError(f"job: {job_id!r} is not a job id", field="job")
+        return f"{self.workdir}/{job_id}"
+
+    def _slurm(self, argv: list[str], what: str, timeout: float = 60.0,
+               input: bytes | None = None, cwd: str | None = None) -> Result:
+        r = self.shell.run(argv, input=input, timeout=timeout, cwd=cwd)
+        if r.rc != 0 and any(s in r.stderr for s in UNREACHABLE):
+            raise BackendUnavailable(f"{what}: {r.message}")
+        return r
+
+    def describe(self) -> dict[str, Any]:
+        d = super().describe()
+        d["where"] = self.config.get("host") or "this machine"
+        return d
+
+    # limits ----------------------------------------------------------------------------------
+    def limits(self) -> Limits:
+        now = time.monotonic()
+        if self._limits and now - self._limits[0] < LIMITS_TTL:
+            return self._limits[1]
+        lim = super().limits()
+        parts = self._slurm(["scontrol", "show", "partition", "-o"], "scontrol")
+        nodes = self._slurm(["scontrol", "show", "node", "-o"], "scontrol")
+        if parts.rc != 0:
+            raise ProviderError(f"scontrol show partition failed: {parts.message}")
+        node_info = [parse_kv(line) for line in nodes.stdout.splitlines() if line.strip()]
+        queues, default = [], None
+        for line in parts.stdout.splitlines():
+            p = parse_kv(line)
+            name = p.get("PartitionName")
+            if not name or p.get("State", "UP") not in ("UP",):
+                continue
+            queues.append(name)
+            if p.get("Default") == "YES":
+                default = name
+            members = [n for n in node_info if name in n.get("Partitions", "").split(",")]
+            q = lim.per_queue.get(name) or Limits()
+            max_nodes = None if p.get("MaxNodes", "UNLIMITED") == "UNLIMITED" \
+                else int(p["MaxNodes"])
+            total = int(p["TotalNodes"]) if p.get("TotalNodes", "").isdigit() else None
+            q.max_nodes = _min(q.max_nodes, _min(max_nodes, total), lim.max_nodes)
+            cpus = max((int(n["CPUTot"]) for n in members if n.get("CPUTot", "").isdigit()),
+                       default=None)
+            q.max_cpus_per_node = _min(q.max_cpus_per_node, cpus, lim.max_cpus_per_node)
+            mem = max((int(n["RealMemory"]) * 1024 * 1024 for n in members
+                       if n.get("RealMemory", "").isdigit()), default=None)
+            q.max_memory_per_node = _min(q.max_memory_per_node, mem, lim.max_memory_per_node)
+            mt = p.get("MaxTime", "UNLIMITED")
+            if mt not in ("UNLIMITED", "INFINITE"):
+                q.max_duration = _min(q.max_duration, parse_duration(mt), lim.max_duration)
+            else:
+                q.max_duration = _min(q.max_duration, lim.max_duration)
+            lim.per_queue[name] = q
+        lim.queues = queues
+        lim.default_queue = self.config.get("partition") or default
+        self._limits = (now, lim)
+        return lim
+
+    # submitting ------------------------------------------------------------------------------
+    def directives(self, sub: Submission, folder: str) -> list[str]:
+        spec, r, a = sub.spec, sub.spec.resources, sub.spec.attributes
+        d = [f"--job-name={_safe(sub.name)}", f"--comment=cloudtik:{sub.token}",
+             f"--chdir={folder}", f"--output={folder}/{script.LOG_NAME}",
+             f"--nodes={r.node_count}", f"--ntasks-per-node={r.processes_per_node}"]
+        if r.cpu_cores_per_process:
+            d.append(f"--cpus-per-task={r.cpu_cores_per_process}")
+        if r.memory:
+            d.append(f"--mem={math.ceil(r.memory / (1024 * 1024))}M")
+        if r.gpus_per_node:
+            d.append(f"--gpus-per-node={r.gpus_per_node}")
+        if a.duration:
+            d.append(f"--time={slurm_time(a.duration)}")
+        partition = a.queue_name or self.config.get("partition")
+        if partition:
+            d.append(f"--partition={partition}")
+        account = a.account or self.config.get("account")
+        if account:
+            d.append(f"--account={account}")
+        if self.config.get("qos"):
+            d.append(f"--qos={self.config['qos']}")
+        if a.reservation_id:
+            d.append(f"--reservation={a.reservation_id}")
+        d += list(self.config.get("sbatch_options") or [])
+        for k, v in sorted(a.custom_attributes.items()):
+            if k.startswith("slurm."):
+                d.append(f"--{k[len('slurm.'):]}={v}")
+        del spec
+        return [f"#SBATCH {x}" for x in d]
+
+    def render(self, sub: Submission) -> str:
+        folder = self.folder(sub.job_id)
+        return script.render(sub, directives=self.directives(sub, folder), job_dir=folder)
+
+    def submit(self, sub: Submission) -> str:
+        folder = self.folder(sub.job_id)
+        sh = self.shell
+        try:  # submitted before (the manager asks find() first on a retry; this is cheap)
+            done = sh.read_bytes(f"{folder}/{script.MARKER_DIR}/submitted").decode().strip()
+            if done.isdigit():
+                return done
+        except NotFoundError:
+            pass
+        sh.mkdir(f"{folder}/{script.MARKER_DIR}")
+        for name, local in sub.files.items():
+            sh.put(Path(local), f"{folder}/{name}")
+        for item in sub.inputs:
+            if item.mode == "upload":
+                sh.put(Path(item.source), f"{folder}/{item.name}")
+        sh.write_bytes(f"{folder}/{script.PARAMETERS_NAME}", script.parameters_json(sub).encode())
+        sh.write_bytes(f"{folder}/{script.MARKER_DIR}/{INPUTS_LIST}",
+                       ("\n".join(input_names(sub)) + "\n").encode())
+        sh.write_bytes(f"{folder}/{script.SCRIPT_NAME}", self.render(sub).encode(), 0o755)
+        r = self._slurm(["sbatch", "--parsable", f"{folder}/{script.SCRIPT_NAME}"], "sbatch",
+                        cwd=folder)
+        if r.rc != 0:
+            raise ProviderError(f"sbatch refused the job: {r.message}")
+        native = r.stdout.strip().split(";", 1)[0]
+        if not native.isdigit():
+            raise ProviderError(f"sbatch answered {r.stdout.strip()!r}, not a job id")
+        sh.write_bytes(f"{folder}/{script.MARKER_DIR}/submitted", f"{native}\n".encode())
+        return native
+
+    def find(self, token: str, job_id: str) -> str | None:
+        r = self._slurm(["squeue", "--me", "--states=all", "-h", "-o", "%i|%k"], "squeue")
+        if r.rc == 0:
+            for line in r.stdout.splitlines():
+                jid, _, comment = line.partition("|")
+                if comment.strip() == f"cloudtik:{token}":
+                    return jid.strip()
+        folder = self.folder(job_id)
+        for marker in ("submitted", "native_id"):
+            try:
+                text = self.shell.read_bytes(f"{folder}/{script.MARKER_DIR}/{marker}").decode()
+            except NotFoundError:
+                continue
+            if text.strip().isdigit():
+                return text.strip()
+        return None
+
+    # watching --------------------------------------------------------------------------------
+    def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
+        r = self._slurm(["squeue", "--me", "--states=all", "-h", "-o", "%i|%T|%r"], "squeue")
+        if r.rc != 0:
+            raise BackendUnavailable(f"squeue failed: {r.message}")
+        seen: dict[str, tuple[str, str]] = {}
+        for line in r.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) >= 3:
+                seen[parts[0]] = (parts[1], parts[2])
+        out = {}
+        for job in jobs:
+            if job.native_id in seen:
+                native, why = seen[job.native_id]
+                out[job.native_id] = self._status(job, native, why)
+            else:
+                out[job.native_id] = self._forgotten(job)
+        return out
+
+    def _status(self, job: JobRef, native: str, why: str) -> JobStatus:
+        state = common_state(native)
+        message = None
+        if why and why not in ("None", "(null)"):
+            message = why
+        if state == FAILED:
+            message = FAILURE_TEXT.get(native, message or native.lower())
+        st = JobStatus(state, native, message)
+        if st.final:
+            code = self._marker(job, "exitcode")
+            if code is not None and code.lstrip("-").isdigit():
+                st.exit_code = int(code)
+                if state == SUCCEEDED and st.exit_code != 0:
+                    st.state, st.message = FAILED, f"exit code {st.exit_code}"
+        return st
+
+    def _forgotten(self, job: JobRef) -> JobStatus:
+        """Slurm no longer lists the job: ask scontrol, then the job's own markers."""
+        r = self._slurm(["scontrol", "show", "job", "-o", job.native_id], "scontrol")
+        if r.rc == 0 and "JobState=" in r.stdout:
+            info = parse_kv(r.stdout)
+            return self._status(job, info.get("JobState", ""), info.get("Reason", ""))
+        code = self._marker(job, "exitcode")
+        if code is not None and code.lstrip("-").isdigit():
+            rc = int(code)
+            if rc == 0:
+                return JobStatus(SUCCEEDED, "COMPLETED", exit_code=0)
+            return JobStatus(FAILED, "FAILED", f"exit code {rc}", exit_code=rc)
+        return JobStatus(FAILED, "UNKNOWN", "Slurm no longer knows the job and it left no "
+                                            "exit code (cancelled or killed before it ended?)")
+
+    def _marker(self, job: JobRef, name: str) -> str | None:
+        try:
+            return self.shell.read_bytes(
+                f"{self.folder(job.id)}/{script.MARKER_DIR}/{name}").decode().strip()
+        except NotFoundError:
+            return None
+
+    def cancel(self, job: JobRef) -> None:
+        r = self._slurm(["scancel", job.native_id], "scancel")
+        if r.rc != 0 and "Invalid job id" not in r.stderr and \
+                "already completing or completed" not in r.stderr:
+            raise ProviderError(f"scancel failed: {r.message}")
+
+    def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        path = f"{self.folder(job.id)}/{script.LOG_NAME}"
+        try:
+            data = self.shell.read_bytes(path, offset, limit)
+        except NotFoundError:
+            return LogChunk("", offset, eof=True)
+        text = data.decode("utf-8", errors="replace")
+        return LogChunk(text, offset + len(data), eof=len(data) < limit)
+
+    def list_outputs(self, job: JobRef) -> list[OutputFile]:
+        folder = self.folder(job.id)
+        skip = set(script.SCAFFOLDING) | {script.LOG_NAME}
+        try:
+            listed = self.shell.read_bytes(f"{folder}/{script.MARKER_DIR}/{INPUTS_LIST}")
+            skip |= set(listed.decode().splitlines())
+        except NotFoundError:
+            pass
+        out = []
+        for rel, size in self.shell.walk(folder):
+            top = rel.split("/", 1)[0]
+            if top in skip or rel in skip:
+                continue
+            out.append(OutputFile(rel, size))
+        return out
+
+    def read_file(self, job: JobRef, name: str, limit: int = 16 << 20) -> bytes:
+        return self.shell.read_bytes(self._inside(job, name), 0, limit)
+
+    def fetch_outputs(self, job: JobRef, dest: Path, names: list[str]) -> list[Path]:
+        out = []
+        for name in names:
+            target = dest / name
+            self.shell.get(self._inside(job, name), target)
+            out.append(target)
+        return out
+
+    def _inside(self, job: JobRef, name: str) -> str:
+        folder = self.folder(job.id)
+        path = posixpath.normpath(f"{folder}/{name}")
+        if not path.startswith(folder + "/"):
+            raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
+        return path
+
+    def clean(self, job: JobRef) -> None:
+        self.shell.run(["rm", "-rf", "--", self.folder(job.id)])
+
+    def close(self) -> None:
+        if self._shell is not None:
+            self._shell.close()
+            self._shell = None
+
+
+def _min(*values):
+    vals = [v for v in values if v is not None]
+    return min(vals) if vals else None
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "job"
+
+
+__all__ = ["SlurmBackend", "format_duration"]

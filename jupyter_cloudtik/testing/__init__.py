@@ -1,0 +1,1 @@
+"""Emulators and real services for tests and demos (Slurm, FirecREST, ARC, ...)."""
