@@ -356,7 +356,7 @@ class HPCBackend:
 
     def directly_reachable(self) -> list[str]:
         """Which storages the system reads and writes without staging, for people."""
-        out = list(self.direct_schemes)
+        out = [f"{self.name}:/paths", *self.reaches()]
         if self.shares_local_filesystem:
             out.insert(0, "local paths")
         return out
@@ -374,14 +374,27 @@ class HPCBackend:
         """Refuse a job the system cannot run, before anything is submitted."""
         check_limits(spec, self.limits(), self.name)
 
+    def reaches(self) -> tuple[str, ...]:
+        """URL schemes the jobs fetch themselves (config ``reaches:`` overrides)."""
+        return tuple(self.config.get("reaches", self.direct_schemes))
+
+    def system_path(self, location: str) -> str | None:
+        """``NAME:/path`` names a path on this backend's own system; its path, else None."""
+        prefix = f"{self.name}:"
+        if location.startswith(prefix) and location[len(prefix):].startswith("/"):
+            return location[len(prefix):]
+        return None
+
     def can_reach(self, location: str) -> bool:
         """Can the job read (or write) ``location`` itself, without the session staging?"""
+        if self.system_path(location) is not None:
+            return True
         scheme = location.split("://", 1)[0].lower() if "://" in location else None
         if scheme is None:
             return self.shares_local_filesystem and Path(location).is_absolute()
         if scheme == "file":
             return self.shares_local_filesystem
-        return scheme in self.direct_schemes
+        return scheme in self.reaches()
 
     # jobs -------------------------------------------------------------------------------------
     def submit(self, sub: Submission) -> str:

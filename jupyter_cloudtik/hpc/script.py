@@ -71,6 +71,16 @@ def _fetch_url(url: str, name: str) -> str:
             f"|| ct_fail 'cannot fetch input {name} from {url}'")
 
 
+def _system_path(location: str) -> str:
+    """A direct location as a path for the job: ``file://`` and ``BACKEND:`` prefixes go."""
+    if location.startswith("file://"):
+        return location[len("file://"):]
+    head, sep, rest = location.partition(":")
+    if sep and rest.startswith("/") and "/" not in head:
+        return rest
+    return location
+
+
 def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None = None,
            stage_in_direct: bool = True) -> str:
     """The job script.  ``job_dir`` None means "the directory the job starts in"."""
@@ -104,8 +114,7 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
                 lines.append(_fetch_url(item.source, item.name))
             else:
-                src = item.source[len("file://"):] if item.source.startswith("file://") \
-                    else item.source
+                src = _system_path(item.source)
                 lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
                 lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
                              f"|| ct_fail 'cannot copy input {item.name}'")
@@ -121,8 +130,7 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
         lines.append(f"{run} {argv}")
     lines.append("CT_RC=$?")
     if sub.stage_out:
-        dest = sub.stage_out[len("file://"):] if sub.stage_out.startswith("file://") \
-            else sub.stage_out
+        dest = _system_path(sub.stage_out)
         patterns = list(spec.outputs) or ["*"]
         if spec.notebook:
             patterns.insert(0, sub.output_notebook or output_notebook_name(spec.notebook))

@@ -11,6 +11,7 @@ way.  A location nobody can reach is refused before anything is submitted.
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -37,8 +38,14 @@ class Stager(Protocol):
         """Copy the local file or folder ``src`` to ``location`` (a folder)."""
 
 
+_NAMED = re.compile(r"^[A-Za-z][\w.-]*:")
+
+
 def is_local(location: str) -> bool:
-    return "://" not in location or location.startswith("file://")
+    """A path of this machine (``x``, ``/x``, ``~/x``, ``file:///x``), not ``NAME:...`` or a URL."""
+    if location.startswith("file://"):
+        return True
+    return "://" not in location and not _NAMED.match(location)
 
 
 def local_path(location: str) -> Path:
