@@ -1,0 +1,709 @@
+"""An ARC CE REST emulator (``/arex/rest/1.1``) that runs the submitted jobs on this machine.
+
+For tests and demos of the ``arc`` backend; pyarcrest talks to it over HTTP::
+
+    python -m jupyter_cloudtik.testing.arc --root /tmp/arc --client-secret s3cret
+
+Like A-REX it takes job descriptions in xRSL (``application/rsl``) or ADL
+(``application/xml``) with ``POST /jobs?action=new``, answers bulk job actions
+(``status``, ``info``, ``kill``, ``clean``, ``delegations``) with per-job status codes,
+keeps a session directory per job (``GET``/``PUT /jobs/<id>/session/<path>``, listings,
+HTTP ranges), diagnose files, and token delegations.  Jobs go ACCEPTING (waiting for the
+client to upload its input files) → PREPARING (the CE downloads inputs given by URL —
+the "directly reachable storage" of ARC) → QUEUING → RUNNING → FINISHING (outputs with a
+destination URL are uploaded with PUT) → FINISHED, or FAILED / KILLED.
+
+Bearer tokens are OIDC client-credential JWTs from ``/auth/token`` (this emulator is its
+own issuer); faults as in ``_service.py``.  Job records persist under ``<root>/.arex``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import secrets
+import signal
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+import xml.etree.ElementTree as ET
+from collections import deque
+from pathlib import Path
+from typing import Any
+
+from tornado import httpserver, web
+
+from ._service import (
+    AdminHandler,
+    BaseHandler,
+    CertsHandler,
+    DetachedJobs,
+    Faults,
+    TokenHandler,
+    TokenIssuer,
+    job_environment,
+)
+
+API = "/arex/rest"
+VERSIONS = ["1.0", "1.1"]
+ACTIVE = {"ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",
+          "RUNNING", "EXITINGLRMS", "FINISHING", "KILLING"}
+
+
+# --- job descriptions --------------------------------------------------------------------------
+
+_TOKEN = re.compile(r'\s*(?:(\()|(\))|"((?:[^"]|"")*)"|\'((?:[^\']|\'\')*)\'|([&|=!<>]+)|'
+                    r'([^\s()"\'=&|]+))')
+
+
+def parse_xrsl(text: str) -> dict[str, list]:
+    """``&(attr="v")(attr=("a" "b")("c" "d"))`` → {attr: [values]}, attr names lower-case."""
+    tokens: list[tuple[str, str]] = []
+    pos = 0
+    text = text.strip()
+    while pos < len(text):
+        m = _TOKEN.match(text, pos)
+        if not m or m.end() == pos:
+            if text[pos:].strip() == "":
+                break
+            raise ValueError(f"xRSL syntax error near {text[pos:pos + 20]!r}")
+        pos = m.end()
+        if m.group(1):
+            tokens.append(("(", "("))
+        elif m.group(2):
+            tokens.append((")", ")"))
+        elif m.group(3) is not None:
+            tokens.append(("s", m.group(3).replace('""', '"')))
+        elif m.group(4) is not None:
+            tokens.append(("s", m.group(4).replace("''", "'")))
+        elif m.group(5):
+            tokens.append(("op", m.group(5)))
+        elif m.group(6):
+            tokens.append(("s", m.group(6)))
+    out: dict[str, list] = {}
+    i = 0
+    if tokens and tokens[0] == ("op", "&"):
+        i = 1
+    while i < len(tokens):
+        if tokens[i][0] != "(":
+            raise ValueError("xRSL: expected '(' to start a relation")
+        if i + 2 >= len(tokens) or tokens[i + 1][0] != "s" or tokens[i + 2] != ("op", "="):
+            raise ValueError("xRSL: expected (attribute = value)")
+        attr = tokens[i + 1][1].lower()
+        i += 3
+        values: list = []
+        while i < len(tokens) and tokens[i][0] != ")":
+            if tokens[i][0] == "(":
+                i += 1
+                group = []
+                while i < len(tokens) and tokens[i][0] != ")":
+                    group.append(tokens[i][1])
+                    i += 1
+                values.append(group)
+                i += 1
+            else:
+                values.append(tokens[i][1])
+                i += 1
+        if i >= len(tokens):
+            raise ValueError(f"xRSL: relation '{attr}' is not closed")
+        i += 1
+        out[attr] = values
+    return out
+
+
+def description_from_xrsl(text: str) -> dict[str, Any]:
+    x = parse_xrsl(text)
+
+    def one(key, default=None):
+        v = x.get(key)
+        return v[0] if v and not isinstance(v[0], list) else default
+
+    if not one("executable"):
+        raise ValueError("xRSL: the 'executable' attribute is required")
+    wall = one("walltime") or one("cputime")
+    return {
+        "name": one("jobname", ""),
+        "executable": one("executable"),
+        "arguments": [a for a in x.get("arguments", []) if not isinstance(a, list)],
+        "inputs": [{"name": g[0], "source": g[1] if len(g) > 1 else ""}
+                   for g in x.get("inputfiles", []) if isinstance(g, list) and g],
+        "outputs": [{"name": g[0], "target": g[1] if len(g) > 1 else ""}
+                    for g in x.get("outputfiles", []) if isinstance(g, list) and g],
+        "stdout": one("stdout"), "stderr": one("stderr"),
+        "join": (one("join", "no") or "no").lower() in ("yes", "true"),
+        "walltime": _minutes(wall) if wall else None,
+        "count": int(one("count", "1")), "memory": int(one("memory", "0")) or None,
+        "queue": one("queue"), "env": {g[0]: g[1] for g in x.get("environment", [])
+                                       if isinstance(g, list) and len(g) == 2},
+    }
+
+
+def _minutes(text: str) -> int:
+    """xRSL times: minutes by default, or '<n> seconds|minutes|hours|days'."""
+    m = re.match(r"^\s*(\d+)\s*([a-z]*)\s*$", str(text).lower())
+    if not m:
+        raise ValueError(f"xRSL: bad time {text!r}")
+    n, unit = int(m.group(1)), m.group(2)
+    factor = {"": 60, "s": 1, "sec": 1, "seconds": 1, "second": 1, "m": 60, "min": 60,
+              "minutes": 60, "minute": 60, "h": 3600, "hour": 3600, "hours": 3600,
+              "d": 86400, "day": 86400, "days": 86400}.get(unit)
+    if factor is None:
+        raise ValueError(f"xRSL: bad time unit {unit!r}")
+    return n * factor
+
+
+def description_from_adl(text: str) -> dict[str, Any]:
+    root = ET.fromstring(text)
+
+    def find(path):
+        el = root.find(path)
+        return el.text if el is not None else None
+
+    def strip(tag):
+        return tag.split("}", 1)[-1]
+
+    for el in root.iter():
+        el.tag = strip(el.tag)
+    exe = find("./Application/Executable/Path")
+    if not exe:
+        raise ValueError("ADL: Application/Executable/Path is required")
+    wall = find("./Resources/IndividualWallTime") or find("./Resources/TotalWallTime")
+    return {
+        "name": find("./ActivityIdentification/Name") or "",
+        "executable": exe,
+        "arguments": [a.text or "" for a in root.findall("./Application/Executable/Argument")],
+        "inputs": [{"name": f.findtext("Name"), "source": f.findtext("Source/URI") or ""}
+                   for f in root.findall("./DataStaging/InputFile")],
+        "outputs": [{"name": f.findtext("Name"), "target": f.findtext("Target/URI") or ""}
+                    for f in root.findall("./DataStaging/OutputFile")],
+        "stdout": find("./Application/Output"), "stderr": find("./Application/Error"),
+        "join": False, "walltime": int(wall) if wall else None, "count": 1, "memory": None,
+        "queue": find("./Resources/QueueName"), "env": {},
+    }
+
+
+# --- the service ---------------------------------------------------------------------------------
+
+class ArcService:
+    def __init__(self, root: Path, clients: dict[str, str], admin_token: str,
+                 queues: dict[str, dict[str, Any]] | None = None) -> None:
+        self.root = root.resolve()
+        self.state_dir = self.root / ".arex"
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.sessions = self.root / "sessions"
+        self.sessions.mkdir(exist_ok=True)
+        self.issuer = TokenIssuer(clients, issuer="cloudtik-arc-emulator", audience="arc",
+                                  key_file=self.state_dir / "signing-key.pem")
+        self.faults = Faults()
+        self.admin_token = admin_token
+        self.queues = queues or {"main": {"max_wall_time": 3600,
+                                          "max_slots": os.cpu_count() or 2}}
+        self.runner = DetachedJobs(self.state_dir / "run")
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self.delegations: dict[str, dict[str, Any]] = {}
+        self.requests: deque = deque(maxlen=5000)
+        self.lock = threading.RLock()
+        self._load()
+
+    def record(self, method: str, path: str) -> None:
+        self.requests.append({"t": time.time(), "method": method, "path": path})
+
+    def error_body(self, status: int, message: str, **extra: Any) -> dict[str, Any]:
+        return {"message": message, "status-code": str(status), **extra}
+
+    def _load(self) -> None:
+        p = self.state_dir / "state.json"
+        if p.exists():
+            data = json.loads(p.read_text())
+            self.jobs, self.delegations = data.get("jobs", {}), data.get("delegations", {})
+
+    def save(self) -> None:
+        tmp = self.state_dir / "state.json.tmp"
+        tmp.write_text(json.dumps({"jobs": self.jobs, "delegations": self.delegations}))
+        tmp.replace(self.state_dir / "state.json")
+
+    # jobs -------------------------------------------------------------------------------------
+    def new_job(self, desc: dict[str, Any], owner: str, queue: str | None,
+                delegation: str | None) -> dict[str, Any]:
+        if not delegation or self.delegations.get(delegation, {}).get("owner") != owner:
+            return {"status-code": "400", "reason": "Delegation ID is missing or unknown"}
+        q = desc.get("queue") or queue or next(iter(self.queues))
+        if q not in self.queues:
+            return {"status-code": "400", "reason": f"Queue '{q}' is not served here"}
+        limit = self.queues[q].get("max_wall_time")
+        if limit and desc.get("walltime") and desc["walltime"] > limit:
+            return {"status-code": "400",
+                    "reason": f"Requested wall time exceeds the limit of queue '{q}'"}
+        jid = uuid.uuid4().hex[:10] + secrets.token_hex(5)
+        session = self.sessions / jid
+        session.mkdir(parents=True)
+        with self.lock:
+            self.jobs[jid] = {"id": jid, "owner": owner, "desc": desc, "queue": q,
+                              "state": "ACCEPTING", "errors": [], "exit_code": None,
+                              "submitted": time.time(), "ended": None, "delegation": delegation}
+            self.save()
+        return {"status-code": "201", "reason": "Created", "id": jid, "state": "ACCEPTING"}
+
+    def session(self, jid: str) -> Path:
+        return self.sessions / jid
+
+    def advance(self) -> None:
+        """Move every job along its life (called a few times a second)."""
+        with self.lock:
+            jobs = [j for j in self.jobs.values() if j["state"] in ACTIVE]
+        for j in jobs:
+            try:
+                self._advance(j)
+            except Exception as e:  # an emulator bug must show, not hang the job
+                self._fail(j, f"internal error: {e}")
+        if jobs:
+            with self.lock:
+                self.save()
+
+    def _advance(self, j: dict[str, Any]) -> None:
+        jid, desc, session = j["id"], j["desc"], self.session(j["id"])
+        st = j["state"]
+        if st == "KILLING":
+            self.runner.cancel(jid)
+            j["state"], j["ended"] = "KILLED", time.time()
+            return
+        if st == "ACCEPTING":
+            missing = [i["name"] for i in desc["inputs"]
+                       if not i["source"] and not (session / i["name"]).exists()]
+            if not missing:
+                j["state"] = "PREPARING"
+            elif time.time() - j["submitted"] > 600:
+                self._fail(j, f"input files were never uploaded: {', '.join(missing)}")
+            return
+        if st == "PREPARING":
+            for item in desc["inputs"]:
+                if item["source"] and not (session / item["name"]).exists():
+                    try:
+                        _download(item["source"], session / item["name"])
+                    except OSError as e:
+                        self._fail(j, f"Failed to download input file {item['name']} from "
+                                      f"{item['source']}: {e}")
+                        return
+            j["state"] = "QUEUING"
+            self._start(j)
+            return
+        if st in ("QUEUING", "RUNNING"):
+            native, rc = self.runner.state(jid)
+            if native == "PENDING":
+                return
+            if native == "RUNNING":
+                j["state"] = "RUNNING"
+                return
+            j["exit_code"] = rc
+            if native in ("TIMEOUT",):
+                self._fail(j, "Job exceeded the wall time limit")
+                return
+            if native == "LOST":
+                self._fail(j, "Job was lost by the batch system")
+                return
+            if native == "CANCELLED":
+                j["state"], j["ended"] = "KILLED", time.time()
+                return
+            j["state"] = "FINISHING"
+            return
+        if st == "FINISHING":
+            for item in desc["outputs"]:
+                target = item["target"]
+                if target and target.startswith(("http://", "https://")):
+                    try:
+                        _upload(session / item["name"], target)
+                    except OSError as e:
+                        self._fail(j, f"Failed to upload output file {item['name']} to "
+                                      f"{target}: {e}")
+                        return
+            if j["exit_code"]:
+                self._fail(j, f"Job finished with non-zero exit code {j['exit_code']}")
+            else:
+                j["state"], j["ended"] = "FINISHED", time.time()
+
+    def _start(self, j: dict[str, Any]) -> None:
+        desc, session = j["desc"], self.session(j["id"])
+        exe = desc["executable"]
+        argv = " ".join(_q(a) for a in desc["arguments"])
+        path = exe if exe.startswith("/") else f"./{exe}"
+        if not exe.startswith("/") and (session / exe).exists():
+            (session / exe).chmod(0o755)
+        stdout = session / (desc.get("stdout") or ".arc.stdout")
+        stderr = stdout if desc.get("join") or not desc.get("stderr") else \
+            session / desc["stderr"]
+        env = job_environment({**desc.get("env", {}), "GRID_GLOBAL_JOBID": j["id"],
+                               "RUNTIME_JOB_DIR": str(session)})
+        limit = desc.get("walltime")
+        # bash appends to the same file when stdout and stderr are joined
+        script = f"{_q(path)} {argv}\n" if stdout != stderr else f"{_q(path)} {argv} 2>&1\n"
+        self.runner.start(j["id"], script, session, env, stdout, stderr if stdout != stderr
+                          else Path(os.devnull), time_limit=limit,
+                          delay=self.faults.queue_delay)
+
+    def _fail(self, j: dict[str, Any], reason: str) -> None:
+        j["state"], j["ended"] = "FAILED", time.time()
+        j["errors"].append(reason)
+
+    def info_document(self, j: dict[str, Any]) -> dict[str, Any]:
+        def ts(t):
+            return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t)) if t else None
+
+        doc = {"ID": j["id"], "Name": j["desc"].get("name", ""), "Type": "single",
+               "IDFromEndpoint": j["id"], "LocalIDFromManager": j["id"],
+               "Owner": j["owner"], "LocalOwner": "user", "Queue": j["queue"],
+               "State": [f"arcrest:{j['state']}", f"nordugrid:{j['state']}"],
+               "StdOut": j["desc"].get("stdout"), "StdErr": j["desc"].get("stderr"),
+               "SubmissionTime": ts(j["submitted"]), "RequestedSlots": j["desc"].get("count", 1)}
+        if j.get("ended"):
+            doc["EndTime"] = ts(j["ended"])
+        if j.get("exit_code") is not None:
+            doc["ExitCode"] = j["exit_code"]
+        if j["errors"]:
+            doc["Error"] = list(j["errors"])
+        return {"ComputingActivity": doc}
+
+
+def _q(s: str) -> str:
+    import shlex
+
+    return shlex.quote(s)
+
+
+def _download(url: str, dest: Path) -> None:
+    if not url.startswith(("http://", "https://")):
+        raise OSError(f"unsupported URL scheme in {url}")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as resp, open(dest, "wb") as out:
+            while chunk := resp.read(1 << 20):
+                out.write(chunk)
+    except urllib.error.URLError as e:
+        dest.unlink(missing_ok=True)
+        raise OSError(str(e)) from None
+
+
+def _upload(src: Path, url: str) -> None:
+    if not src.exists():
+        raise OSError(f"{src.name} was not produced by the job")
+    req = urllib.request.Request(url, data=src.read_bytes(), method="PUT")
+    try:
+        with urllib.request.urlopen(req, timeout=30):
+            pass
+    except urllib.error.URLError as e:
+        raise OSError(str(e)) from None
+
+
+# --- HTTP ---------------------------------------------------------------------------------
+
+class Handler(BaseHandler):
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        self.finish(json.dumps(self.svc.error_body(status_code, self._reason)))
+
+
+class VersionsHandler(Handler):
+    def get(self) -> None:
+        self.reply({"version": VERSIONS})
+
+
+class InfoHandler(Handler):
+    def get(self, version: str) -> None:
+        shares = [{"Name": q, "MappingQueue": q, "MaxWallTime": v.get("max_wall_time"),
+                   "MaxSlotsPerJob": v.get("max_slots"), "ServingState": "production"}
+                  for q, v in self.svc.queues.items()]
+        self.reply({"Domains": {"AdminDomain": {"Name": "cloudtik-emulator", "Services": {
+            "ComputingService": {"Name": "arex", "Type": "org.nordugrid.arex",
+                                 "ComputingShare": shares,
+                                 "ComputingManager": {"ProductName": "emulator",
+                                                      "ApplicationEnvironments": {
+                                                          "ApplicationEnvironment": []}}}}}}})
+
+
+class DelegationsHandler(Handler):
+    def get(self, version: str, did: str | None = None) -> None:
+        mine = [{"id": k, "type": v["type"]} for k, v in self.svc.delegations.items()
+                if v["owner"] == self.user]
+        self.reply({"delegation": mine})
+
+    def post(self, version: str, did: str | None = None) -> None:
+        action = self.get_argument("action", "")
+        svc = self.svc
+        if did is None and action == "new":
+            delegated = self.request.headers.get("X-Token-Delegation", "")
+            if self.get_argument("type", "") != "jwt" or not delegated.startswith("Bearer "):
+                self.fail(400, "only token delegation (type=jwt, X-Token-Delegation) is "
+                               "supported here")
+                return
+            try:
+                svc.issuer.verify(delegated[len("Bearer "):])
+            except PermissionError as e:
+                self.fail(400, f"delegated token rejected: {e}")
+                return
+            new = uuid.uuid4().hex[:12]
+            with svc.lock:
+                svc.delegations[new] = {"owner": self.user, "type": "jwt", "t": time.time()}
+                svc.save()
+            self.set_header("Location", f"{API}/{version}/delegations/{new}")
+            self.set_status(201)
+            self.finish()
+            return
+        d = svc.delegations.get(did or "")
+        if d is None or d["owner"] != self.user:
+            self.fail(404, "no such delegation")
+            return
+        if action == "renew":
+            self.reply({}, 200)
+        elif action == "delete":
+            with svc.lock:
+                svc.delegations.pop(did, None)
+                svc.save()
+            self.set_status(202)
+            self.finish()
+        elif action == "get":
+            self.set_header("Content-Type", "text/plain")
+            self.finish("token delegation")
+        else:
+            self.fail(400, f"unknown action '{action}'")
+
+
+class JobsHandler(Handler):
+    def get(self, version: str) -> None:
+        self.reply({"job": [{"id": k} for k, j in self.svc.jobs.items()
+                            if j["owner"] == self.user and j["state"] != "WIPED"]})
+
+    def post(self, version: str) -> None:
+        action = self.get_argument("action", "")
+        svc = self.svc
+        if action == "new":
+            ctype = self.request.headers.get("Content-Type", "")
+            text = self.request.body.decode(errors="replace")
+            try:
+                if "rsl" in ctype:
+                    descs = [description_from_xrsl(text)]
+                elif "xml" in ctype:
+                    root = ET.fromstring(text)
+                    items = [root] if not root.tag.endswith("ActivityDescriptions") else list(root)
+                    descs = [description_from_adl(ET.tostring(x, encoding="unicode"))
+                             for x in items]
+                else:
+                    self.fail(415, f"unsupported description type '{ctype}'")
+                    return
+            except (ValueError, ET.ParseError) as e:
+                self.fail(400, f"cannot parse the job description: {e}")
+                return
+            out = [svc.new_job(d, self.user, self.get_argument("queue", None),
+                               self.get_argument("delegation_id", None)) for d in descs]
+            self.reply({"job": out}, 201)
+            return
+        body = self.json_body()
+        if not isinstance(body, dict) or "job" not in body:
+            self.fail(400, "expected {\"job\": [{\"id\": ...}]}")
+            return
+        items = body["job"] if isinstance(body["job"], list) else [body["job"]]
+        out = []
+        for item in items:
+            jid = str(item.get("id", ""))
+            j = svc.jobs.get(jid)
+            if j is None or j["owner"] != self.user or j["state"] == "WIPED":
+                out.append({"id": jid, "status-code": "404", "reason": "No such job"})
+                continue
+            out.append(self._act(action, j))
+        with svc.lock:
+            svc.save()
+        self.reply({"job": out}, 201)
+
+    def _act(self, action: str, j: dict[str, Any]) -> dict[str, Any]:
+        jid, svc = j["id"], self.svc
+        if action == "status":
+            return {"id": jid, "status-code": "200", "reason": "OK", "state": j["state"]}
+        if action == "info":
+            return {"id": jid, "status-code": "200", "reason": "OK",
+                    "info_document": svc.info_document(j)}
+        if action == "kill":
+            if j["state"] in ACTIVE:
+                j["state"] = "KILLING"
+            return {"id": jid, "status-code": "202", "reason": "Queued for killing"}
+        if action == "clean":
+            if j["state"] in ACTIVE:
+                return {"id": jid, "status-code": "409", "reason": "Job is still active"}
+            j["state"] = "WIPED"
+            import shutil
+
+            shutil.rmtree(svc.session(jid), ignore_errors=True)
+            return {"id": jid, "status-code": "202", "reason": "Queued for cleaning"}
+        if action == "delegations":
+            return {"id": jid, "status-code": "200", "reason": "OK",
+                    "delegation_id": [j.get("delegation")]}
+        if action == "restart":
+            return {"id": jid, "status-code": "409", "reason": "restart is not supported"}
+        return {"id": jid, "status-code": "400", "reason": f"unknown action '{action}'"}
+
+
+class SessionHandler(Handler):
+    def _job(self, jid: str) -> dict[str, Any] | None:
+        j = self.svc.jobs.get(jid)
+        if j is None or j["owner"] != self.user or j["state"] == "WIPED":
+            self.fail(404, "No such job")
+            return None
+        return j
+
+    def _path(self, jid: str, rel: str) -> Path | None:
+        base = self.svc.session(jid).resolve()
+        p = (base / rel).resolve() if rel else base
+        if p != base and base not in p.parents:
+            self.fail(403, "path leaves the session directory")
+            return None
+        return p
+
+    def get(self, version: str, jid: str, rel: str = "") -> None:
+        if self._job(jid) is None:
+            return
+        p = self._path(jid, rel)
+        if p is None:
+            return
+        if p.is_dir():
+            files = sorted(c.name for c in p.iterdir() if c.is_file())
+            dirs = sorted(c.name for c in p.iterdir() if c.is_dir())
+            self.reply({"file": files, "dirs": dirs})
+            return
+        if not p.exists():
+            self.fail(404, f"{rel} does not exist")
+            return
+        size = p.stat().st_size
+        start, end = 0, size - 1
+        rng = self.request.headers.get("Range", "")
+        m = re.match(r"bytes=(\d+)-(\d*)$", rng)
+        self.set_header("Content-Type", "application/octet-stream")
+        if m:
+            start = int(m.group(1))
+            end = min(int(m.group(2)), size - 1) if m.group(2) else size - 1
+            if start >= size:
+                self.set_status(416)
+                self.set_header("Content-Range", f"bytes */{size}")
+                self.finish()
+                return
+            self.set_status(206)
+            self.set_header("Content-Range", f"bytes {start}-{end}/{size}")
+        with open(p, "rb") as f:
+            f.seek(start)
+            left = end - start + 1
+            while left > 0:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                left -= len(chunk)
+                self.write(chunk)
+        self.finish()
+
+    def put(self, version: str, jid: str, rel: str = "") -> None:
+        j = self._job(jid)
+        if j is None:
+            return
+        if j["state"] not in ("ACCEPTING", "PREPARING"):
+            self.fail(409, "input files can only be uploaded before the job runs")
+            return
+        p = self._path(jid, rel)
+        if p is None or not rel:
+            if p is not None:
+                self.fail(400, "a file name is required")
+            return
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(self.request.body)
+        self.set_header("Content-Type", "text/plain")
+        self.finish()
+
+
+class DiagnoseHandler(Handler):
+    def get(self, version: str, jid: str, name: str) -> None:
+        j = self.svc.jobs.get(jid)
+        if j is None or j["owner"] != self.user:
+            self.fail(404, "No such job")
+            return
+        self.set_header("Content-Type", "text/plain")
+        if name == "errors":
+            self.finish("\n".join(j["errors"]) + "\n")
+        elif name == "failed":
+            if not j["errors"]:
+                self.fail(404, "the job did not fail")
+                return
+            self.finish(j["errors"][-1] + "\n")
+        elif name == "status":
+            self.finish(j["state"] + "\n")
+        elif name == "description":
+            self.finish(json.dumps(j["desc"]))
+        else:
+            self.fail(404, f"no diagnose file '{name}'")
+
+
+def make_app(service: ArcService) -> web.Application:
+    v = r"(1\.[01])"
+    jid = r"([A-Za-z0-9]+)"
+    return web.Application([
+        (r"/auth/token", TokenHandler),
+        (r"/auth/certs", CertsHandler),
+        (r"/_emulator/(\w+)", AdminHandler),
+        (rf"{API}/?", VersionsHandler),
+        (rf"{API}/{v}/info", InfoHandler),
+        (rf"{API}/{v}/delegations", DelegationsHandler),
+        (rf"{API}/{v}/delegations/([A-Za-z0-9]+)", DelegationsHandler),
+        (rf"{API}/{v}/jobs", JobsHandler),
+        (rf"{API}/{v}/jobs/{jid}/session/?", SessionHandler),
+        (rf"{API}/{v}/jobs/{jid}/session/(.+)", SessionHandler),
+        (rf"{API}/{v}/jobs/{jid}/diagnose/(\w+)", DiagnoseHandler),
+    ], service=service)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="ARC CE REST emulator")
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--client-id", default="cloudtik")
+    parser.add_argument("--client-secret", default=os.environ.get("EMULATOR_CLIENT_SECRET"))
+    parser.add_argument("--admin-token", default=os.environ.get("EMULATOR_ADMIN_TOKEN"))
+    parser.add_argument("--queues", help="JSON {name: {max_wall_time, max_slots}}")
+    args = parser.parse_args(argv)
+    if not args.client_secret:
+        parser.error("--client-secret (or $EMULATOR_CLIENT_SECRET) is required")
+    admin = args.admin_token or secrets.token_urlsafe(16)
+    root = Path(args.root)
+    root.mkdir(parents=True, exist_ok=True)
+    svc = ArcService(root, {args.client_id: args.client_secret}, admin,
+                     json.loads(args.queues) if args.queues else None)
+    app = make_app(svc)
+
+    async def run() -> None:
+        from tornado.netutil import bind_sockets
+
+        server = httpserver.HTTPServer(app, max_buffer_size=1 << 30)
+        sockets = bind_sockets(args.port, "127.0.0.1")
+        server.add_sockets(sockets)
+        url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        print(json.dumps({"url": url, "token_uri": f"{url}/auth/token", "root": str(svc.root),
+                          "admin_token": admin}), flush=True)
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+
+        async def tick() -> None:
+            while not stop.is_set():
+                await asyncio.to_thread(svc.advance)
+                await asyncio.sleep(0.1)
+
+        ticker = asyncio.create_task(tick())
+        await stop.wait()
+        ticker.cancel()
+        server.stop()
+
+    try:
+        asyncio.run(run())
+    finally:
+        svc.runner.kill_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
