@@ -146,6 +146,7 @@ class JobManager:
         self._due: dict[str, float] = {}
         self._interval: dict[str, float] = {}
         self._retry: dict[str, float] = {}
+        self._last_error: dict[str, str] = {}
         self._backend_locks: dict[str, asyncio.Lock] = {}
         self._poller: asyncio.Task | None = None
         self._wakeup: asyncio.Event | None = None
@@ -699,12 +700,16 @@ class JobManager:
             self._mark_unreachable(submitted, name, e.message)
             self._backoff(name)
             return
-        except Exception as e:
-            log.exception("backend %s: poll failed", name)
-            self._mark_unreachable(submitted, name, f"{type(e).__name__}: {e}")
+        except Exception as e:  # an SDK surprise: say it once with its traceback
+            message = f"{type(e).__name__}: {e}"
+            if self._last_error.get(name) != message:
+                log.exception("backend %s: poll failed", name)
+            self._last_error[name] = message
+            self._mark_unreachable(submitted, name, message)
             self._backoff(name)
             return
         self._retry.pop(name, None)
+        self._last_error.pop(name, None)
         changed = False
         for r in submitted:
             st = statuses.get(r["native_id"])

@@ -32,7 +32,9 @@ from ..core.errors import ConfigError
 from .base import ENTRY_POINT_GROUP, BackendContext, HPCBackend
 
 CONFIG_ENV = "CLOUDTIK_HPC_CONFIG"
-DEFAULT_BACKENDS = {"local": {"type": "local"}}
+# always there unless configured otherwise: this machine, and the Dask clusters of this
+# state folder ("dask" = the only running one; "dask:NAME" picks one)
+DEFAULT_BACKENDS = {"local": {"type": "local"}, "dask": {"type": "dask"}}
 
 
 class HPC(Configurable):
@@ -142,6 +144,8 @@ class BackendRegistry:
     def resolve(self, name: str | None) -> str:
         name = name or self.hpc.default_backend
         configs = self.configs()
+        if name not in configs and name.startswith("dask:") and len(name) > 5:
+            return name
         if name not in configs:
             raise ConfigError(
                 f"backend: unknown backend '{name}'; configured: {', '.join(sorted(configs))}",
@@ -153,7 +157,8 @@ class BackendRegistry:
         with self._lock:
             if name in self._backends:
                 return self._backends[name]
-            cfg = self.configs()[name]
+            configs = self.configs()
+            cfg = configs[name] if name in configs else {"type": "dask", "cluster": name[5:]}
             cls = plugins.load(ENTRY_POINT_GROUP, cfg["type"], field=f"backends.{name}.type",
                                what="HPC backend type")
             ctx = BackendContext(state_dir=self.state_dir, secrets=self.secrets, log=self.log,
