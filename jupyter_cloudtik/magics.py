@@ -99,7 +99,7 @@ class CloudTikMagics(Magics):
 
 
 # Features add their magics here: (module, Magics class name).
-FEATURE_MAGICS: tuple[tuple[str, str], ...] = ()
+FEATURE_MAGICS: tuple[tuple[str, str], ...] = (("jupyter_cloudtik.hpc.magics", "HPCMagics"),)
 
 
 def register(ipython) -> None:

@@ -356,10 +356,9 @@ class HPCBackend:
 
     def directly_reachable(self) -> list[str]:
         """Which storages the system reads and writes without staging, for people."""
-        out = [f"{self.name}:/paths", *self.reaches()]
         if self.shares_local_filesystem:
-            out.insert(0, "local paths")
-        return out
+            return ["local paths", *self.reaches()]
+        return [f"{self.name}:/paths", *self.reaches()]
 
     def default_environment(self) -> Environment:
         env = Environment.session()

@@ -46,6 +46,10 @@ class JobsClient:
              limit: int = 100) -> list[JobInfo]:
         return self.manager.list(active_only=active_only, backend=backend, limit=limit)
 
+    def run_tick(self) -> None:
+        """Ask every backend with active jobs now (one poll each)."""
+        self._run(self.manager.tick(force=True))
+
     def refresh(self, job_id: str) -> JobInfo:
         return self._run(self.manager.refresh(job_id))
 
@@ -122,6 +126,9 @@ class JobsClient:
 
     def outputs(self, job_id: str) -> list[OutputFile]:
         return self._run(self.manager.outputs(job_id))
+
+    def read_file(self, job_id: str, name: str) -> bytes:
+        return self._run(self.manager.read_file(job_id, name))
 
     def fetch(self, job_id: str, dest: str | Path | None = None,
               names: list[str] | None = None) -> list[Path]:

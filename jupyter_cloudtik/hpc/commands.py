@@ -152,7 +152,8 @@ def add_job_commands(sub, cli: bool) -> None:
 
     p = add("submit", "submit a notebook (run with papermill) or a command as a job")
     p.add_argument("notebook", nargs="?", help="the notebook to run")
-    p.add_argument("--command", help="a command line to run instead of a notebook")
+    p.add_argument("--command", dest="command_line", metavar="COMMAND",
+                   help="a command line to run instead of a notebook")
     add_submit_options(p)
 
     p = add("status", "show a job, or list jobs")

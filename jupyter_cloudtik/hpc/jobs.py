@@ -491,6 +491,13 @@ class JobManager:
         be = self.registry.get(row["backend"])
         return await asyncio.to_thread(be.list_outputs, _ref(row))
 
+    async def read_file(self, job_id: str, name: str, limit: int = 16 << 20) -> bytes:
+        row = self._row(job_id)
+        if not row["native_id"]:
+            raise ConflictError(f"job {row['id']} was never submitted", field="job")
+        be = self.registry.get(row["backend"])
+        return await asyncio.to_thread(be.read_file, _ref(row), name, limit)
+
     async def fetch(self, job_id: str, dest: str | os.PathLike[str] | None = None,
                     names: list[str] | None = None) -> list[Path]:
         """Copy the executed notebook and the declared outputs into the session."""

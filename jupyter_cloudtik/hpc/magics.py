@@ -1,0 +1,173 @@
+"""``%hpc`` and ``%%hpc``: send notebooks and cells to HPC backends from a notebook.
+
+Loaded with ``%load_ext jupyter_cloudtik`` (the feature hook in ``magics.FEATURE_MAGICS``).
+Errors are one-line ``UsageError``s; nothing is submitted when a check fails.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import uuid
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_cell_magic, magics_class
+
+from ..commands import Parser, UsageProblem
+from ..core.errors import CloudTikError
+from .commands import (
+    add_submit_options,
+    backends_table,
+    job_parser,
+    parse_value,
+    spec_from_args,
+)
+
+
+def _cell_parser() -> Parser:
+    p = Parser(prog="%%hpc", description="run this cell as a job (a one-cell notebook)")
+    add_submit_options(p)
+    return p
+
+
+@magics_class
+class HPCMagics(Magics):
+    @line_cell_magic
+    def hpc(self, line: str, cell: str | None = None) -> Any:
+        """Run notebooks (and cells) on HPC systems as jobs.
+
+        Sub-commands::
+
+          %hpc backends                      the configured backends
+          %hpc submit NOTEBOOK [--backend B] [-p KEY VALUE ...] [--inputs LOC ...]
+                [--output LOC] [--nodes N] [--cpus N] [--memory 4GiB] [--time 30m]
+                [--queue Q] [--account A] [--container IMAGE] [--wait]
+              submit a notebook (run with papermill); returns the Job
+          %hpc status [JOB]                  one job, or the recent jobs
+          %hpc logs JOB [--follow]           its output so far (--follow: until it ends)
+          %hpc cancel JOB                    cancel it
+          %hpc fetch JOB [--dest DIR]        bring the executed notebook and the results
+                                             into hpc-jobs/JOB/
+          %hpc outputs JOB                   list its result files
+          %hpc wait JOB                      wait until it has ended
+
+          %%hpc [--backend B] [-p KEY VALUE ...] [--wait] [other submit options]
+              run the cell as a job; with --wait, show what it printed
+
+        JOB may be any unique beginning of a job id.  Jobs outlive the kernel: after a
+        restart, `%hpc status` shows them again.  Run `%hpc <command> --help` for details.
+        """
+        from .api import Job, JobList
+        from .client import get_jobs_client
+
+        try:
+            if cell is not None:
+                return self._cell(line, cell)
+            args = job_parser("%hpc").parse_args(shlex.split(line))
+        except UsageProblem as e:
+            raise UsageError(str(e)) from None
+        except ValueError as e:
+            raise UsageError(f"%hpc: {e}") from None
+        except SystemExit:
+            return None
+        except CloudTikError as e:
+            raise UsageError(e.message) from None
+        try:
+            client = get_jobs_client()
+            cmd = args.command
+            if cmd == "backends":
+                print(backends_table(client.backends()))
+                return None
+            if cmd == "submit":
+                if not args.notebook and not args.command_line:
+                    raise UsageError("%hpc submit: give a NOTEBOOK (or --command)")
+                spec = spec_from_args(args, args.notebook, args.command_line)
+                info = client.submit(spec, args.backend)
+                job = Job(info.id, client, info)
+                if args.wait:
+                    _follow(client, job.id)
+                    return Job(job.id, client)
+                return job
+            if cmd == "status":
+                if args.job:
+                    info = client.refresh(args.job) if args.refresh else client.get(args.job)
+                    return Job(info.id, client, info)
+                jobs = client.list(active_only=args.active, backend=args.backend)
+                return JobList([Job(i.id, client, i) for i in jobs])
+            if cmd == "logs":
+                if args.follow:
+                    try:
+                        for text in client.follow_logs(args.job, args.offset):
+                            print(text, end="", flush=True)
+                    except KeyboardInterrupt:
+                        print("\n(stopped following; the job goes on)")
+                    return None
+                print(client.logs(args.job, args.offset).text, end="")
+                return None
+            if cmd == "cancel":
+                info = client.cancel(args.job)
+                print(f"job {info.id}: {info.state_label}")
+                return None
+            if cmd == "fetch":
+                paths = client.fetch(args.job, args.dest, args.files or None)
+                for p in paths:
+                    print(p)
+                return paths
+            if cmd == "outputs":
+                return [f.name for f in client.outputs(args.job)]
+            if cmd == "wait":
+                try:
+                    info = client.wait(args.job, args.timeout)
+                except KeyboardInterrupt:
+                    print("(stopped waiting; the job goes on)")
+                    return None
+                return Job(info.id, client, info)
+        except CloudTikError as e:
+            raise UsageError(e.message) from None
+        raise UsageError(job_parser("%hpc").format_help())  # pragma: no cover
+
+    def _cell(self, line: str, cell: str) -> Any:
+        from ..core.settings import default_settings
+        from .api import Job
+        from .client import get_jobs_client
+        from .notebook import cell_outputs_text, notebook_from_cell
+
+        args = _cell_parser().parse_args(shlex.split(line))
+        client = get_jobs_client()
+        params = {k: parse_value(v) for k, v in args.parameter}
+        folder = default_settings().state_path / "hpc" / "cells"
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"cell-{uuid.uuid4().hex[:8]}.ipynb"
+        path.write_text(json.dumps(notebook_from_cell(cell, params, args.kernel or "python3")))
+        spec = spec_from_args(args, str(path))
+        spec.name = args.name or "cell"
+        spec.parameters = params
+        info = client.submit(spec, args.backend)
+        job = Job(info.id, client, info)
+        if not args.wait:
+            return job
+        _follow(client, job.id)
+        info = client.get(job.id)
+        if info.output_notebook and info.state in ("succeeded", "failed"):
+            try:
+                nb = client.read_file(job.id, info.output_notebook)
+                print(cell_outputs_text(nb), end="")
+            except CloudTikError:
+                pass
+        return Job(info.id, client, info)
+
+
+def _follow(client, job_id: str) -> None:
+    """Show the job's events until it ends; Ctrl-C stops watching, not the job."""
+    from ..progress import make_view
+
+    view = make_view(f"job {job_id}")
+    try:
+        for ev in client.watch(job_id):
+            view.update(ev)
+    except KeyboardInterrupt:
+        print(f"(stopped waiting; the job goes on: `%hpc status {job_id}`)")
+        return
+    info = client.get(job_id)
+    view.close("succeeded" if info.state == "succeeded" else info.state, info.reason or "")
