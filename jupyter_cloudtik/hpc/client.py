@@ -25,6 +25,7 @@ from .models import JobInfo
 
 class JobsClient:
     def __init__(self, settings=None, hpc=None, manager: JobManager | None = None) -> None:
+        self._closed = False
         self.runner = LoopThread("cloudtik-hpc")
         self.manager = manager or JobManager(settings=settings, hpc=hpc)
         self.runner.run(self._start())
@@ -135,6 +136,9 @@ class JobsClient:
         return self._run(self.manager.fetch(job_id, dest, names))
 
     def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
         try:
             self._run(self.manager.close(), timeout=30)
         finally:
