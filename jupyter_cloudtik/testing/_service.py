@@ -136,14 +136,18 @@ class Faults:
                 if data.get("revoke"):
                     issuer.not_before = time.time()
 
-    def check(self, method: str, path: str) -> tuple[int, str, dict[str, str]] | None:
-        """The fault to answer this request with, if any: (status, message, headers)."""
+    def check(self, method: str, path: str) -> tuple[int, str, dict[str, str], bool] | None:
+        """The fault to answer this request with, if any: (status, message, headers, after).
+
+        ``after``: the request is carried out, then its answer is replaced by the error —
+        the service did the work but the client never heard (a gateway timeout).
+        """
         with self.lock:
             if self.down:
-                return 503, "Service Unavailable", {}
+                return 503, "Service Unavailable", {}, False
             if self.throttle > 0:
                 self.throttle -= 1
-                return 429, "Too Many Requests", {"Retry-After": str(self.retry_after)}
+                return 429, "Too Many Requests", {"Retry-After": str(self.retry_after)}, False
             for rule in self.rules:
                 if rule.get("count", 1) <= 0:
                     continue
@@ -152,7 +156,8 @@ class Faults:
                 if rule.get("path") and not re.search(rule["path"], path):
                     continue
                 rule["count"] = rule.get("count", 1) - 1
-                return int(rule.get("status", 500)), rule.get("message", "injected fault"), {}
+                return (int(rule.get("status", 500)), rule.get("message", "injected fault"), {},
+                        bool(rule.get("after")))
         return None
 
 
@@ -293,14 +298,18 @@ class BaseHandler(web.RequestHandler):
 
     def prepare(self) -> None:
         svc = self.svc
-        svc.record(self.request.method, self.request.path)
+        svc.record(self.request.method, self.request.path, self.request.query)
+        self._after_fault = None
         fault = svc.faults.check(self.request.method, self.request.path)
         if fault is not None:
-            status, message, headers = fault
-            for k, v in headers.items():
-                self.set_header(k, v)
-            self.fail(status, message)
-            return
+            status, message, headers, after = fault
+            if after:
+                self._after_fault = (status, message)
+            else:
+                for k, v in headers.items():
+                    self.set_header(k, v)
+                self.fail(status, message)
+                return
         if self.needs_auth:
             auth = self.request.headers.get("Authorization", "")
             if not auth.startswith("Bearer "):
@@ -312,6 +321,16 @@ class BaseHandler(web.RequestHandler):
                 self.fail(401, str(e))
                 return
             self.user = self.claims.get("preferred_username")
+
+    def finish(self, chunk: Any = None):
+        after = getattr(self, "_after_fault", None)
+        if after is not None:  # the work is done; the answer is lost
+            self._after_fault = None
+            self.clear()
+            self.set_status(after[0])
+            self.set_header("Content-Type", "application/json")
+            chunk = json.dumps(self.svc.error_body(after[0], after[1]))
+        return super().finish(chunk)
 
     def fail(self, status: int, message: str, **extra: Any) -> None:
         self.set_status(status)

@@ -211,8 +211,9 @@ class ArcService:
         self.lock = threading.RLock()
         self._load()
 
-    def record(self, method: str, path: str) -> None:
-        self.requests.append({"t": time.time(), "method": method, "path": path})
+    def record(self, method: str, path: str, query: str = "") -> None:
+        self.requests.append({"t": time.time(), "method": method, "path": path,
+                              "query": query})
 
     def error_body(self, status: int, message: str, **extra: Any) -> dict[str, Any]:
         return {"message": message, "status-code": str(status), **extra}

@@ -115,8 +115,9 @@ class FirecrestService:
         self._load()
 
     # bookkeeping --------------------------------------------------------------------------
-    def record(self, method: str, path: str) -> None:
-        self.requests.append({"t": time.time(), "method": method, "path": path})
+    def record(self, method: str, path: str, query: str = "") -> None:
+        self.requests.append({"t": time.time(), "method": method, "path": path,
+                              "query": query})
 
     def error_body(self, status: int, message: str, **extra: Any) -> dict[str, Any]:
         return {"errorType": "error", "message": message, **extra}

@@ -278,7 +278,7 @@ def backend_configs(request):
     return {"local": local, "slurm": slurm_, "firecrest": firecrest_, "arc": arc_}
 
 
-# --- nothing left behind ---------------------------------------------------------------------------
+# --- nothing left behind -------------------------------------------------------------------
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leftover_job_processes(tmp_path_factory):

@@ -153,10 +153,9 @@ def test_job_survives_a_restart_of_the_job_manager(backend, make_client, noteboo
     assert "tick 9" in client.logs(job_id).text
 
 
+@pytest.mark.parametrize("backend", ["firecrest", "arc"], indirect=True)
 def test_secrets_never_show(setup, notebooks, hpc_state):
     name, client = setup
-    if name not in ("firecrest", "arc"):
-        pytest.skip("this backend has no secrets")
     info = client.wait(client.submit(build_spec(str(notebooks["param"]),
                                                 inputs=[str(notebooks["data"])]), name).id,
                        timeout=120)
