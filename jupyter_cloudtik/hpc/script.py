@@ -137,9 +137,10 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
         lines.append(f"mkdir -p {shell_quote(dest)} || ct_fail 'cannot create {dest}'")
         lines.append("shopt -s nullglob")
         globbed = " ".join(_glob(p) for p in patterns)
+        skip = [SCRIPT_NAME, LOG_NAME, PARAMETERS_NAME, MARKER_DIR,
+                *sorted(set(sub.files) | {i.name for i in sub.inputs})]
         lines.append(f"for f in {globbed}; do")
-        lines.append(f'  case "$f" in {SCRIPT_NAME}|{LOG_NAME}|{PARAMETERS_NAME}|{MARKER_DIR})'
-                     " continue;; esac")
+        lines.append(f'  case "$f" in {"|".join(shell_quote(x) for x in skip)}) continue;; esac')
         lines.append(f'  cp -R -- "$f" {shell_quote(dest)}/ || ct_fail "cannot copy $f to'
                      f' {dest}"')
         lines.append("done")
