@@ -171,7 +171,8 @@ class LocalNodeProvider(NodeProvider):
                 "node_config": {},
                 "resources": {"CPU": 1},
                 "min_workers": 1,
-                "max_workers": max(machine_cpus(), 1),
+                # a policy cap only: the capacity check refuses what the machine cannot hold
+                "max_workers": max(machine_cpus(), 8),
             },
         }
 
@@ -275,7 +276,15 @@ class LocalNodeProvider(NodeProvider):
             return f"killed: {killed.read_text().strip()}"
         code = d / "exitcode"
         if code.exists():
-            return f"exited with code {code.read_text().strip()}"
+            value = code.read_text().strip()
+            if value.startswith("-"):
+                import signal
+
+                try:
+                    return f"killed by {signal.Signals(-int(value)).name}"
+                except ValueError:
+                    pass
+            return f"exited with code {value}"
         return "process ended"
 
     # NodeProvider -------------------------------------------------------------------------
