@@ -7,9 +7,9 @@ import time
 
 import nbformat
 import pytest
+from jupyter_core.utils import run_sync
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
-from jupyter_core.utils import run_sync
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_cloudtik.magics import CloudTikMagics

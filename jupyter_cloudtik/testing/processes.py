@@ -15,8 +15,6 @@ from pathlib import Path
 
 import psutil
 
-from ..providers.local.processes import node_of_process
-
 
 def cloudtik_processes(base: str | Path) -> list[psutil.Process]:
     """Live processes of ours tied to a state folder under ``base``: nodes (their output
