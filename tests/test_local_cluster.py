@@ -221,7 +221,12 @@ def test_memory_limit_is_enforced(backend, state_dir):
                                              "resources": {"CPU": 1, "memory": "400MiB"}}}})
     pid = next(p for p, n in node_pids(state_dir).items() if "-worker-" in n)
     with c.client() as client:
-        fut = client.submit(lambda: bytearray(600 * 2**20).__len__(), pure=False)
+        def hog():  # touch every page (calloc'ed zeros would not count) and hold them
+            block = b"x" * (600 * 2**20)
+            time.sleep(30)
+            return len(block)
+
+        fut = client.submit(hog, pure=False)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and is_alive(pid):
             time.sleep(0.2)
