@@ -74,15 +74,13 @@ def notebooks(tmp_path):
 # --- state and clients --------------------------------------------------------------------------
 
 @pytest.fixture(autouse=True)
-def hpc_state(tmp_path, monkeypatch):
-    state = tmp_path / "state"
-    state.mkdir()
-    monkeypatch.setenv("CLOUDTIK_STATE_DIR", str(state))
-    monkeypatch.setenv("CLOUDTIK_LAUNCHER_IDLE", "5")
+def hpc_state(state_dir, tmp_path, monkeypatch):
+    """The shared per-test state folder (tests/conftest.py), the test's folder as the
+    session's working folder, and no jobs client left open afterwards."""
     monkeypatch.delenv("CLOUDTIK_API_URL", raising=False)
     monkeypatch.delenv("CLOUDTIK_HPC_CONFIG", raising=False)
     monkeypatch.chdir(tmp_path)
-    yield state
+    yield state_dir
     from jupyter_cloudtik.hpc.client import forget_clients
 
     forget_clients()
