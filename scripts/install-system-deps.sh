@@ -6,6 +6,11 @@ set -euo pipefail
 # package -> a file that proves it is installed
 declare -A PACKAGES=(
   [python3-venv]=/usr/lib/python3/dist-packages
+  # HPC: a real single-node Slurm for the slurm backend's tests and benchmark
+  [slurm-wlm]=/usr/sbin/slurmctld
+  [munge]=/usr/sbin/munged
+  # HPC: the slurm backend over SSH is tested against a real sshd on loopback
+  [openssh-server]=/usr/sbin/sshd
 )
 
 missing=()

@@ -49,7 +49,7 @@ def test_hpc_magics(ip, notebooks, capsys, tmp_path):
 
 
 def test_hpc_magic_errors_are_one_line(ip, notebooks, tmp_path):
-    with pytest.raises(UsageError, match="notebook: .*missing.ipynb' does not exist"):
+    with pytest.raises(UsageError, match=r"notebook: .*missing\.ipynb' does not exist"):
         ip.run_line_magic("hpc", f"submit {tmp_path / 'missing.ipynb'}")
     with pytest.raises(UsageError, match="unknown backend 'nope'"):
         ip.run_line_magic("hpc", f"submit {notebooks['param']} --backend nope")
