@@ -726,15 +726,23 @@ class JobManager:
                 changed |= await self._apply(r, st)
             except BackendUnavailable as e:
                 self._mark_unreachable([r], name, e.message)
-        self._schedule(name, changed)
+        now = time.time()
+        fresh = any(st.state == QUEUED and now - (r["submitted_at"] or now) <
+                    self.hpc.fresh_seconds for r in submitted
+                    if (st := statuses.get(r["native_id"])) is not None)
+        self._schedule(name, changed, fresh)
 
-    def _schedule(self, name: str, changed: bool) -> None:
+    def _schedule(self, name: str, changed: bool, fresh: bool = False) -> None:
+        """The next poll of a backend: soon after a change, backing off while nothing
+        changes; often while a just-submitted job waits to start."""
         interval = self._interval.get(name, self.hpc.poll_interval)
         if changed:
             interval = self.hpc.poll_interval
         else:
             interval = min(interval * self.hpc.poll_backoff, self.hpc.poll_interval_max)
         self._interval[name] = interval
+        if fresh:
+            interval = min(interval, self.hpc.poll_interval_fresh)
         self._due[name] = time.monotonic() + interval
 
     def _backoff(self, name: str) -> None:

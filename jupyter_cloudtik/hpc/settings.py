@@ -58,6 +58,15 @@ class HPC(Configurable):
         0.25, help="Seconds before a backend is asked again after something changed."
     ).tag(config=True)
 
+    poll_interval_fresh = Float(
+        0.1, help="Seconds between polls while a job submitted in the last "
+                  "`fresh_seconds` waits to start (it usually starts soon)."
+    ).tag(config=True)
+
+    fresh_seconds = Float(
+        10.0, help="How long after its submission a queued job counts as fresh."
+    ).tag(config=True)
+
     poll_interval_max = Float(
         15.0, help="Longest wait between two polls of a backend while nothing changes."
     ).tag(config=True)
