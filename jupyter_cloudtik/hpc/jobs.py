@@ -139,7 +139,14 @@ class JobManager:
         self.ops = Operations(self.store)
         self.secrets = SecretStore(self.store)
         self.user = user or _current_user()
-        self.stagers = stagers or Stagers([LocalStager()])
+        if stagers is None:
+            from .storage_stager import storage_stager
+
+            stagers = Stagers([LocalStager()])
+            storage = storage_stager(self.settings, self.store)
+            if storage is not None:
+                stagers.add(storage)
+        self.stagers = stagers
         self.registry = BackendRegistry(self.hpc, self.store.state_dir, self.secrets, log,
                                         self.settings)
         self._submitting: set[str] = set()
@@ -188,7 +195,7 @@ class JobManager:
             spec.name = Path(spec.notebook).stem if spec.notebook else Path(
                 str(spec.command[0])).name
         await asyncio.to_thread(self._validate, be, spec)
-        plan = await asyncio.to_thread(self._plan, be, spec)
+        plan = await self._plan(be, spec)
         token = uuid.uuid4().hex
         now = time.time()
         op = self.ops.start("hpc.job", _target(job_id),
@@ -217,11 +224,12 @@ class JobManager:
                         be.name, e.message)
             check_limits(spec, HPCBackend.limits(be), be.name)
 
-    def _plan(self, be: HPCBackend, spec: JobSpec) -> dict[str, Any]:
+    async def _plan(self, be: HPCBackend, spec: JobSpec) -> dict[str, Any]:
         """Decide, for every input and the output, who moves it; refuse the impossible."""
         env = spec.environment
-        environment = be.default_environment() if env is None else \
-            be.default_environment().merged({k: v for k, v in env.__dict__.items() if v})
+        default_env = await asyncio.to_thread(be.default_environment)
+        environment = default_env if env is None else \
+            default_env.merged({k: v for k, v in env.__dict__.items() if v})
         files: dict[str, str] = {}
         output_notebook = None
         if spec.notebook:
@@ -240,28 +248,29 @@ class JobManager:
                     f"{nm!r}; rename one with NAME=LOCATION", field="inputs")
             names.add(nm)
             stager = self.stagers.for_location(loc)
-            if be.can_reach(loc):
+            if await asyncio.to_thread(be.can_reach, loc):
                 if stager is not None:
-                    stager.check(loc)
+                    await _check(stager, loc)
                 inputs.append(StageIn(nm, loc, "direct").__dict__)
                 continue
             if stager is None:
-                reach = ", ".join(be.directly_reachable()) or "nothing directly"
+                reach = ", ".join(await asyncio.to_thread(be.directly_reachable)) or \
+                    "nothing directly"
                 raise ConfigError(
                     f"inputs: backend '{be.name}' cannot read {loc!r} (it reaches {reach}) "
                     "and this session has no storage that can stage it", field="inputs")
-            stager.check(loc)
+            await _check(stager, loc)
             inputs.append(StageIn(nm, loc, "upload").__dict__)
         stage_out = output_via_session = None
         if spec.output:
             out = normalize(spec.output)
             stager = self.stagers.for_location(out)
-            if be.can_reach(out):
+            if await asyncio.to_thread(be.can_reach, out):
                 if stager is not None:
-                    stager.check(out, for_output=True)
+                    await _check(stager, out, for_output=True)
                 stage_out = out
             elif stager is not None:
-                stager.check(out, for_output=True)
+                await _check(stager, out, for_output=True)
                 output_via_session = out
             else:
                 raise ConfigError(
@@ -366,8 +375,12 @@ class JobManager:
 
             dest = self._staging_dir(job_id) / item.name
             dest.parent.mkdir(parents=True, exist_ok=True)
-            ctx.progress("stage-in", f"staging {item.name} from {item.source}", base)
-            local = await asyncio.to_thread(stager.download, item.source, dest, progress)
+            if hasattr(stager, "adownload"):
+                span = 0.35 / max(1, len(to_stage))
+                local = await stager.adownload(item.source, dest, ctx, (base, base + span))
+            else:
+                ctx.progress("stage-in", f"{item.name}: {item.source}", base)
+                local = await asyncio.to_thread(stager.download, item.source, dest, progress)
             size = _size(local)
             inputs.append(StageIn(item.name, str(local), "upload", size))
         env = Environment(**plan["environment"])
@@ -853,10 +866,14 @@ class JobManager:
             paths = await asyncio.to_thread(be.fetch_outputs, _ref(row), tmp, wanted)
             tops = sorted({tmp / Path(p).relative_to(tmp).parts[0] for p in paths})
             for n, top in enumerate(tops):
+                lo, hi = 0.9 + 0.09 * n / len(tops), 0.9 + 0.09 * (n + 1) / len(tops)
+                if hasattr(stager, "aupload"):
+                    await stager.aupload(top, location, ctx, (lo, hi))
+                    continue
                 await asyncio.to_thread(
                     stager.upload, top, location,
-                    lambda f, m, _n=n: ctx.progress("stage-out", m,
-                                                    0.9 + 0.09 * (_n + f) / len(tops)))
+                    lambda f, m, _lo=lo, _hi=hi: ctx.progress("stage-out", m,
+                                                              _lo + (_hi - _lo) * f))
         finally:
             shutil.rmtree(self._staging_dir(row["id"]), ignore_errors=True)
         ctx.progress("stage-out", f"results are in {location}", 0.99)
@@ -872,6 +889,13 @@ class JobManager:
                 pass
         await asyncio.to_thread(self._release_lease)
         await asyncio.to_thread(self.registry.close)
+
+
+async def _check(stager, location: str, for_output: bool = False) -> None:
+    if hasattr(stager, "acheck"):
+        await stager.acheck(location, for_output=for_output)
+    else:
+        await asyncio.to_thread(stager.check, location, for_output=for_output)
 
 
 def _ref(row) -> JobRef:
