@@ -66,7 +66,7 @@ def test_notebook_reads_from_a_storage_and_writes_its_result_back(backend, make_
 def test_storage_locations_are_checked_before_submitting(make_client, notebooks, webdav):
     client = make_client({"local": {"type": "local"}})
     _add_storage(client, webdav, "ro", read_only=True)
-    with pytest.raises(NotFoundError, match="no 'inputs/absent.txt' in storage 'ro'"):
+    with pytest.raises(NotFoundError, match=r"no 'inputs/absent\.txt' in storage 'ro'"):
         client.submit(build_spec(str(notebooks["param"]), inputs=["ro:inputs/absent.txt"]),
                       "local")
     with pytest.raises(PermissionDeniedError, match="storage 'ro' is read-only"):
