@@ -148,7 +148,7 @@ def test_job_survives_a_restart_of_the_job_manager(backend, make_client, noteboo
     info = client.wait(job_id, timeout=120)
     assert info.state == "succeeded", info.reason
     steps = [e.step for e in client.events(job_id)]
-    assert "adopt" in steps
+    assert "adopt" in steps  # this process took the dead one's operation over
     assert steps.count("submitted") == 1
     assert "tick 9" in client.logs(job_id).text
 

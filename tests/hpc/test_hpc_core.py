@@ -1,0 +1,72 @@
+"""Core pieces the HPC feature added: ``Operations.adopt`` and the job model's parsing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError
+from jupyter_cloudtik.core.operations import Operations
+from jupyter_cloudtik.core.store import Store
+from jupyter_cloudtik.hpc.base import format_duration, parse_duration
+from jupyter_cloudtik.hpc.notebook import find_error
+
+
+def _op_of_dead_process(state_dir) -> str:
+    code = ("import sys; from jupyter_cloudtik.core.store import Store; "
+            "from jupyter_cloudtik.core.operations import Operations; "
+            "op = Operations(Store(sys.argv[1])).start('hpc.job', 'job:x', exclusive=False); "
+            "print(op.id)")
+    out = subprocess.run([sys.executable, "-c", code, str(state_dir)], capture_output=True,
+                         text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_adopt_takes_over_only_what_nobody_else_owns(state_dir):
+    ops = Operations(Store(state_dir))
+    mine = ops.start("hpc.job", "job:a", exclusive=False)
+    assert ops.adopt(mine.id).owner_pid == mine.owner_pid  # already ours: unchanged
+    orphan = _op_of_dead_process(state_dir)
+    adopted = ops.adopt(orphan, "watched here now")
+    assert adopted.state == "running" and adopted.owner_pid == os.getpid()
+    assert [e.step for e in ops.events(orphan)][-1] == "adopt"
+    # an operation a reader marked interrupted is re-opened by the adopter
+    orphan2 = _op_of_dead_process(state_dir)
+    ops.request_cancel(orphan2)  # a reader notices the dead owner: "interrupted"
+    assert ops.get(orphan2).state == "failed"
+    assert ops.adopt(orphan2).state == "running"
+    # finished operations stay finished
+    ops.finish(mine.id, "succeeded")
+    assert ops.adopt(mine.id) is None
+
+
+@pytest.mark.parametrize("text,seconds", [(90, 5400), ("30m", 1800), ("2h", 7200),
+                                          ("1:30:00", 5400), ("2-00:00:00", 172800),
+                                          ("45s", 45), ("10:00", 600)])
+def test_durations(text, seconds):
+    assert parse_duration(text) == seconds
+    assert parse_duration(format_duration(seconds)) == seconds
+
+
+def test_bad_durations():
+    for bad in ("soon", "-5", 0, "0m"):
+        with pytest.raises(ConfigError):
+            parse_duration(bad)
+
+
+def test_find_error_skips_papermill_banner():
+    nb = {"cells": [
+        {"cell_type": "markdown", "metadata": {"tags": ["papermill-error-cell-tag"]},
+         "source": "An Exception was encountered"},
+        {"cell_type": "code", "metadata": {}, "execution_count": 1, "source": "x = 1",
+         "outputs": []},
+        {"cell_type": "code", "metadata": {}, "execution_count": 2, "source": "1/0",
+         "outputs": [{"output_type": "error", "ename": "ZeroDivisionError",
+                      "evalue": "division by zero", "traceback": ["\x1b[31mTraceback"]}]}]}
+    err = find_error(nb)
+    assert err["cell"] == 1 and err["execution_count"] == 2
+    assert err["traceback"] == "Traceback"
+    assert find_error({"cells": []}) is None
