@@ -96,6 +96,8 @@ ReturnToService=2
 MinJobAge=300
 KillWait=2
 InactiveLimit=0
+SlurmdTimeout=10
+MessageTimeout=4
 NodeName=localhost CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
 PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_time_minutes} State=UP
 """)
@@ -165,12 +167,13 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_tim
             self.procs["slurmctld"] = subprocess.Popen(
                 [_which("slurmctld"), "-D", "-f", str(self.conf)], stdout=log, stderr=log,
                 env={**os.environ, **self.env}, start_new_session=True)
-        self._wait_for(self._idle_or_busy, timeout, "slurmctld to answer")
+        self._wait_for(self._idle_or_busy, timeout, "slurmctld to know its node again")
 
     def _idle_or_busy(self) -> bool:
         r = subprocess.run([_which("sinfo"), "-h", "-o", "%t"], capture_output=True,
                            env={**os.environ, **self.env}, timeout=10)
-        return r.returncode == 0 and bool(r.stdout.strip())
+        state = r.stdout.decode().strip().rstrip("*~#")
+        return r.returncode == 0 and state in ("idle", "mix", "alloc", "comp")
 
     def stop(self) -> None:
         if "slurmctld" in self.procs and self.procs["slurmctld"].poll() is None:

