@@ -100,3 +100,28 @@ def test_jobs_cli(notebooks, tmp_path):
     assert r.returncode == 0 and "very-secret-value" not in r.stdout + r.stderr
     r = _cli("secret", "nope", "token", input="x\n")
     assert r.returncode == 2 and "unknown backend 'nope'" in r.stderr
+
+
+def test_backends_come_from_traitlets_and_a_config_file(tmp_path):
+    cfg = tmp_path / "jupyter-config"
+    cfg.mkdir()
+    (cfg / "jupyter_cloudtik_config.py").write_text(
+        "c.HPC.backends = {'daint': {'type': 'slurm', 'host': 'daint.example.org', "
+        "'partition': 'normal'}}\nc.HPC.default_backend = 'daint'\n")
+    (tmp_path / "hpc.yaml").write_text(
+        "backends:\n  eiger:\n    type: slurm\n    partition: debug\n"
+        "  nordugrid:\n    type: arc\n    url: https://arc.example.org\n")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(cfg),
+           "CLOUDTIK_HPC_CONFIG": str(tmp_path / "hpc.yaml")}
+    r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "jobs", "backends", "--json"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = {b["name"]: b for b in json.loads(r.stdout)}
+    assert set(got) == {"daint", "eiger", "nordugrid", "local", "dask"}
+    assert got["daint"]["default"] and got["daint"]["type"] == "slurm"
+    assert got["eiger"]["type"] == got["daint"]["type"]  # two instances of one kind
+    (tmp_path / "hpc.yaml").write_text("backends:\n  broken:\n    partition: x\n")
+    r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "jobs", "backends"],
+                       capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and "backends.broken.type: missing; one of arc, dask, " \
+        "firecrest, local, slurm" in r.stderr
