@@ -159,9 +159,13 @@ class Environment:
                    conda_env=os.environ.get("CONDA_PREFIX") or None)
 
     def merged(self, override: dict[str, Any] | None) -> Environment:
+        """This environment with ``override``'s values; a container replaces the session's
+        interpreter and envs (they do not exist inside the image) unless given again."""
         if not override:
             return self
         data = asdict(self)
+        if override.get("container"):
+            data.update(python=None, venv=None, conda_env=None)
         data.update({k: v for k, v in override.items() if v is not None})
         return Environment(**data)
 

@@ -70,3 +70,33 @@ def test_find_error_skips_papermill_banner():
     assert err["cell"] == 1 and err["execution_count"] == 2
     assert err["traceback"] == "Traceback"
     assert find_error({"cells": []}) is None
+
+
+def test_script_environment_activation():
+    import sys
+
+    from jupyter_cloudtik.hpc import script
+    from jupyter_cloudtik.hpc.base import Environment, JobSpec, StageIn, Submission
+
+    spec = JobSpec(notebook="/x/a.ipynb", parameters={"n": 1}, outputs=["*.csv"])
+    session = Environment.session()
+    sub = Submission("j1", "tok", spec, session, files={"a.ipynb": "/x/a.ipynb"},
+                     inputs=[StageIn("in.csv", "https://example.org/in.csv", "direct")],
+                     output_notebook="a.out.ipynb", stage_out="/results")
+    text = script.render(sub, directives=["#SBATCH --nodes=1"], job_dir="/jobs/j1")
+    assert text.startswith("#!/bin/bash\n#SBATCH --nodes=1\n")
+    assert f"CT_PYTHON={sys.executable}" in text
+    assert "curl -fsSL -o in.csv https://example.org/in.csv" in text
+    assert "-m papermill a.ipynb a.out.ipynb -f parameters.json -k python3" in text
+    assert "mkdir -p /results" in text and "for f in a.out.ipynb *.csv; do" in text
+    assert "a.ipynb|in.csv" in text  # inputs are not copied out as results
+    # an Apptainer image instead of the session's interpreter
+    env = session.merged({"container": "docker://ghcr.io/me/img:1", "setup": ["module load x"]})
+    assert env.python is None and env.venv is None
+    text = script.render(Submission("j2", "t", spec, env, output_notebook="a.out.ipynb"))
+    assert ('CT_RUN=(apptainer exec --bind "$CT_JOB_DIR" --pwd "$CT_JOB_DIR" '
+            "docker://ghcr.io/me/img:1)") in text
+    assert "CT_PYTHON=python3" in text and "module load x" in text
+    env = Environment(conda_env="/opt/conda/envs/a", container_runtime="singularity")
+    text = script.render(Submission("j3", "t", JobSpec(command=["echo", "a b"]), env))
+    assert 'export PATH="$CONDA_PREFIX/bin:$PATH"' in text and "echo 'a b'" in text
