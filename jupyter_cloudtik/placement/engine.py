@@ -310,96 +310,152 @@ def _fill_pool_friendly(scorer: Scorer, dynamic: list[filtmod.Filter], count: in
 
 def _local_search(scorer: Scorer, counts: dict[int, int], rooms: list[float],
                   pools: dict[str, Pool] | None) -> dict[int, int]:
-    """Move instances between offers while the total cost drops (bounded rounds).
+    """Move instances between offers while the total cost drops (bounded in time).
 
-    Moves: one instance from a used offer to any candidate, and all instances of a used
-    offer to another candidate (what escapes pack's local minima).  Costs are separable
-    per offer (each depends on its own count), so a move's gain is computed from the two
-    offers' series alone.
+    Costs are separable per offer (each depends on its own count only), so a move's gain
+    comes from the series of the offers it touches.  Two kinds of moves:
+
+    * *shift*: n instances (1..8, half or all of them) from one used offer to another
+      offer, the cheapest improving shift first;
+    * *gather*: n instances into one offer, taken from wherever removing them saves the
+      most, which escapes pack's local minima and frees a shared pool for an offer that
+      uses less of it.
     """
     if not scorer.weighings:
         return counts
-    cands = scorer.cands
     pools = pools or {}
-    # quickly skip when greedy is provably optimal: every dynamic weigher grows with use
-    # (convex series) and no pool couples the offers
+    # greedy is already optimal when every cost grows with use (convex series) and no
+    # pool is shared unevenly (a polymatroid): skip the search
     if not _unevenly_coupled(scorer, pools) and all(
             _nondecreasing(w) for w in scorer.weighings):
         return counts
-    counts = dict(counts)
-    prefix: dict[int, list[float]] = {}  # i -> [cost of first 0, 1, 2, ... instances]
+    return _Search(scorer, counts, rooms, pools).run()
 
-    def total(i: int, n: int) -> float:
-        sums = prefix.get(i)
+
+class _Search:
+    def __init__(self, scorer: Scorer, counts: dict[int, int], rooms: list[float],
+                 pools: dict[str, Pool]) -> None:
+        self.scorer = scorer
+        self.cands = scorer.cands
+        self.counts = dict(counts)
+        self.rooms = rooms
+        self.pools = pools
+        self.prefix: dict[int, list[float]] = {}
+        self.cons = [scorer.state.consumption(o) for o in self.cands]
+        self.pool_used: dict[str, dict[str, float]] = {}
+        for i, n in self.counts.items():
+            self._use(i, n)
+        count = sum(self.counts.values())
+        self.targets = sorted(range(len(self.cands)),
+                              key=lambda j: (scorer.first[j], j))[:64]
+        self.max_move = count
+
+    def total(self, i: int, n: int) -> float:
+        sums = self.prefix.get(i)
         if sums is None:
-            sums = prefix[i] = [0.0]
+            sums = self.prefix[i] = [0.0]
         while len(sums) <= n:
-            sums.append(sums[-1] + scorer.cost(i, len(sums) - 1))
+            sums.append(sums[-1] + self.scorer.cost(i, len(sums) - 1))
         return sums[n]
 
-    state = scorer.state
-    cons = [state.consumption(o) for o in cands]
-    pool_used: dict[str, dict[str, float]] = {}
-    for i, n in counts.items():
-        p = cands[i].pool
-        if p in pools:
-            u = pool_used.setdefault(p, {})
-            for d, v in cons[i].items():
+    def _use(self, i: int, n: int) -> None:
+        p = self.cands[i].pool
+        if p in self.pools:
+            u = self.pool_used.setdefault(p, {})
+            for d, v in self.cons[i].items():
                 u[d] = u.get(d, 0.0) + n * v
 
-    def pool_ok(src: int, dst: int, n: int) -> bool:
-        p = cands[dst].pool
-        if p not in pools:
-            return True
-        used = pool_used.get(p, {})
-        for d, v in cons[dst].items():
-            free = pools[p].free.get(d)
-            if free is None or v <= 0:
-                continue
-            back = n * cons[src].get(d, 0.0) if cands[src].pool == p else 0.0
-            if used.get(d, 0.0) - back + n * v > free + 1e-9:
-                return False
+    def pool_ok(self, moves: dict[int, int]) -> bool:
+        """Would the pools hold after changing counts by ``moves`` (offer -> +/- n)?"""
+        delta: dict[str, dict[str, float]] = {}
+        for i, n in moves.items():
+            p = self.cands[i].pool
+            if p in self.pools:
+                acc = delta.setdefault(p, {})
+                for d, v in self.cons[i].items():
+                    acc[d] = acc.get(d, 0.0) + n * v
+        for p, acc in delta.items():
+            used = self.pool_used.get(p, {})
+            for d, change in acc.items():
+                free = self.pools[p].free.get(d)
+                if free is not None and change > 0 and used.get(d, 0.0) + change > free + 1e-9:
+                    return False
         return True
 
-    def apply(src: int, dst: int, n: int) -> None:
-        for i, sign in ((src, -1), (dst, 1)):
-            p = cands[i].pool
-            if p in pools:
-                u = pool_used.setdefault(p, {})
-                for d, v in cons[i].items():
-                    u[d] = u.get(d, 0.0) + sign * n * v
-        counts[src] -= n
-        if not counts[src]:
-            del counts[src]
-        counts[dst] = counts.get(dst, 0) + n
+    def apply(self, moves: dict[int, int]) -> None:
+        for i, n in moves.items():
+            self._use(i, n)
+            new = self.counts.get(i, 0) + n
+            if new:
+                self.counts[i] = new
+            else:
+                self.counts.pop(i, None)
 
-    # candidates to move to: the cheapest first slots plus every used offer
-    pool_of_targets = sorted(range(len(cands)), key=lambda j: (scorer.first[j], j))[:64]
-    deadline = time.perf_counter() + LOCAL_SEARCH_SECONDS
-    for _ in range(LOCAL_SEARCH_ROUNDS):
-        if time.perf_counter() > deadline:
-            break
+    def best_shift(self, deadline: float) -> tuple[float, dict[int, int]] | None:
         best = None
-        targets = sorted(set(pool_of_targets) | set(counts))
-        for src in list(counts):
+        targets = sorted(set(self.targets) | set(self.counts))
+        for src in list(self.counts):
             if time.perf_counter() > deadline:
                 break
-            ns = counts[src]
+            ns = self.counts[src]
             for n in sorted({*range(1, min(ns, MOVE_SIZES) + 1), ns // 2 or 1, ns}):
-                loss = total(src, ns) - total(src, ns - n)
+                loss = self.total(src, ns) - self.total(src, ns - n)
                 for dst in targets:
                     if dst == src:
                         continue
-                    nd = counts.get(dst, 0)
-                    if nd + n > rooms[dst] or not pool_ok(src, dst, n):
+                    nd = self.counts.get(dst, 0)
+                    if nd + n > self.rooms[dst]:
                         continue
-                    gain = loss - (total(dst, nd + n) - total(dst, nd))
+                    gain = loss - (self.total(dst, nd + n) - self.total(dst, nd))
                     if gain > 1e-9 and (best is None or gain > best[0]):
-                        best = (gain, src, dst, n)
-        if best is None:
-            break
-        apply(best[1], best[2], best[3])
-    return counts
+                        moves = {src: -n, dst: n}
+                        if self.pool_ok(moves):
+                            best = (gain, moves)
+        return best
+
+    def best_gather(self, deadline: float) -> tuple[float, dict[int, int]] | None:
+        best = None
+        for dst in sorted(set(self.targets) | set(self.counts)):
+            if time.perf_counter() > deadline:
+                break
+            nd = self.counts.get(dst, 0)
+            room = int(min(self.rooms[dst], nd + self.max_move)) - nd
+            taken: dict[int, int] = {}
+            saved = 0.0
+            for n in range(1, room + 1):
+                # take the instance whose removal saves the most, from any other offer
+                pick, pick_save = None, None
+                for src, ns in self.counts.items():
+                    if src == dst:
+                        continue
+                    left = ns - taken.get(src, 0)
+                    if left <= 0:
+                        continue
+                    save = self.total(src, left) - self.total(src, left - 1)
+                    if pick_save is None or save > pick_save:
+                        pick, pick_save = src, save
+                if pick is None:
+                    break
+                taken[pick] = taken.get(pick, 0) + 1
+                saved += pick_save
+                gain = saved - (self.total(dst, nd + n) - self.total(dst, nd))
+                if gain > 1e-9 and (best is None or gain > best[0]):
+                    moves = {src: -k for src, k in taken.items()}
+                    moves[dst] = n
+                    if self.pool_ok(moves):
+                        best = (gain, moves)
+        return best
+
+    def run(self) -> dict[int, int]:
+        deadline = time.perf_counter() + LOCAL_SEARCH_SECONDS
+        for _ in range(LOCAL_SEARCH_ROUNDS):
+            if time.perf_counter() > deadline:
+                break
+            move = self.best_shift(deadline) or self.best_gather(deadline)
+            if move is None:
+                break
+            self.apply(move[1])
+        return self.counts
 
 
 def _unevenly_coupled(scorer: Scorer, pools: dict[str, Pool]) -> bool:

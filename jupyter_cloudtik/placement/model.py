@@ -431,3 +431,42 @@ class VirtualState:
             used = self.pool_used.setdefault(offer.pool, {})
             for d, v in self.consumption(offer).items():
                 used[d] = used.get(d, 0.0) + v
+
+
+@dataclass
+class OfferQuery:
+    """What a provider is asked for offers about (it may use it to narrow its answer)."""
+
+    cluster: str = ""
+    user: str = ""
+    node_types: dict[str, dict[str, Any]] = field(default_factory=dict)  # name -> resources
+
+
+@dataclass
+class OfferSet:
+    """A provider's answer: its offers and the pools (quotas) they share."""
+
+    offers: list[Offer] = field(default_factory=list)
+    pools: dict[str, Pool] = field(default_factory=dict)
+
+    def extend(self, other: OfferSet) -> None:
+        self.offers.extend(other.offers)
+        self.pools.update(other.pools)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"offers": [o.to_dict() for o in self.offers],
+                "pools": [p.to_dict() for p in self.pools.values()]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OfferSet:
+        if not isinstance(d, dict):
+            raise ConfigError("offers: must be an object with 'offers' and 'pools'",
+                              field="offers")
+        offers = [Offer.from_dict(o) for o in d.get("offers") or []]
+        pools = {p["name"]: Pool.from_dict(p) for p in d.get("pools") or []}
+        keys = [o.key for o in offers]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        if dup:
+            raise ConfigError(f"offers: keys must be unique; repeated: {', '.join(dup)}",
+                              field="offers")
+        return cls(offers, pools)
