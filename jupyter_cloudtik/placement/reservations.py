@@ -291,6 +291,26 @@ class Reservations:
         return Plan(request=req.with_count(len(choices)), choices=choices,
                     explanation=expl, offers=chosen)
 
+    def create(self, cluster: str = "", user: str = "", source: str = "local",
+               ttl: float | None = None) -> str:
+        """An empty active reservation (parts are added by ``reserve`` / ``add_remote``)."""
+        now = time.time()
+        ttl = self.settings.reservation_ttl if ttl is None else ttl
+        rid = uuid.uuid4().hex[:12]
+        with self.store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO placement_reservations (id, cluster, user, source, state,"
+                " created_at, updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (rid, cluster, user, source, ACTIVE, now, now, now + ttl))
+        return rid
+
+    def available(self, offers: list[Offer], pools: dict[str, Pool] | None = None,
+                  snapshot_at: float | None = None) -> tuple[list[Offer], dict[str, Pool]]:
+        """Offers and pools minus what claims hold (a read for estimates: ``select``)."""
+        now = time.time()
+        return self._available(self.store, offers, pools or {},
+                               now if snapshot_at is None else snapshot_at, now)
+
     # capacity that claims still hold ----------------------------------------------------
     def _available(self, conn, offers: list[Offer], pools: dict[str, Pool],
                    snapshot_at: float, now: float) -> tuple[list[Offer], dict[str, Pool]]:
