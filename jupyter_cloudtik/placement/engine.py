@@ -46,6 +46,7 @@ from .settings import Placement
 EXAMPLES = 3
 LOCAL_SEARCH_ROUNDS = 50
 LOCAL_SEARCH_SECONDS = 0.05  # the search improves; it must never be what makes `up` slow
+SEARCH_TARGETS = 64  # cheapest offers the search may move instances to
 MOVE_SIZES = 8  # moves of 1..8 instances, half and all of an offer's
 
 
@@ -202,6 +203,9 @@ class Engine:
                 f"cannot place {request.describe()}: {expl.text()}. Nothing was reserved.",
                 request=request, explanation=expl)
         if improve:
+            extra = [f for f in dynamic if f.name not in ("resources", "quota")]
+            if extra:
+                rooms = _rooms_under(scorer, extra, rooms, request.count, counts)
             counts = _local_search(scorer, counts, rooms, pools)
         return self._plan(scorer, counts, request, expl)
 
@@ -308,6 +312,24 @@ def _fill_pool_friendly(scorer: Scorer, dynamic: list[filtmod.Filter], count: in
     return counts
 
 
+def _rooms_under(scorer: Scorer, extra: list[filtmod.Filter], rooms: list[float],
+                 count: int, counts: dict[int, int]) -> list[float]:
+    """Rooms when dynamic filters beyond capacity (a JSON query on free amounts, a plugin)
+    apply: how many instances each offer takes before one of them fails.  Only computed
+    for the offers the local search looks at."""
+    out = [0.0] * len(rooms)  # offers the search does not look at take nothing more
+    order = sorted(range(len(scorer.cands)), key=lambda j: (scorer.first[j], j))[:SEARCH_TARGETS]
+    for i in set(order) | set(counts):
+        o = scorer.cands[i]
+        state = VirtualState(scorer.state.request)
+        n = 0
+        while n < min(rooms[i], count) and all(f.passes(o, state) for f in extra):
+            state.place(o)
+            n += 1
+        out[i] = n
+    return out
+
+
 def _local_search(scorer: Scorer, counts: dict[int, int], rooms: list[float],
                   pools: dict[str, Pool] | None) -> dict[int, int]:
     """Move instances between offers while the total cost drops (bounded in time).
@@ -347,7 +369,7 @@ class _Search:
             self._use(i, n)
         count = sum(self.counts.values())
         self.targets = sorted(range(len(self.cands)),
-                              key=lambda j: (scorer.first[j], j))[:64]
+                              key=lambda j: (scorer.first[j], j))[:SEARCH_TARGETS]
         self.max_move = count
 
     def total(self, i: int, n: int) -> float:

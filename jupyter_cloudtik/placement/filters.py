@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.units import format_bytes
-from .jsonfilter import compile_query
+from .jsonfilter import compile_query, depends_on_depletion
 from .model import EPSILON, REQUEST_DIMS, Offer, Request, VirtualState
 
 GROUP = "jupyter_cloudtik.placement_filters"
@@ -243,6 +243,8 @@ class JsonFilter(Filter):
         if request.query in (None, "", []):
             return False
         self.fn = compile_query(request.query, field="query")
+        # a query on free amounts changes as instances are placed: check it every time
+        self.dynamic = depends_on_depletion(request.query)
         return True
 
     def passes(self, offer: Offer, state: VirtualState) -> bool:

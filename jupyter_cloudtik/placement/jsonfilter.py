@@ -13,6 +13,10 @@ A query is compiled once per request into Python closures, so evaluating it on t
 thousand offers is cheap, and every mistake is reported at compile time with the path of
 the bad sub-expression (``query[1][2]``) and what would be right.
 
+Queries over free amounts (``$free_cpus`` ...) are checked again before every instance
+placed on an offer, against the virtually depleted capacity; write them so that less free
+room can only make them false (``>=``, not ``<``).
+
 At evaluation a comparison between values that cannot be ordered (a number and a text,
 or a missing capability) is false: filtering is absolute, an offer that cannot be shown
 to qualify does not.
@@ -150,6 +154,17 @@ def compile_query(query: Any, field: str = "query") -> Compiled:
                           f"{_show(query)}", field=field, value=query)
     fn = _compile(query, field)
     return lambda o, s: bool(fn(o, s))
+
+
+def depends_on_depletion(query: Any) -> bool:
+    """Does the query read free amounts (``$free_*``), which change as instances are
+    placed?  Then the JSON filter is re-checked before each placement on an offer."""
+    def walk(x: Any) -> bool:
+        if isinstance(x, list):
+            return any(walk(y) for y in x)
+        return isinstance(x, str) and x.startswith("$free_")
+
+    return walk(parse(query))
 
 
 def _show(x: Any) -> str:

@@ -1,19 +1,11 @@
-"""Fixtures for the placement tests: a private state folder and store."""
+"""Fixtures for the placement tests (``state_dir`` and the leak checks come from the root
+conftest)."""
 
 from __future__ import annotations
 
 import pytest
 
 from jupyter_cloudtik.core.store import Store
-
-
-@pytest.fixture
-def state_dir(tmp_path, monkeypatch):
-    d = tmp_path / "state"
-    d.mkdir()
-    monkeypatch.setenv("CLOUDTIK_STATE_DIR", str(d))
-    monkeypatch.setenv("CLOUDTIK_LAUNCHER_IDLE", "5")
-    return d
 
 
 @pytest.fixture

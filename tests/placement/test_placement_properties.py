@@ -90,7 +90,7 @@ def _place(offers, pools, req, improve=True):
         return None
 
 
-PROPS = settings(max_examples=300, deadline=None,
+PROPS = settings(max_examples=150, deadline=None,
                  suppress_health_check=[HealthCheck.too_slow])
 
 
