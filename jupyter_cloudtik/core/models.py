@@ -47,6 +47,8 @@ class ClusterInfo:
     created_at: float
     updated_at: float
     last_operation: dict[str, Any] | None = None
+    #: reservation_id, reservation_state, cost_per_hour, currency (placement)
+    placement: dict[str, Any] | None = None
 
     # derived figures -----------------------------------------------------------------
     @property
@@ -79,6 +81,11 @@ class ClusterInfo:
         return int(self._sum("GPU"))
 
     @property
+    def cost_per_hour(self) -> float | None:
+        """Estimated cost of the nodes that exist, from the prices of their offers."""
+        return None if not self.placement else self.placement.get("cost_per_hour")
+
+    @property
     def age_seconds(self) -> float:
         return max(time.time() - self.created_at, 0.0)
 
@@ -96,6 +103,8 @@ class ClusterInfo:
             "memory": self.memory,
             "gpus": self.gpus,
             "age_seconds": round(self.age_seconds, 1),
+            "cost_per_hour": self.cost_per_hour,
+            "currency": (self.placement or {}).get("currency") or "",
         }
         return d
 
