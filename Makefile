@@ -38,6 +38,7 @@ test: install lint
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py
+	$(BIN)/python benchmarks/placement.py --baseline-instances 100
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache test-artifacts
