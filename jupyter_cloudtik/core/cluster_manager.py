@@ -4,9 +4,10 @@ Operations are reconcilers.  ``up`` writes the desired state first (the cluster 
 target worker counts), then compares it with what the provider reports (nodes found by
 tags) and closes the gap: it starts a missing head, replaces dead or stale workers, adds
 missing ones with one ``create_node(count=N)`` per chosen offer, and waits until they have
-joined the scheduler.  Every missing node is placed first, all at once, and held as claims
-under a reservation id (``jupyter_cloudtik.placement``), before anything is recorded.  Running ``up`` again after a crash, a kill or a cancel therefore finishes the
-job, and ``down`` finds every node by its tags, so nothing started is ever forgotten.
+joined the scheduler.  Running ``up`` again after a crash, a kill or a cancel therefore
+finishes the job, and ``down`` finds every node by its tags, so nothing started is ever
+forgotten.  Every missing node is placed first, all at once, and held as claims under a
+reservation id (``jupyter_cloudtik.placement``), before anything is recorded.
 
 The manager is asynchronous; provider calls (blocking SDKs, process management) run in
 worker threads.  Faces use it through ``jupyter_cloudtik.session`` and never re-implement
