@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 import subprocess
 import uuid
@@ -165,3 +166,33 @@ def test_failover_gives_up_after_max_failover(store, settings):
     assert "no capacity left for 2 x worker" in e.value.message
     assert "refused before: twozone/az-a/m2: Ecs.0000" in e.value.message
     assert [az for az, _n in prov.calls] == ["az-a", "az-b", "az-c"]
+
+
+def test_two_ups_at_once_never_overcommit_this_machine(venv_bin, state_dir, tmp_path):
+    """Two `jupyter cloudtik up` processes race for all of this machine's cores: claims make
+    one of them lose cleanly, whichever check catches it."""
+    from jupyter_cloudtik.providers.local.provider import machine_cpus
+
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "jupyter_cloudtik_config.py").write_text(
+        "c.LocalProvider.cpu_overcommit = 1.0\nc.LocalProvider.memory_overcommit = 4.0\n")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(conf)}
+    n = machine_cpus()
+    procs = [subprocess.Popen([str(venv_bin / "jupyter-cloudtik"), "up", "--name", name,
+                               "--workers", str(n)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+             for name in ("race-a", "race-b")]
+    results = [(p.wait(180), p.stderr.read()) for p in procs]
+    for p in procs:
+        p.stdout.close()
+        p.stderr.close()
+    codes = sorted(code for code, _ in results)
+    assert codes == [0, 2], results
+    loser = next(err for code, err in results if code == 2)
+    assert "not enough capacity" in loser and "nothing was started" in loser
+    # what runs fits the machine
+    out = subprocess.run([str(venv_bin / "jupyter-cloudtik"), "list", "--json"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    running = json.loads(out.stdout)
+    assert len(running) == 1 and running[0]["summary"]["cores"] == n
