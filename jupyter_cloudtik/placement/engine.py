@@ -202,11 +202,11 @@ class Engine:
             raise PlacementError(
                 f"cannot place {request.describe()}: {expl.text()}. Nothing was reserved.",
                 request=request, explanation=expl)
-        if improve:
+        if improve and _worth_searching(scorer, pools or {}):
             extra = [f for f in dynamic if f.name not in ("resources", "quota")]
             if extra:
                 rooms = _rooms_under(scorer, extra, rooms, request.count, counts)
-            counts = _local_search(scorer, counts, rooms, pools)
+            counts = _Search(scorer, counts, rooms, pools or {}).run()
         return self._plan(scorer, counts, request, expl)
 
     def place_all(self, offers: Sequence[Offer], requests: Iterable[Request],
@@ -330,8 +330,16 @@ def _rooms_under(scorer: Scorer, extra: list[filtmod.Filter], rooms: list[float]
     return out
 
 
-def _local_search(scorer: Scorer, counts: dict[int, int], rooms: list[float],
-                  pools: dict[str, Pool] | None) -> dict[int, int]:
+def _worth_searching(scorer: Scorer, pools: dict[str, Pool]) -> bool:
+    """Greedy is already optimal when every cost grows with use (convex series) and no
+    pool is shared unevenly (a polymatroid); only otherwise run the local search."""
+    if not scorer.weighings:
+        return False
+    return _unevenly_coupled(scorer, pools) or not all(
+        _nondecreasing(w) for w in scorer.weighings)
+
+
+class _Search:
     """Move instances between offers while the total cost drops (bounded in time).
 
     Costs are separable per offer (each depends on its own count only), so a move's gain
@@ -343,18 +351,7 @@ def _local_search(scorer: Scorer, counts: dict[int, int], rooms: list[float],
       most, which escapes pack's local minima and frees a shared pool for an offer that
       uses less of it.
     """
-    if not scorer.weighings:
-        return counts
-    pools = pools or {}
-    # greedy is already optimal when every cost grows with use (convex series) and no
-    # pool is shared unevenly (a polymatroid): skip the search
-    if not _unevenly_coupled(scorer, pools) and all(
-            _nondecreasing(w) for w in scorer.weighings):
-        return counts
-    return _Search(scorer, counts, rooms, pools).run()
 
-
-class _Search:
     def __init__(self, scorer: Scorer, counts: dict[int, int], rooms: list[float],
                  pools: dict[str, Pool]) -> None:
         self.scorer = scorer

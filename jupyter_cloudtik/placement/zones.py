@@ -313,7 +313,7 @@ class ZoneService:
                                 f"{wait:.0f}s"})
                 continue
             await asyncio.to_thread(self.registry.mark_ok, z.name)
-            penalty = ZONE_PENALTY * max(z.failures - 1, 0)
+            penalty = ZONE_PENALTY * z.failures  # recovering: ranks lower for a while
             for opt in answer.get("options") or []:
                 try:
                     weight = z.offset + z.scale * float(opt["weight"]) + penalty
