@@ -20,7 +20,9 @@ two steps, as in the seed:
     hint to the grandchild it names.  All parts succeed or every part is released.
 
 A child that does not answer within ``zone_timeout`` is skipped and backs off (30 s,
-doubling); while it recovers its options carry a weight penalty.  Keys are per zone:
+doubling); while it recovers its options carry a weight penalty.  A zone gives its own
+children less time than its caller gives it (``budget``), so a slow grandchild is skipped
+one level down instead of timing out the whole subtree.  Keys are per zone:
 ``<state_dir>/zone.key`` (0600, newest first; ``rotate`` adds a key, old hints still open
 until ``retire``), ``$CLOUDTIK_ZONE_KEY`` or ``c.Placement.zone_key``.
 """
@@ -56,6 +58,7 @@ ZONE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MAX_BACKOFF = 600.0
 ZONE_PENALTY = 1.0  # weight added per recent failure of a child zone
 API = "/cloudtik/api/zones"
+BUDGET_SHARE = 0.7  # of its caller's wait a zone gives its own children
 
 
 class HintRefused(CloudTikError):
@@ -290,6 +293,12 @@ class ZoneService:
     # select ------------------------------------------------------------------------------
     async def select(self, body: dict[str, Any]) -> dict[str, Any]:
         request, path = self._parse(body)
+        # the caller waits at most ``budget`` seconds: ask children for less, so a slow
+        # grandchild is skipped here instead of making this whole zone time out upstream
+        timeout = self.placement.zone_timeout
+        budget = body.get("budget")
+        if isinstance(budget, int | float) and not isinstance(budget, bool) and budget > 0:
+            timeout = min(timeout, budget * BUDGET_SHARE)
         local = await asyncio.to_thread(self._local_options, request)
         children = [z for z in self.registry.list()]
         now = time.time()
@@ -301,8 +310,9 @@ class ZoneService:
             else:
                 asked.append(z)
         answers = await asyncio.gather(
-            *(self._ask(z, "select", {"request": request.to_dict(),
-                                      "path": [*path, self.name]}) for z in asked),
+            *(self._ask(z, "select", {"request": request.to_dict(), "budget": timeout,
+                                      "path": [*path, self.name]}, timeout)
+              for z in asked),
             return_exceptions=True)
         options = list(local)
         for z, answer in zip(asked, answers, strict=True):
@@ -497,7 +507,8 @@ class ZoneService:
                                 f"({' -> '.join([*path, self.name])})", field="path")
         return Request.from_dict(body.get("request")), path
 
-    async def _ask(self, zone: ZoneInfo, action: str, body: dict[str, Any]) -> dict[str, Any]:
+    async def _ask(self, zone: ZoneInfo, action: str, body: dict[str, Any],
+                   timeout: float | None = None) -> dict[str, Any]:
         from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest
 
         headers = {"Content-Type": "application/json"}
@@ -506,8 +517,8 @@ class ZoneService:
             headers["Authorization"] = f"token {token}"
         req = HTTPRequest(f"{zone.url}{API}/{action}", method="POST",
                           body=json.dumps(body), headers=headers,
-                          connect_timeout=self.placement.zone_timeout,
-                          request_timeout=self.placement.zone_timeout)
+                          connect_timeout=timeout or self.placement.zone_timeout,
+                          request_timeout=timeout or self.placement.zone_timeout)
         try:
             resp = await AsyncHTTPClient().fetch(req)
         except HTTPClientError as e:
