@@ -192,7 +192,8 @@ class Engine:
         """Place all ``request.count`` instances or raise ``PlacementError``."""
         filters, scorer, expl, rooms = self.prepare(offers, request, pools)
         dynamic = [f for f in filters if f.dynamic]
-        counts = _greedy(scorer, dynamic, request.count, expl)
+        order: list[tuple[float, int]] = []  # the greedy's hand-out order
+        counts = _greedy(scorer, dynamic, request.count, expl, order)
         if sum(counts.values()) < request.count and pools:
             # offers of different sizes share a pool: fill smallest consumers first
             counts = _fill_pool_friendly(scorer, dynamic, request.count, rooms)
@@ -207,7 +208,7 @@ class Engine:
             if extra:
                 rooms = _rooms_under(scorer, extra, rooms, request.count, counts)
             counts = _Search(scorer, counts, rooms, pools or {}).run()
-        return self._plan(scorer, counts, request, expl)
+        return self._plan(scorer, counts, request, expl, order)
 
     def place_all(self, offers: Sequence[Offer], requests: Iterable[Request],
                   pools: dict[str, Pool] | None = None) -> list[Plan]:
@@ -223,14 +224,18 @@ class Engine:
         return plans
 
     def _plan(self, scorer: Scorer, counts: dict[int, int], request: Request,
-              expl: Explanation) -> Plan:
+              expl: Explanation, order: list[tuple[float, int]] | None = None) -> Plan:
         cands = scorer.cands
-        # instance order: cheapest slot first, as the greedy would hand them out
-        slots = []
-        for i, n in counts.items():
-            for k in range(n):
-                slots.append((scorer.cost(i, k), i, k))
-        slots.sort()
+        # instance order: as the greedy handed them out; after the search changed the
+        # counts, cheapest slot first
+        greedy: dict[int, int] = {}
+        for _c, i in order or []:
+            greedy[i] = greedy.get(i, 0) + 1
+        if order and greedy == counts:
+            slots = [(c, i, 0) for c, i in order]
+        else:
+            slots = sorted((scorer.cost(i, k), i, k) for i, n in counts.items()
+                           for k in range(n))
         k_alt = max(self.settings.alternates, 0)
         ranked = heapq.nsmallest(min(len(cands), k_alt * 3 + 1), range(len(cands)),
                                  key=lambda j: (scorer.first[j], j))
@@ -252,7 +257,8 @@ class Engine:
 
 
 def _greedy(scorer: Scorer, dynamic: list[filtmod.Filter], count: int,
-            expl: Explanation) -> dict[int, int]:
+            expl: Explanation, order: list[tuple[float, int]] | None = None
+            ) -> dict[int, int]:
     state = scorer.state
     cands = scorer.cands
     heap = [(c, i) for i, c in enumerate(scorer.first)]
@@ -276,6 +282,8 @@ def _greedy(scorer: Scorer, dynamic: list[filtmod.Filter], count: int,
         n = counts.get(i, 0) + 1
         counts[i] = n
         placed += 1
+        if order is not None:
+            order.append((c, i))
         heapq.heappush(heap, (scorer.cost(i, n) if has_dynamic else c, i))
     return counts
 
