@@ -290,3 +290,18 @@ def test_key_rotation_keeps_old_hints_until_retired(zones):
     status, err = boot(sealed_with(old_key))
     assert status == 400 and "not sealed by this zone" in err["message"]
     assert (a.state_dir / "zone.key").read_bytes().splitlines() == [keys[0]]
+
+
+def test_backoff_doubles_and_recovery_is_gradual(store):
+    from jupyter_cloudtik.placement.settings import Placement
+    from jupyter_cloudtik.placement.zones import ZoneRegistry
+
+    reg = ZoneRegistry(store, Placement(zone_retry=30.0))
+    reg.add("flaky", "http://127.0.0.1:9/")
+    assert [reg.mark_failed("flaky", "refused") for _ in range(6)] == [
+        30.0, 60.0, 120.0, 240.0, 480.0, 600.0]
+    z = reg.get("flaky")
+    assert z.state == "unhealthy" and z.failures == 6 and z.last_error == "refused"
+    reg.mark_ok("flaky")  # answering again, but it keeps a penalty for a while
+    z = reg.get("flaky")
+    assert z.state == "healthy" and z.failures == 5 and z.retry_at is None
