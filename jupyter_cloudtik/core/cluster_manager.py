@@ -112,6 +112,34 @@ class ClusterManager:
         cls = cfgmod.provider_class(cfg["provider"]["type"], self.settings)
         return cls(cfg["provider"], cfg["cluster_name"], self.context)
 
+    def providers(self) -> list[dict[str, Any]]:
+        """Installed providers with the JSON Schemas UIs build their forms from.
+
+        A provider that is not allowed here (``c.CloudTik.allowed_providers``) or cannot be
+        imported is listed with ``available: false`` and the reason, so a UI can say why.
+        """
+        from . import plugins
+
+        out: list[dict[str, Any]] = []
+        for name in plugins.installed(plugins.PROVIDERS):
+            try:
+                cls = cfgmod.provider_class(name, self.settings)
+            except Exception as e:  # not allowed here, or a broken plugin: say which
+                out.append({"name": name, "available": False, "default": False,
+                            "reason": getattr(e, "message", None) or str(e)})
+                continue
+            out.append({
+                "name": name,
+                "available": True,
+                "default": name == self.settings.default_provider,
+                "title": cls.config_schema.get("title") or name,
+                "description": cls.config_schema.get("description") or "",
+                "config_schema": cls.config_schema,
+                "node_config_schema": cls.node_config_schema,
+                "default_node_types": cls.default_node_types({"type": name}),
+            })
+        return out
+
     # reading ------------------------------------------------------------------------------
     def _row(self, name: str):
         row = self.store.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
