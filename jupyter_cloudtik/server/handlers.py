@@ -23,6 +23,13 @@ NAME = r"(?P<name>[^/]+)"
 OP_ID = r"(?P<op_id>[^/]+)"
 
 
+def _whole(value: Any) -> Any:
+    """JSON has one number type: 2.0 is the whole number the schema allows as integer."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 def _cluster_of(op: OperationInfo) -> str:
     return op.target.split(":", 1)[1] if ":" in op.target else op.target
 
@@ -41,7 +48,7 @@ class ClustersHandler(CloudTikHandler):
         """Start a cluster (or repair one to match its config): 202 with the operation."""
         body = self.json_body("ClusterCreate")
         handle = await self.manager.start_up(
-            body.get("config"), name=body.get("name"), workers=body.get("workers"),
+            body.get("config"), name=body.get("name"), workers=_whole(body.get("workers")),
             provider=body.get("provider"))
         self.ctx.after_up(handle.op_id)
         _accepted(self, handle.info)
@@ -68,7 +75,8 @@ class ClusterHandler(CloudTikHandler):
     async def patch(self, name: str) -> None:
         """Scale: ``{"workers": N, "node_type": T}``."""
         body = self.json_body("ClusterScale")
-        handle = await self.manager.start_scale(name, body["workers"], body.get("node_type"))
+        handle = await self.manager.start_scale(name, _whole(body["workers"]),
+                                                body.get("node_type"))
         _accepted(self, handle.info)
 
     @web.authenticated
