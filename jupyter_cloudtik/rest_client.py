@@ -131,7 +131,7 @@ class RestBackend:
             down_since = None
             ended = False
             try:
-                for kind, event_id, data in parse_sse(resp.iter_lines(decode_unicode=True)):
+                for kind, _event_id, data in parse_sse(resp.iter_lines(decode_unicode=True)):
                     if kind == "progress":
                         ev = Event.from_dict(json.loads(data))
                         if ev.id <= last:

@@ -126,9 +126,9 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp / 'root'}",
         *extra_args,
     ]
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     server = Server(url=f"http://127.0.0.1:{port}/", token=token, root=tmp / "root",
                     state_dir=tmp / "state", proc=proc, log_path=log_path)
     deadline = time.monotonic() + 60
