@@ -101,8 +101,12 @@ class Server:
 
 def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[str, str]
                   ) -> Server:
-    for sub in ("state", "config", "data", "runtime", "root", "ipython"):
+    for sub in ("state", "config", "data", "runtime", "root", "ipython", "workspaces"):
         (tmp / sub).mkdir(parents=True, exist_ok=True)
+    # no "get notified about Jupyter news?" toast over the screenshots
+    news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True, exist_ok=True)
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     token = secrets.token_hex(24)
     port = free_port()
     env = {
@@ -113,6 +117,8 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         "JUPYTER_DATA_DIR": str(tmp / "data"),
         "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
         "IPYTHONDIR": str(tmp / "ipython"),
+        "JUPYTERLAB_SETTINGS_DIR": str(tmp / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
         "JUPYTER_PLATFORM_DIRS": "1",
         "CLOUDTIK_PROGRESS": "text",
         **extra_env,
