@@ -10,8 +10,10 @@ in ``jupyter_server_config.py`` apply.
 from __future__ import annotations
 
 import hmac
+import json
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -64,11 +66,25 @@ class ServerContext:
         self.store = self.manager.store
         self.kernel_token = secrets.token_urlsafe(32)
         self._features: dict[str, Any] = {}
+        self._list_cache: dict[bool, tuple[Any, str]] = {}
 
     def feature(self, name: str, factory: Callable[[ServerContext], Any]) -> Any:
         if name not in self._features:
             self._features[name] = factory(self)
         return self._features[name]
+
+    def cluster_list_json(self, include_stopped: bool) -> str:
+        """The body of GET clusters, re-rendered only when the store changed (or once a
+        second, for the clusters' ages): the panel and every notebook poll it."""
+        key = (self.store.change_token(), int(time.time()))
+        cached = self._list_cache.get(include_stopped)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        clusters = self.manager.list(include_stopped=include_stopped)
+        body = json.dumps({"clusters": [c.to_dict() for c in clusters]}, default=str,
+                          separators=(",", ":"))
+        self._list_cache[include_stopped] = (key, body)
+        return body
 
     def is_kernel_token(self, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(token.encode(), self.kernel_token.encode())

@@ -39,8 +39,7 @@ class ClustersHandler(CloudTikHandler):
     @authorized
     async def get(self) -> None:
         """The recorded clusters (reads the store only: cheap enough to poll)."""
-        clusters = self.manager.list(include_stopped=self.bool_arg("all"))
-        self.write_json({"clusters": [c.to_dict() for c in clusters]})
+        self.finish(self.ctx.cluster_list_json(self.bool_arg("all")))
 
     @web.authenticated
     @authorized
