@@ -124,7 +124,7 @@ def main() -> int:
         results: dict[str, list[float]] = {k: [] for k in endpoints}
         per_round = args.requests // args.rounds
         walls: dict[str, float] = dict.fromkeys(endpoints, 0.0)
-        for name, target in endpoints.items():  # warm both up
+        for target in endpoints.values():  # warm both up
             asyncio.run(load(target, headers, 200, args.concurrency))
         for rnd in range(args.rounds):
             order = list(endpoints.items())

@@ -587,7 +587,7 @@ class ClusterManager:
         replaced = keep is None
         if keep is None:
             ctx.progress("head", "starting the head node (dask scheduler)", 0.08)
-            created = await asyncio.to_thread(
+            created = await _finish_in_thread(
                 prov.create_node,
                 self._runtime_config(cfg, head_type, NODE_KIND_HEAD),
                 {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD,
@@ -664,7 +664,7 @@ class ClusterManager:
             missing = desired - len(alive)
             if missing > 0:
                 ctx.progress("workers", f"starting {missing} worker(s) of type '{wtype}'", 0.4)
-                created = await asyncio.to_thread(
+                created = await _finish_in_thread(
                     prov.create_node, node_config,
                     {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_WORKER,
                      TAG_NODE_TYPE: wtype, TAG_NODE_STATUS: STATUS_UNINITIALIZED,
@@ -878,6 +878,21 @@ class ClusterManager:
                 "UPDATE clusters SET state = ?, reason = ?, updated_at = ? WHERE name = ?",
                 (state, reason, time.time(), name),
             )
+
+
+async def _finish_in_thread(fn: Any, *args: Any) -> Any:
+    """A provider call that creates things, run in a thread and never abandoned.
+
+    When the operation is cancelled meanwhile, the call still finishes before the
+    cancellation goes on, so what it created is tagged and a following ``down`` finds it
+    (abandoning the thread let a node appear after ``down`` had looked: a leak).
+    """
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait({fut})
+        raise
 
 
 def _current_user() -> str:
