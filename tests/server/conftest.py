@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 import requests
 
@@ -152,18 +151,24 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
     raise RuntimeError(f"jupyter {app} did not start:\n{server.log_text()[-3000:]}")
 
 
-def _state_processes(state_dir: Path) -> list[psutil.Process]:
-    """Live processes that belong to a state folder (node processes, launcher, reaper)."""
-    state = str(state_dir)
-    found = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            env = proc.environ()
-        except (psutil.Error, OSError):
-            continue
-        if env.get("CLOUDTIK_STATE_DIR") == state and proc.pid != os.getpid():
-            found.append(proc)
-    return found
+def stop_state_processes(state_dir: Path) -> list[str]:
+    """Stop the daemons of a state folder; report (and kill) node processes still alive."""
+    from jupyter_cloudtik.testing.processes import (
+        cloudtik_processes,
+        describe,
+        kill_all,
+        stop_launcher,
+    )
+
+    stop_launcher(state_dir)
+    left = cloudtik_processes(state_dir)
+    if not left:
+        return []
+    text = describe(left)
+    kill_all(left)
+    nodes = [line for line in text.splitlines()
+             if "launcher" not in line and "reaper" not in line]
+    return [f"node processes left behind:\n{chr(10).join(nodes)}"] if nodes else []
 
 
 def _stop(server: Server) -> list[str]:
@@ -180,29 +185,7 @@ def _stop(server: Server) -> list[str]:
         except subprocess.TimeoutExpired:
             os.killpg(server.proc.pid, signal.SIGKILL)
             server.proc.wait(5)
-    from jupyter_cloudtik.providers.local.processes import find_marked_processes
-
-    nodes = find_marked_processes(server.state_dir)
-    if nodes:
-        problems.append(f"node processes left behind: {nodes}")
-    # daemons (launcher, reaper) leave by themselves when idle; wait a little, then stop them
-    deadline = time.monotonic() + 8
-    left = _state_processes(server.state_dir)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.3)
-        left = _state_processes(server.state_dir)
-    for proc in left:
-        try:
-            proc.kill()
-        except psutil.Error:
-            pass
-    if nodes:
-        for pid in nodes:
-            try:
-                psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
-    return problems
+    return problems + stop_state_processes(server.state_dir)
 
 
 @pytest.fixture(scope="session")
@@ -213,6 +196,8 @@ def lab(tmp_path_factory) -> Iterator[Server]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=",
         "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}",
+        "--LocalProvider.cpu_overcommit=4",  # a few small clusters at once on 2 cores
+        "--LocalProvider.memory_overcommit=2",
     ], {})
     yield server
     problems = _stop(server)

@@ -5,7 +5,6 @@ same either way; the magics are exercised through both too."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 from IPython.core.error import UsageError
@@ -23,13 +22,12 @@ from jupyter_cloudtik.core.operations import Event, OperationInfo
 from jupyter_cloudtik.rest_client import RestBackend
 from jupyter_cloudtik.session import CoreBackend
 
-from .conftest import _state_processes, unique
+from .conftest import stop_state_processes, unique
 
 
 @pytest.fixture(scope="module")
 def core_backend(tmp_path_factory):
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.providers.local.processes import find_marked_processes
 
     state = tmp_path_factory.mktemp("core-state")
     backend = CoreBackend(settings=CloudTik(state_dir=str(state), start_reaper=False))
@@ -37,12 +35,8 @@ def core_backend(tmp_path_factory):
     for c in backend.list():
         backend.wait(backend.start_down(c.name))
     backend.runner.stop()
-    assert not find_marked_processes(state)
-    deadline = time.monotonic() + 10
-    while _state_processes(state) and time.monotonic() < deadline:
-        time.sleep(0.3)
-    for proc in _state_processes(state):  # the launcher daemon, if still idling
-        proc.kill()
+    problems = stop_state_processes(state)
+    assert not problems, problems
 
 
 @pytest.fixture(scope="module")
