@@ -111,6 +111,7 @@ def test_create_watch_scale_insert_shutdown(page, lab):
     fractions = [float(s.rsplit(" ", 1)[1]) for s in steps]
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert item.locator(".jp-CloudTik-workers").inner_text() == "1/1 workers"
+    assert item.locator(".jp-CloudTik-nodes").inner_text() == "2 nodes"
     assert item.locator(".jp-CloudTik-dashboard").get_attribute("href").startswith(
         "http://127.0.0.1:")
     assert item.locator(".jp-CloudTik-dashboard").get_attribute("target") == "_blank"

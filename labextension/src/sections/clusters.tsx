@@ -184,6 +184,9 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
       </div>
       <div className="jp-CloudTik-facts">
         <span title="provider">{cluster.provider}</span>
+        <span title="nodes (head and workers)" className="jp-CloudTik-nodes">
+          {cluster.nodes.length} nodes
+        </span>
         <span title="running workers / wanted" className="jp-CloudTik-workers">
           {s.workers}/{s.wanted_workers} workers
         </span>
