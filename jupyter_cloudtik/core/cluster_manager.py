@@ -117,6 +117,34 @@ class ClusterManager:
         cls = cfgmod.provider_class(cfg["provider"]["type"], self.settings)
         return cls(cfg["provider"], cfg["cluster_name"], self.context)
 
+    def providers(self) -> list[dict[str, Any]]:
+        """Installed providers with the JSON Schemas UIs build their forms from.
+
+        A provider that is not allowed here (``c.CloudTik.allowed_providers``) or cannot be
+        imported is listed with ``available: false`` and the reason, so a UI can say why.
+        """
+        from . import plugins
+
+        out: list[dict[str, Any]] = []
+        for name in plugins.installed(plugins.PROVIDERS):
+            try:
+                cls = cfgmod.provider_class(name, self.settings)
+            except Exception as e:  # not allowed here, or a broken plugin: say which
+                out.append({"name": name, "available": False, "default": False,
+                            "reason": getattr(e, "message", None) or str(e)})
+                continue
+            out.append({
+                "name": name,
+                "available": True,
+                "default": name == self.settings.default_provider,
+                "title": cls.config_schema.get("title") or name,
+                "description": cls.config_schema.get("description") or "",
+                "config_schema": cls.config_schema,
+                "node_config_schema": cls.node_config_schema,
+                "default_node_types": cls.default_node_types({"type": name}),
+            })
+        return out
+
     # reading ------------------------------------------------------------------------------
     def _row(self, name: str):
         row = self.store.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
@@ -616,7 +644,7 @@ class ClusterManager:
         replaced = keep is None
         if keep is None:
             ctx.progress("head", "starting the head node (dask scheduler)", 0.08)
-            created, placing["rid"] = await asyncio.to_thread(
+            created, placing["rid"] = await _finish_in_thread(
                 self.placement.create_nodes, prov, cfg, placing["rid"], head_type,
                 self._runtime_config(cfg, head_type, NODE_KIND_HEAD),
                 {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD,
@@ -696,7 +724,7 @@ class ClusterManager:
             missing = desired - len(alive)
             if missing > 0:
                 ctx.progress("workers", f"starting {missing} worker(s) of type '{wtype}'", 0.4)
-                created, placing["rid"] = await asyncio.to_thread(
+                created, placing["rid"] = await _finish_in_thread(
                     self.placement.create_nodes, prov, cfg, placing["rid"], wtype,
                     node_config,
                     {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_WORKER,
@@ -923,6 +951,21 @@ class ClusterManager:
                 "UPDATE clusters SET state = ?, reason = ?, updated_at = ? WHERE name = ?",
                 (state, reason, time.time(), name),
             )
+
+
+async def _finish_in_thread(fn: Any, *args: Any) -> Any:
+    """A provider call that creates things, run in a thread and never abandoned.
+
+    When the operation is cancelled meanwhile, the call still finishes before the
+    cancellation goes on, so what it created is tagged and a following ``down`` finds it
+    (abandoning the thread let a node appear after ``down`` had looked: a leak).
+    """
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait({fut})
+        raise
 
 
 def _current_user() -> str:
