@@ -12,8 +12,9 @@ same mixin serves two hosts:
 * ``make_app(service, tokens)``: a standalone tornado application that checks
   ``Authorization: token <t>`` against the accepted tokens (``python -m
   jupyter_cloudtik.placement.server``; the tests run three of them on loopback);
-* ``jupyter_server_handlers(service)``: the same endpoints as ``APIHandler`` subclasses
-  for the Jupyter server extension to mount, authenticated by Jupyter's own auth.
+* ``jupyter_cloudtik.server.placement_handlers``: the same endpoints in the Jupyter server
+  extension (Jupyter's auth and the ``cloudtik`` permission, bodies checked against
+  ``openapi.yaml``), sharing ``ZoneService`` and ``reservation_view``.
 """
 
 from __future__ import annotations
@@ -71,14 +72,19 @@ class PlacementAPIMixin:
         except CloudTikError as e:
             self._fail(e)
             return
-        data = res.to_dict()
-        if res.source == "zone":
-            # asked for by a parent zone: it sees counts and prices, never our offers
-            data["claims"] = [c.public() for c in res.claims]
-            data["remote"] = [{"count": r["count"], "price_per_hour": r["price_per_hour"],
-                               "state": r["state"]} for r in res.remote]
-            data["explanation"] = []
-        self._send(200, data)
+        self._send(200, reservation_view(res))
+
+
+def reservation_view(res) -> dict[str, Any]:
+    """A reservation as the API shows it.  One made by ``boot`` (for a parent zone) shows
+    counts and prices only: a parent never learns this zone's offers."""
+    data = res.to_dict()
+    if res.source == "zone":
+        data["claims"] = [c.public() for c in res.claims]
+        data["remote"] = [{"count": r["count"], "price_per_hour": r["price_per_hour"],
+                           "state": r["state"]} for r in res.remote]
+        data["explanation"] = []
+    return data
 
 
 class _TokenAuth(web.RequestHandler):
@@ -128,34 +134,3 @@ def make_app(service: ZoneService, tokens: list[str]) -> web.Application:
         raise ConfigError("tokens: the zone server needs at least one token "
                           "($CLOUDTIK_ZONE_TOKEN)", field="tokens")
     return web.Application(handlers(service, tokens))
-
-
-def jupyter_server_handlers(service: ZoneService, base_url: str = "/") -> list[tuple]:
-    """The endpoints as jupyter_server ``APIHandler``\\ s (Jupyter's auth), for the
-    server extension: ``web_app.add_handlers(".*$", jupyter_server_handlers(svc,
-    base_url))``."""
-    from jupyter_server.base.handlers import APIHandler
-    from jupyter_server.utils import url_path_join
-
-    class JupyterZoneActionHandler(PlacementAPIMixin, APIHandler):
-        def initialize(self, service: ZoneService) -> None:
-            self.service = service
-
-        @web.authenticated
-        async def post(self, action: str) -> None:
-            await self._zone_action(action)
-
-    class JupyterReservationHandler(PlacementAPIMixin, APIHandler):
-        def initialize(self, service: ZoneService) -> None:
-            self.service = service
-
-        @web.authenticated
-        def get(self, rid: str) -> None:
-            self._reservation(rid)
-
-    kw = {"service": service}
-    return [
-        (url_path_join(base_url, API, "([a-z]+)"), JupyterZoneActionHandler, kw),
-        (url_path_join(base_url, RESERVATIONS_API, "([0-9a-f]+)"),
-         JupyterReservationHandler, kw),
-    ]

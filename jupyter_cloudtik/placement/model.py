@@ -31,6 +31,9 @@ DIMS = ("CPU", "memory", "disk", "GPU", "instances")
 REQUEST_DIMS = ("CPU", "memory", "disk", "GPU")
 EPSILON = 1e-9
 STRATEGIES = ("spread", "pack")
+MAX_COUNT = 10_000  # instances in one request (a cluster's max_workers is 10,000 too)
+MAX_AMOUNT = 1e15  # any one resource of a node
+MAX_MULTIPLIER = 1e6
 
 
 @dataclass(slots=True)
@@ -125,8 +128,14 @@ def room_for(free: dict[str, float | None], cons: dict[str, float]) -> float:
         have = free.get(d)
         if have is None:
             continue
-        room = min(room, math.floor((have + EPSILON) / need))
+        room = min(room, _whole_fits(have, need))
     return max(room, 0)
+
+
+def _whole_fits(have: float, need: float) -> float:
+    """floor(have / need), infinite when the quotient is beyond counting."""
+    q = (have + EPSILON) / need
+    return math.inf if q > 1e15 else math.floor(q)
 
 
 @dataclass
@@ -152,9 +161,10 @@ class Request:
         self.validate()
 
     def validate(self) -> None:
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
+        if isinstance(self.count, bool) or not isinstance(self.count, int) or not (
+                1 <= self.count <= MAX_COUNT):
             raise ConfigError(f"count: {self.count!r} is not a whole number of instances "
-                              "(1 or more)", field="count", value=self.count)
+                              f"from 1 to {MAX_COUNT}", field="count", value=self.count)
         if not isinstance(self.resources, dict):
             raise ConfigError("resources: must be a mapping of CPU, memory, disk, GPU",
                               field="resources")
@@ -162,9 +172,10 @@ class Request:
             if k not in REQUEST_DIMS:
                 raise ConfigError(f"resources.{k}: unknown resource (allowed: "
                                   f"{', '.join(REQUEST_DIMS)})", field=f"resources.{k}")
-            if isinstance(v, bool) or not isinstance(v, int | float) or v < 0:
-                raise ConfigError(f"resources.{k}: {v!r} is not a number >= 0",
-                                  field=f"resources.{k}", value=v)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                    0 <= v <= MAX_AMOUNT):
+                raise ConfigError(f"resources.{k}: {v!r} is not a number from 0 to "
+                                  f"{MAX_AMOUNT:g}", field=f"resources.{k}", value=v)
         if self.strategy not in STRATEGIES:
             raise ConfigError(f"strategy: {self.strategy!r} is not one of "
                               f"{', '.join(STRATEGIES)}", field="strategy",
@@ -185,8 +196,10 @@ class Request:
                 raise ConfigError("weighers: must map weigher names to multipliers",
                                   field="weighers")
             for k, v in self.weighers.items():
-                if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
-                    raise ConfigError(f"weighers.{k}: {v!r} is not a number",
+                if isinstance(v, bool) or not isinstance(v, int | float) or not (
+                        -MAX_MULTIPLIER <= v <= MAX_MULTIPLIER):
+                    raise ConfigError(f"weighers.{k}: {v!r} is not a multiplier from "
+                                      f"{-MAX_MULTIPLIER:g} to {MAX_MULTIPLIER:g}",
                                       field=f"weighers.{k}", value=v)
         if self.availability_zones is not None and (
             not isinstance(self.availability_zones, list)
@@ -213,7 +226,12 @@ class Request:
                 f"{', '.join(cls.__dataclass_fields__)})", field=unknown[0])
         if "count" not in d:
             raise ConfigError("count: missing (how many instances to place)", field="count")
-        return cls(**{k: copy.deepcopy(v) for k, v in d.items()})
+        d = {k: copy.deepcopy(v) for k, v in d.items()}
+        if isinstance(d["count"], float) and d["count"].is_integer():
+            d["count"] = int(d["count"])  # JSON has one number type
+        if d.get("exclude") is None:
+            d.pop("exclude", None)
+        return cls(**d)
 
     def with_count(self, count: int, exclude: list[str] | None = None) -> Request:
         d = self.to_dict()
@@ -387,7 +405,7 @@ class VirtualState:
             have = free.get(d)
             if have is None:
                 continue
-            r = math.floor((have - n * need + EPSILON) / need)
+            r = _whole_fits(have - n * need, need)
             if r < room:
                 room = r
         return room if room > 0 else 0
@@ -420,7 +438,7 @@ class VirtualState:
                 continue
             if used:
                 have -= used.get(d, 0.0)
-            r = math.floor((have + EPSILON) / need)
+            r = _whole_fits(have, need)
             if r < room:
                 room = r
         return room if room > 0 else 0

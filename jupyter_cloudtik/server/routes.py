@@ -18,6 +18,7 @@ API_PREFIX = "cloudtik/api"
 
 ROUTE_MODULES: tuple[str, ...] = (
     "jupyter_cloudtik.server.handlers",
+    "jupyter_cloudtik.server.placement_handlers",
 )
 
 

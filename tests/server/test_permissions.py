@@ -11,7 +11,8 @@ import requests
 from jupyter_cloudtik.server.routes import build_routes, route_table
 
 METHODS = ("get", "post", "put", "patch", "delete")
-FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml"}
+FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml",
+        "reservation_id": "some-reservation"}
 
 
 def _concrete(pattern: str) -> str:

@@ -4,6 +4,7 @@ input, live events and their resumption."""
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import pytest
@@ -46,9 +47,8 @@ def test_openapi_document_is_served_and_valid(lab):
 def test_every_route_is_documented():
     documented = set(openapi.spec()["paths"])
     for path, handler in route_table()[:-1]:  # the last one is the catch-all 404
-        template = path.replace("(?P<name>[^/]+)", "{name}").replace(
-            "(?P<op_id>[^/]+)", "{op_id}").replace(r"openapi\.(?P<fmt>yaml|json)",
-                                                   "openapi.yaml")
+        template = re.sub(r"\(\?P<(\w+)>\[\^/\]\+\)", r"{\1}", path).replace(
+            r"openapi\.(?P<fmt>yaml|json)", "openapi.yaml")
         assert template in documented, f"{path} ({handler.__name__}) is not in openapi.yaml"
 
 

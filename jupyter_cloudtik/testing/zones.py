@@ -1,4 +1,10 @@
-"""Real zone servers on loopback for the tests: one process per zone, its own state."""
+"""Zone servers on loopback, for tests and trying zones out: one process per zone.
+
+``start_zone(root, name, offers, token)`` starts ``python -m jupyter_cloudtik.placement.server``
+with its own state folder, config and offer catalog, and returns a ``Zone`` that can call
+its API and run ``jupyter cloudtik`` as that zone's admin.  ``SilentServer`` accepts
+connections and never answers (a hung zone).
+"""
 
 from __future__ import annotations
 
