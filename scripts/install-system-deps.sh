@@ -11,6 +11,8 @@ declare -A PACKAGES=(
   [munge]=/usr/sbin/munged
   # HPC: the slurm backend over SSH is tested against a real sshd on loopback
   [openssh-server]=/usr/sbin/sshd
+  [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
+  [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
 )
 
 missing=()
@@ -20,6 +22,10 @@ done
 # python3-venv is only needed when the interpreter has no venv module of its own
 if python3 -c "import venv, ensurepip" 2>/dev/null; then
   missing=("${missing[@]/python3-venv}")
+fi
+# any node >= 18 on PATH will do (e.g. from nodesource)
+if command -v node >/dev/null; then
+  missing=("${missing[@]/nodejs}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 
