@@ -150,6 +150,7 @@ class JobManager:
         self.registry = BackendRegistry(self.hpc, self.store.state_dir, self.secrets, log,
                                         self.settings)
         self._submitting: set[str] = set()
+        self._tasks: set[asyncio.Task] = set()
         self._due: dict[str, float] = {}
         self._interval: dict[str, float] = {}
         self._retry: dict[str, float] = {}
@@ -168,13 +169,16 @@ class JobManager:
         return self.registry.get(name)
 
     # submitting -----------------------------------------------------------------------------
-    async def submit(self, spec: JobSpec, backend: str | None = None) -> JobInfo:
+    async def submit(self, spec: JobSpec, backend: str | None = None, *,
+                     wait_submitted: bool = True) -> JobInfo:
         """Check the job, record it, stage its inputs and submit it.
 
         Everything that can be checked is checked before anything is recorded: the
         backend, the notebook, the resources against the backend's limits, every input
         and the output location.  Returns once the backend accepted the job (state
-        ``queued``) or, if it did not answer, with the job ``unknown`` and the reason.
+        ``queued``) or, if it did not answer, with the job ``unknown`` and the reason;
+        with ``wait_submitted=False`` as soon as the job is recorded (``submitting``;
+        staging and submitting go on in the background: the REST API answers 202).
         """
         name = self.registry.resolve(backend)
         be = self.registry.get(name)
@@ -210,9 +214,20 @@ class JobManager:
                  dumps(spec.to_dict()), dumps(plan), op.id, self.user, now, now))
         self.ops.emit(op.id, "recorded", f"job {job_id} ({spec.name}) for backend '{name}'",
                       0.05, data={"job": job_id, "state": SUBMITTING})
-        await self._submit(job_id)
-        self._wake(name)
+        if wait_submitted:
+            await self._submit(job_id)
+            self._wake(name)
+        else:
+            task = asyncio.get_running_loop().create_task(self._submit_then_wake(job_id, name))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
         return self.get(job_id)
+
+    async def _submit_then_wake(self, job_id: str, backend: str) -> None:
+        try:
+            await self._submit(job_id)
+        finally:
+            self._wake(backend)
 
     def _validate(self, be: HPCBackend, spec: JobSpec) -> None:
         try:

@@ -1,0 +1,148 @@
+"""HPC job routes against a real JupyterLab: shapes validated against openapi.yaml, the
+whole life of a job, bad input named by field, cancel."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import requests
+import yaml
+from openapi_core import OpenAPI
+from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
+
+
+def _nb(*cells) -> dict:
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}},
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {"tags": tags},
+                       "execution_count": None, "outputs": [], "source": src}
+                      for i, (src, tags) in enumerate(cells)]}
+
+
+PARAM = _nb(("factor = 1", ["parameters"]),
+            ("value = int(open('data.txt').read())\nprint('result', value * factor)\n"
+             "open('result.txt', 'w').write(str(value * factor))", []))
+LONG = _nb(("import time\nprint('sleeping', flush=True)\ntime.sleep(300)", []))
+
+
+@pytest.fixture(scope="module")
+def spec_checker(lab):
+    served = yaml.safe_load(lab.get("openapi.yaml").text)
+    served["servers"] = [{"url": lab.api_url.rstrip("/")}]
+    return OpenAPI.from_dict(served)
+
+
+def checked(spec_checker, resp: requests.Response) -> requests.Response:
+    spec_checker.validate_response(RequestsOpenAPIRequest(resp.request),
+                                   RequestsOpenAPIResponse(resp))
+    return resp
+
+
+@pytest.fixture(scope="module")
+def job_files(lab):
+    d = lab.root / "jobs-api"
+    d.mkdir(exist_ok=True)
+    (d / "param.ipynb").write_text(json.dumps(PARAM))
+    (d / "long.ipynb").write_text(json.dumps(LONG))
+    (d / "data.txt").write_text("6\n")
+    return d
+
+
+def wait_job(lab, job_id: str, states=("succeeded", "failed", "cancelled"),
+             timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = lab.get(f"jobs/{job_id}").json()
+        if job["state"] in states:
+            return job
+        time.sleep(0.2)
+    raise AssertionError(f"job {job_id} did not reach {states}: {job}")
+
+
+def test_job_life_cycle_over_rest(lab, spec_checker, job_files):
+    backends = checked(spec_checker, lab.get("hpc/backends")).json()
+    assert backends["default_backend"] == "local"
+    assert {"local", "dask"} <= {b["name"] for b in backends["backends"]}
+
+    resp = checked(spec_checker, lab.request("POST", "jobs", json={
+        "notebook": "jobs-api/param.ipynb", "parameters": {"factor": 3},
+        "inputs": ["jobs-api/data.txt"], "time": "10m"}))
+    assert resp.status_code == 202, resp.text
+    job = resp.json()["job"]
+    assert resp.headers["Location"].endswith(f"/cloudtik/api/jobs/{job['id']}")
+    assert job["state"] in ("submitting", "queued", "running")
+    assert job["notebook"] == str(job_files / "param.ipynb")  # relative to the root folder
+    assert resp.json()["operation"]["kind"] == "hpc.job"
+
+    job = wait_job(lab, job["id"])
+    assert job["state"] == "succeeded", job["reason"]
+    checked(spec_checker, lab.get(f"jobs/{job['id']}"))
+    checked(spec_checker, lab.get(f"jobs/{job['id'][:5]}"))  # a unique beginning is enough
+    listing = checked(spec_checker, lab.get("jobs")).json()["jobs"]
+    assert job["id"] in [j["id"] for j in listing]
+
+    logs = checked(spec_checker, lab.get(f"jobs/{job['id']}/logs")).json()
+    assert "result 18" in logs["text"] and logs["done"]
+    more = checked(spec_checker, lab.get(f"jobs/{job['id']}/logs",
+                                         params={"offset": logs["offset"]})).json()
+    assert more["text"] == "" and more["offset"] == logs["offset"]
+
+    outputs = checked(spec_checker, lab.get(f"jobs/{job['id']}/outputs")).json()
+    assert {o["name"] for o in outputs["outputs"]} == {"param.out.ipynb", "result.txt"}
+    raw = lab.get(f"jobs/{job['id']}/files/result.txt")
+    assert raw.status_code == 200 and raw.content == b"18"
+
+    fetched = checked(spec_checker, lab.request("POST", f"jobs/{job['id']}/fetch",
+                                                json={})).json()
+    assert fetched["dest"] == f"hpc-jobs/{job['id']}"
+    assert fetched["output_notebook"] == f"hpc-jobs/{job['id']}/param.out.ipynb"
+    assert (lab.root / "hpc-jobs" / job["id"] / "result.txt").read_text() == "18"
+    # the executed notebook is a real notebook the contents API serves
+    nb = lab.session.get(lab.url + "api/contents/" + fetched["output_notebook"],
+                         headers=lab.headers()).json()
+    assert "result 18" in json.dumps(nb["content"])
+
+    events = lab.get(f"operations/{job['op_id']}/events").json()["events"]
+    assert [e["step"] for e in events][-1] == "succeeded"
+    assert lab.get("operations/" + job["op_id"]).json()["owner_pid"] == lab.proc.pid
+
+
+def test_bad_job_requests_name_the_field(lab, spec_checker, job_files):
+    cases = [
+        ({"notebook": "jobs-api/param.ipynb", "backend": "nope"}, 400, "backend"),
+        ({"notebook": "jobs-api/missing.ipynb"}, 404, "notebook"),
+        ({"notebook": "jobs-api/param.ipynb", "cpus": 4096}, 409, "cpus"),
+        ({"notebook": "jobs-api/param.ipynb", "nodes": 0}, 400, "nodes"),
+        ({"notebook": "jobs-api/param.ipynb", "time": "soon"}, 400, "time"),
+        ({"notebook": "jobs-api/param.ipynb", "command": ["true"]}, 400, "command"),
+        ({"notebook": "jobs-api/param.ipynb", "inputs": ["jobs-api/absent.csv"]}, 404,
+         "inputs"),
+        ({"notebook": "jobs-api/param.ipynb", "surprise": 1}, 400, "body"),
+        ({}, 400, "notebook"),
+    ]
+    before = len(lab.get("jobs").json()["jobs"])
+    for body, status, field in cases:
+        resp = checked(spec_checker, lab.request("POST", "jobs", json=body))
+        assert resp.status_code == status, (body, resp.text)
+        assert resp.json()["field"] == field, (body, resp.json())
+        assert "Traceback" not in resp.text
+    assert len(lab.get("jobs").json()["jobs"]) == before  # nothing was recorded
+    assert checked(spec_checker, lab.get("jobs/feedbeef0")).status_code == 404
+    assert lab.get("jobs/feedbeef0/logs").json()["reason"] == "not_found"
+
+
+def test_cancel_over_rest(lab, spec_checker, job_files):
+    job = lab.request("POST", "jobs", json={"notebook": "jobs-api/long.ipynb"}).json()["job"]
+    wait_job(lab, job["id"], ("running",), 90)
+    deadline = time.monotonic() + 60
+    while "sleeping" not in lab.get(f"jobs/{job['id']}/logs").json()["text"]:
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+    resp = checked(spec_checker, lab.request("DELETE", f"jobs/{job['id']}"))
+    assert resp.status_code == 200
+    assert wait_job(lab, job["id"], timeout=60)["state"] == "cancelled"
+    outside = lab.request("POST", f"jobs/{job['id']}/fetch", json={"dest": "/tmp"})
+    assert outside.status_code == 400 and outside.json()["field"] == "dest"
