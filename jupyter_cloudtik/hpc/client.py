@@ -145,14 +145,27 @@ class JobsClient:
             self.runner.stop()
 
 
-_clients: dict[str, JobsClient] = {}
+_clients: dict = {}
 _lock = threading.Lock()
 
 
 def get_jobs_client(settings=None) -> JobsClient:
-    """The jobs client of this process for the configured state folder."""
-    from ..core.settings import default_settings
+    """The jobs client of this process: the Jupyter server's REST API inside a kernel the
+    server started (``CLOUDTIK_API_URL`` set), else the job manager in process for the
+    configured state folder."""
+    import os
 
+    from ..core.settings import default_settings
+    from ..session import API_URL_ENV
+
+    url = os.environ.get(API_URL_ENV)
+    if url and settings is None:
+        with _lock:
+            if ("rest", url) not in _clients:
+                from .rest import RestJobsClient
+
+                _clients[("rest", url)] = RestJobsClient.from_environment()
+            return _clients[("rest", url)]
     settings = settings or default_settings()
     key = str(settings.state_dir)
     with _lock:

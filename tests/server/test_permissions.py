@@ -12,7 +12,7 @@ from jupyter_cloudtik.server.routes import build_routes, route_table
 
 METHODS = ("get", "post", "put", "patch", "delete")
 FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml",
-        "reservation_id": "some-reservation"}
+        "reservation_id": "some-reservation", "job_id": "some-job"}
 
 
 def _concrete(pattern: str) -> str:

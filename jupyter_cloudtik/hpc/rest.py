@@ -1,0 +1,156 @@
+"""``RestJobsClient``: the jobs client over the server extension's REST API.
+
+A kernel started by a Jupyter server with the extension (``CLOUDTIK_API_URL`` set) asks
+the server, which runs the one job manager and poller, instead of running its own; the
+same calls as ``JobsClient`` answer with the same types, so ``%hpc`` and ``Job`` cannot tell
+the difference.  Local paths are made absolute here (the kernel's folder), as the server
+would otherwise read them relative to its root folder.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from ..core.operations import Event
+from ..rest_client import RestBackend, _seg
+from .base import JobSpec, LogChunk, OutputFile
+from .models import JobInfo
+from .staging import is_local, local_path, split_named
+
+
+def _absolute(location: str) -> str:
+    name, loc = split_named(location)
+    if not is_local(loc):
+        return location
+    path = str(local_path(loc).resolve())
+    return f"{name}={path}" if name else path
+
+
+class RestJobsClient:
+    kind = "rest"
+
+    def __init__(self, rest: RestBackend) -> None:
+        self.rest = rest
+
+    @classmethod
+    def from_environment(cls) -> RestJobsClient:
+        return cls(RestBackend.from_environment())
+
+    def __repr__(self) -> str:
+        return f"<RestJobsClient {self.rest.url}>"
+
+    # reading ---------------------------------------------------------------------------
+    def backends(self) -> list[dict[str, Any]]:
+        return self.rest._json("GET", "hpc/backends")["backends"]
+
+    def get(self, job_id: str) -> JobInfo:
+        return JobInfo.from_dict(self.rest._json("GET", f"jobs/{_seg(job_id)}"))
+
+    def list(self, active_only: bool = False, backend: str | None = None,
+             limit: int = 100) -> list[JobInfo]:
+        data = self.rest._json("GET", "jobs", params={
+            "active": "true" if active_only else None, "backend": backend, "limit": limit})
+        return [JobInfo.from_dict(j) for j in data["jobs"]]
+
+    def refresh(self, job_id: str) -> JobInfo:
+        return JobInfo.from_dict(self.rest._json("GET", f"jobs/{_seg(job_id)}",
+                                                 params={"refresh": "true"}))
+
+    def run_tick(self) -> None:
+        """The server polls by itself."""
+
+    def events(self, job_id: str, after: int = 0) -> list[Event]:
+        op_id = self.get(job_id).op_id
+        data = self.rest._json("GET", f"operations/{_seg(op_id)}/events",
+                               params={"after": after or None})
+        return [Event.from_dict(e) for e in data["events"]]
+
+    def watch(self, job_id: str, after: int = 0) -> Iterator[Event]:
+        return self.rest.events(self.get(job_id).op_id, after=after)
+
+    # acting ----------------------------------------------------------------------------
+    def submit(self, spec: JobSpec, backend: str | None = None) -> JobInfo:
+        """Submit, and return once the backend took the job (as the core does)."""
+        r, a = spec.resources, spec.attributes
+        env = spec.environment
+        body: dict[str, Any] = {
+            "notebook": _absolute(spec.notebook) if spec.notebook else None,
+            "command": spec.command, "backend": backend, "name": spec.name,
+            "parameters": spec.parameters, "nodes": r.node_count,
+            "cpus": r.cpu_cores_per_process, "tasks_per_node": r.processes_per_node,
+            "memory": r.memory, "time": f"{a.duration:.0f}s" if a.duration else None,
+            "queue": a.queue_name, "account": a.account, "reservation": a.reservation_id,
+            "inputs": [_absolute(i) for i in spec.inputs], "outputs": list(spec.outputs),
+            "output": _absolute(spec.output) if spec.output else None,
+            "container": env.container if env else None,
+            "python": env.python if env else None, "kernel": spec.kernel,
+            "env": dict(env.variables) if env and env.variables else None,
+        }
+        body = {k: v for k, v in body.items() if v is not None}
+        info = JobInfo.from_dict(self.rest._json("POST", "jobs", body=body)["job"])
+        while info.state == "submitting":
+            time.sleep(0.05)
+            info = self.get(info.id)
+        return info
+
+    def cancel(self, job_id: str) -> JobInfo:
+        return JobInfo.from_dict(self.rest._json("DELETE", f"jobs/{_seg(job_id)}"))
+
+    def wait(self, job_id: str, timeout: float | None = None) -> JobInfo:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.get(job_id)
+            if info.done or (deadline is not None and time.monotonic() > deadline):
+                return info
+            time.sleep(0.2)
+
+    def logs(self, job_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        data = self.rest._json("GET", f"jobs/{_seg(job_id)}/logs",
+                               params={"offset": offset, "limit": limit})
+        return LogChunk(data["text"], data["offset"], data["eof"])
+
+    def follow_logs(self, job_id: str, offset: int = 0, poll: float = 0.5) -> Iterator[str]:
+        while True:
+            chunk = self.logs(job_id, offset)
+            offset = chunk.offset
+            if chunk.text:
+                yield chunk.text
+                continue
+            if self.get(job_id).done:
+                final = self.logs(job_id, offset)
+                if final.text:
+                    yield final.text
+                return
+            time.sleep(poll)
+
+    def outputs(self, job_id: str) -> list[OutputFile]:
+        data = self.rest._json("GET", f"jobs/{_seg(job_id)}/outputs")
+        return [OutputFile(o["name"], o["size"]) for o in data["outputs"]]
+
+    def read_file(self, job_id: str, name: str) -> bytes:
+        return self.rest._request("GET", f"jobs/{_seg(job_id)}/files/{_seg(name)}").content
+
+    def fetch(self, job_id: str, dest: str | Path | None = None,
+              names: list[str] | None = None) -> list[Path]:
+        """Download the results into this kernel's folder (``hpc-jobs/<job id>``)."""
+        info = self.get(job_id)
+        target = Path(dest).expanduser() if dest else Path.cwd() / "hpc-jobs" / info.id
+        if names is None:
+            names = [f.name for f in self.outputs(info.id)]
+        out = []
+        for name in names:
+            path = (target / name).resolve()
+            if target.resolve() not in path.parents:
+                from ..core.errors import ConfigError
+
+                raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.read_file(info.id, name))
+            out.append(path)
+        return out
+
+    def close(self) -> None:
+        pass
