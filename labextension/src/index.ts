@@ -1,5 +1,5 @@
 /**
- * jupyter-cloudtik: the "Clusters" side panel of JupyterLab.
+ * jupyter-cloudtik: the "Clusters" side panel of JupyterLab (clusters, storage, HPC jobs).
  *
  * Everything it shows comes from the server extension's REST API, the same that the
  * %cluster magics in kernels use, so the panel and notebooks see the same clusters and the
@@ -17,6 +17,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { serverApi } from './api';
+import { JobsModel } from './jobs';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
 import { DEFAULT_PREFERENCES, Preferences } from './sections/props';
@@ -47,6 +48,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     notebooks: INotebookTracker | null
   ) => {
     const model = new ClustersModel(serverApi());
+    const jobs = new JobsModel(serverApi());
+    model.onEvent(event => jobs.handleEvent(event));
     let preferences: Preferences = { ...DEFAULT_PREFERENCES };
 
     const insertCode = async (code: string) => {
@@ -68,7 +71,18 @@ const plugin: JupyterFrontEndPlugin<void> = {
       return result.button.accept;
     };
 
-    const panel = new CloudTikPanel({ clusters: model, preferences, insertCode, confirm });
+    const openPath = async (path: string) => {
+      await app.commands.execute('docmanager:open', { path });
+    };
+
+    const panel = new CloudTikPanel({
+      clusters: model,
+      jobs,
+      preferences,
+      insertCode,
+      openPath,
+      confirm
+    });
     panel.id = 'jupyter-cloudtik-panel';
     panel.title.icon = clustersIcon;
     panel.title.caption = 'Clusters';
@@ -87,6 +101,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
           preferences = { ...DEFAULT_PREFERENCES, ...(settings.composite as Partial<Preferences>) };
           panel.update({ preferences });
           model.setRefresh(preferences.refreshInterval);
+          jobs.setRefresh(preferences.refreshInterval);
         };
         settings.changed.connect(apply);
         apply();
@@ -95,6 +110,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     }
     void model.start(preferences.refreshInterval);
+    void jobs.start(preferences.refreshInterval);
   }
 };
 

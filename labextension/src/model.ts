@@ -45,6 +45,7 @@ export async function errorFromResponse(response: Response): Promise<ApiError> {
 }
 
 export type Listener = () => void;
+export type EventListener = (event: CloudTikEvent) => void;
 
 export class ClustersModel {
   clusters: Cluster[] = [];
@@ -58,6 +59,7 @@ export class ClustersModel {
   loaded = false;
 
   private listeners = new Set<Listener>();
+  private eventListeners = new Set<EventListener>();
   private abort: AbortController | null = null;
   private timer: ReturnType<typeof setInterval> | null = null;
   private refreshQueued: ReturnType<typeof setTimeout> | null = null;
@@ -67,6 +69,12 @@ export class ClustersModel {
   onChange(listener: Listener): () => void {
     this.listeners.add(listener);
     return () => this.listeners.delete(listener);
+  }
+
+  /** Every event of the stream, for sections that follow other operations (jobs). */
+  onEvent(listener: EventListener): () => void {
+    this.eventListeners.add(listener);
+    return () => this.eventListeners.delete(listener);
   }
 
   protected changed(): void {
@@ -128,6 +136,9 @@ export class ClustersModel {
       return;
     }
     const event = JSON.parse(message.data) as CloudTikEvent;
+    for (const listener of [...this.eventListeners]) {
+      listener(event);
+    }
     const row = this.ops.apply(event);
     if (!row) {
       return;

@@ -36,7 +36,10 @@ export function ClustersSection(props: SectionProps): JSX.Element {
   useModel(model);
   const now = useNow(1);
   const [creating, setCreating] = React.useState(false);
-  const rows = model.ops.visible(now);
+  // operations of other features (jobs, storage) show in their own sections
+  const rows = model.ops
+    .visible(now)
+    .filter(r => r.kind.startsWith('cluster.') || r.kind === 'operation');
   return (
     <div className="jp-CloudTik-clusters">
       <div className="jp-CloudTik-toolbar">

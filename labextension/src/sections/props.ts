@@ -1,3 +1,4 @@
+import { JobsModel } from '../jobs';
 import { ClustersModel } from '../model';
 
 /** User preferences from the settings registry (schema/plugin.json). */
@@ -18,9 +19,12 @@ export const DEFAULT_PREFERENCES: Preferences = {
 /** What every section gets from the panel. */
 export interface SectionProps {
   clusters: ClustersModel;
+  jobs: JobsModel;
   preferences: Preferences;
   /** put code into the active notebook (a new cell below the active one) */
   insertCode: (code: string) => Promise<void>;
+  /** open a file (a path under the server's root folder) in JupyterLab */
+  openPath: (path: string) => Promise<void>;
   /** ask the user to confirm; resolves true when they did */
   confirm: (title: string, body: string, action: string) => Promise<boolean>;
 }

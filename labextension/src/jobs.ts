@@ -1,0 +1,236 @@
+/**
+ * The state behind the Jobs section: recorded HPC jobs, the selected job's log tail.
+ *
+ * Jobs come from `GET jobs` (the store only: cheap), refreshed when an event of a job's
+ * operation arrives on the panel's one event stream, and every few seconds for the
+ * runtimes.  The selected job's log is read incrementally (`jobs/<id>/logs?offset=`) while
+ * it runs.
+ */
+
+import { BadgeKind } from './format';
+import { CloudTikApi } from './model';
+import { CloudTikEvent } from './types';
+
+export interface NotebookError {
+  cell: number;
+  execution_count: number | null;
+  ename: string;
+  evalue: string;
+  source: string;
+}
+
+export interface Job {
+  id: string;
+  name: string;
+  backend: string;
+  backend_type: string;
+  kind: string;
+  state: string;
+  native_id: string | null;
+  native_state: string | null;
+  reason: string | null;
+  exit_code: number | null;
+  error: NotebookError | null;
+  op_id: string | null;
+  output_notebook: string | null;
+  created_at: number;
+  submitted_at: number | null;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+export const FINAL_JOB_STATES = ['succeeded', 'failed', 'cancelled'];
+
+export function jobBadge(state: string): BadgeKind {
+  switch (state) {
+    case 'succeeded':
+      return 'ok';
+    case 'running':
+    case 'queued':
+    case 'submitting':
+      return 'busy';
+    case 'unknown':
+      return 'warn';
+    case 'failed':
+      return 'error';
+    default:
+      return 'off';
+  }
+}
+
+/** Seconds the job has run (until now, or until it ended). */
+export function jobRuntime(job: Job, now: number): number | null {
+  if (!job.started_at) {
+    return null;
+  }
+  return (job.finished_at ?? now) - job.started_at;
+}
+
+type Listener = () => void;
+
+export class JobsModel {
+  jobs: Job[] = [];
+  error: string | null = null;
+  loaded = false;
+  /** the job whose log is shown */
+  selected: string | null = null;
+  log = '';
+  logOffset = 0;
+
+  private listeners = new Set<Listener>();
+  private timer: ReturnType<typeof setInterval> | null = null;
+  private tailTimer: ReturnType<typeof setTimeout> | null = null;
+  private refreshQueued: ReturnType<typeof setTimeout> | null = null;
+  private tailing = false;
+
+  constructor(
+    readonly api: CloudTikApi,
+    readonly tailSeconds = 1
+  ) {}
+
+  onChange(listener: Listener): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
+  }
+
+  private changed(): void {
+    for (const listener of [...this.listeners]) {
+      listener();
+    }
+  }
+
+  async start(refreshSeconds = 10): Promise<void> {
+    await this.refresh();
+    this.loaded = true;
+    this.changed();
+    this.setRefresh(refreshSeconds);
+  }
+
+  setRefresh(seconds: number): void {
+    if (this.timer !== null) {
+      clearInterval(this.timer);
+    }
+    this.timer = setInterval(() => void this.refresh(), Math.max(seconds, 1) * 1000);
+  }
+
+  stop(): void {
+    if (this.timer !== null) {
+      clearInterval(this.timer);
+      this.timer = null;
+    }
+    if (this.tailTimer !== null) {
+      clearTimeout(this.tailTimer);
+      this.tailTimer = null;
+    }
+  }
+
+  job(id: string | null): Job | undefined {
+    return this.jobs.find(j => j.id === id);
+  }
+
+  /** An event from the panel's stream: a job's operation moved, so its row may have. */
+  handleEvent(event: CloudTikEvent): void {
+    const ours = this.jobs.some(j => j.op_id === event.op_id);
+    const newJob = event.step === 'start' && event.message.startsWith('hpc.job ');
+    if (ours || newJob) {
+      this.queueRefresh();
+    }
+  }
+
+  private queueRefresh(): void {
+    if (this.refreshQueued !== null) {
+      return;
+    }
+    this.refreshQueued = setTimeout(() => {
+      this.refreshQueued = null;
+      void this.refresh();
+    }, 200);
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      const data = await this.api.request<{ jobs: Job[] }>('jobs?limit=50');
+      this.jobs = data.jobs;
+      this.changed();
+    } catch (e) {
+      this.setError(e instanceof Error ? e.message : String(e));
+    }
+  }
+
+  /** Show this job's log (read from the start, then followed while the job runs). */
+  select(id: string | null): void {
+    if (this.selected === id) {
+      return;
+    }
+    this.selected = id;
+    this.log = '';
+    this.logOffset = 0;
+    if (this.tailTimer !== null) {
+      clearTimeout(this.tailTimer);
+      this.tailTimer = null;
+    }
+    this.changed();
+    if (id !== null) {
+      void this.tail();
+    }
+  }
+
+  /** Read what the selected job's log has beyond what we have; again soon while it runs. */
+  async tail(): Promise<void> {
+    const id = this.selected;
+    if (id === null || this.tailing) {
+      return;
+    }
+    this.tailing = true;
+    let again = false;
+    try {
+      const data = await this.api.request<{
+        text: string;
+        offset: number;
+        eof: boolean;
+        done: boolean;
+      }>(`jobs/${encodeURIComponent(id)}/logs?offset=${this.logOffset}`);
+      if (this.selected !== id) {
+        return; // the user picked another job meanwhile
+      }
+      if (data.offset > this.logOffset) {
+        this.log += data.text;
+        this.logOffset = data.offset;
+        this.changed();
+      }
+      again = !data.done || !data.eof;
+    } catch (e) {
+      this.setError(e instanceof Error ? e.message : String(e));
+    } finally {
+      this.tailing = false;
+    }
+    if (again && this.selected === id) {
+      this.tailTimer = setTimeout(() => void this.tail(), this.tailSeconds * 1000);
+    }
+  }
+
+  async cancel(id: string): Promise<void> {
+    const job = await this.api.request<Job>(`jobs/${encodeURIComponent(id)}`, {
+      method: 'DELETE'
+    });
+    this.jobs = this.jobs.map(j => (j.id === job.id ? job : j));
+    this.changed();
+  }
+
+  /** Copy the executed notebook and results under the root folder; its path to open. */
+  async fetchResult(id: string): Promise<string> {
+    const data = await this.api.request<{ output_notebook: string | null; dest: string }>(
+      `jobs/${encodeURIComponent(id)}/fetch`,
+      { method: 'POST', body: {} }
+    );
+    if (!data.output_notebook) {
+      throw new Error(`job ${id} has no executed notebook; its results are in ${data.dest}`);
+    }
+    return data.output_notebook;
+  }
+
+  setError(message: string | null): void {
+    this.error = message;
+    this.changed();
+  }
+}
