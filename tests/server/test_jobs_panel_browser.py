@@ -48,7 +48,9 @@ def page(browser, lab):
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{lab.url}lab?token={lab.token}")
+    # a workspace of its own: the layout this test leaves (panel open) is not restored in
+    # the other browser tests, which use the default workspace
+    page.goto(f"{lab.url}lab/workspaces/jobs-panel-test?token={lab.token}")
     page.wait_for_selector("li[data-id='jupyter-cloudtik-panel']", timeout=90_000)
     page.click("li[data-id='jupyter-cloudtik-panel']")
     page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live", timeout=30_000)
