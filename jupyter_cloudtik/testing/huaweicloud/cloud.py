@@ -606,7 +606,14 @@ class Cloud:
     def list_route_tables(self, call: Call):
         items = [rt for rt in self.r["routetable"].values()
                  if not call.query.get("vpc_id") or rt["vpc_id"] == call.query["vpc_id"]]
-        return 200, {"routetables": [self._rt_view(rt) for rt in items]}
+        views = [self._rt_view(rt) for rt in items]
+        for v in views:  # the list answer carries no routes
+            v.pop("routes")
+        return 200, {"routetables": views}
+
+    def show_route_table(self, call: Call):
+        rt = self._get("routetable", call.params["routetable_id"], "vpc", "route table")
+        return 200, {"routetable": self._rt_view(rt)}
 
     def update_route_table(self, call: Call):
         rt = self._get("routetable", call.params["routetable_id"], "vpc", "route table")

@@ -76,6 +76,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("GET", "/v2.0/vpc/peerings", "list_vpc_peerings", "vpc"),
     ("DELETE", "/v2.0/vpc/peerings/{peering_id}", "delete_vpc_peering", "vpc"),
     ("GET", "/v1/{project_id}/routetables", "list_route_tables", "vpc"),
+    ("GET", "/v1/{project_id}/routetables/{routetable_id}", "show_route_table", "vpc"),
     ("PUT", "/v1/{project_id}/routetables/{routetable_id}", "update_route_table", "vpc"),
     ("POST", "/v1/{project_id}/publicips", "create_publicip", "eip"),
     ("GET", "/v1/{project_id}/publicips", "list_publicips", "eip"),
