@@ -733,6 +733,8 @@ class ClusterManager:
 
     async def _scale(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any]) -> Any:
         name = cfg["cluster_name"]
+        # the same bootstrapped node configs as `up`: same launch hashes, nothing replaced
+        cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
         heads = await asyncio.to_thread(
             prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD})
         info = None
