@@ -459,7 +459,8 @@ class ClusterManager:
                         target: dict[str, int]) -> None:
         """Refuse before starting anything when the provider cannot hold the new nodes."""
         cap: Capacity = prov.capacity()
-        if cap.cpus is None and cap.memory is None and cap.gpus is None:
+        if cap.cpus is None and cap.memory is None and cap.gpus is None and (
+                cap.max_nodes is None):
             return
         name = cfg["cluster_name"]
         types = cfg["available_node_types"]
@@ -492,6 +493,9 @@ class ClusterManager:
                 f"{format_bytes(cap.memory)} free")
         if cap.gpus is not None and need["GPU"] > cap.gpus:
             problems.append(f"{need['GPU']:g} GPUs needed, {cap.gpus} available")
+        new_nodes = sum(max(c - existing.get(t, 0), 0) for t, c in wanted.items())
+        if cap.max_nodes is not None and new_nodes > cap.max_nodes:
+            problems.append(f"{new_nodes} more node(s) needed, {cap.max_nodes} allowed")
         if problems:
             raise CapacityError(
                 f"not enough capacity for cluster '{name}' ({', '.join(parts)}): "

@@ -18,7 +18,7 @@ def cluster_config(name: str, workspace: str, workers: int = 1, **provider):
             "available_node_types": {
                 "head": {"node_config": {"flavor": "s6.medium.2"}},
                 "worker": {"node_config": {"flavor": "s6.medium.2"}, "min_workers": workers,
-                           "max_workers": 10}},
+                           "max_workers": max(10, workers)}},
             "head_node_type": "head"}
 
 

@@ -74,7 +74,7 @@ class Clients:
         self.checkpoint: Callable[[], None] | None = None
         self.counts: Counter[str] = Counter()
         self._clients: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # building a client may look up the project
         self._project_id = provider_config.get("project_id") or credentials.project_id
         self._domain_id = credentials.domain_id
 

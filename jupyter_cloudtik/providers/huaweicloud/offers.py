@@ -70,11 +70,11 @@ def list_flavors(clients: Clients, zone: str | None = None) -> list[Any]:
 
 
 def list_zones(clients: Clients) -> list[str]:
-    from huaweicloudsdkecs.v2 import NovaListAvailabilityZonesRequest
+    from huaweicloudsdkecs.v2 import ListServerAzInfoRequest
 
-    got = clients.call("ecs", "nova_list_availability_zones",
-                       NovaListAvailabilityZonesRequest()).availability_zone_info or []
-    return [z.zone_name for z in got if z.zone_state is None or z.zone_state.available]
+    got = clients.call("ecs", "list_server_az_info",
+                       ListServerAzInfoRequest()).availability_zones or []
+    return [z.availability_zone_id for z in got]
 
 
 def quota_left(clients: Clients) -> dict[str, int]:

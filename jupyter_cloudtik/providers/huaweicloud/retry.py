@@ -107,7 +107,7 @@ def call_with_retry(
                 raise ProviderError(
                     f"Huawei Cloud {what} failed after {attempt} attempt(s) over "
                     f"{waited:.1f}s of retrying: {describe(exc)}",
-                    code=error_code(exc), status=status_code(exc),
+                    code=error_code(exc), status=status_code(exc), cloud=describe(exc),
                 ) from None
             if on_retry is not None:
                 on_retry(what, attempt, delay, describe(exc))
@@ -127,7 +127,7 @@ def as_provider_error(exc: BaseException, what: str) -> ProviderError:
     if isinstance(exc, (ProviderError, OperationCancelled)):
         return exc  # type: ignore[return-value]
     return ProviderError(f"Huawei Cloud {what} failed: {describe(exc)}",
-                         code=error_code(exc), status=status_code(exc))
+                         code=error_code(exc), status=status_code(exc), cloud=describe(exc))
 
 
 def as_launch_error(exc: BaseException, what: str) -> ProviderError:
@@ -136,8 +136,10 @@ def as_launch_error(exc: BaseException, what: str) -> ProviderError:
         error_code(exc))
     if isinstance(exc, NodeLaunchError):
         return exc
-    if code in LAUNCH_CODES or (status_code(exc) == 403 and code and code.startswith("Ecs")):
-        msg = exc.message if isinstance(exc, ProviderError) else describe(exc)
+    status = exc.details.get("status") if isinstance(exc, ProviderError) else status_code(exc)
+    if code in LAUNCH_CODES or (status == 403 and code and code.startswith("Ecs")):
+        msg = (exc.details.get("cloud") or exc.message) if isinstance(exc, ProviderError) \
+            else describe(exc)
         return NodeLaunchError(f"Huawei Cloud refused to {what}: {msg}", code=code)
     return as_provider_error(exc, what)
 

@@ -307,7 +307,7 @@ class Cloud:
     def list_agencies(self, call: Call):
         if call.query.get("domain_id") != self.domain_id:
             raise bad_request("iam", "domain_id is required and must be the caller's")
-        items = sorted(self.r["agency"].values(), key=lambda a: a["create_time"] + a["id"])
+        items = list(self.r["agency"].values())
         if call.query.get("name"):
             items = [a for a in items if a["name"] == call.query["name"]]
         page = int(call.query.get("page", 1) or 1)
@@ -365,7 +365,7 @@ class Cloud:
         return 200, {"vpc": self._vpc_view(v)}
 
     def list_vpcs(self, call: Call):
-        items = sorted(self.r["vpc"].values(), key=lambda v: v["created_at"] + v["id"])
+        items = list(self.r["vpc"].values())
         if call.query.get("id"):
             items = [v for v in items if v["id"] == call.query["id"]]
         return 200, {"vpcs": [self._vpc_view(v) for v in self._page_marker(items, call.query)]}
@@ -427,7 +427,7 @@ class Cloud:
         return 200, {"subnet": self._subnet_view(s)}
 
     def list_subnets(self, call: Call):
-        items = sorted(self.r["subnet"].values(), key=lambda s: s["created_at"] + s["id"])
+        items = list(self.r["subnet"].values())
         if call.query.get("vpc_id"):
             items = [s for s in items if s["vpc_id"] == call.query["vpc_id"]]
         return 200, {"subnets": [self._subnet_view(s)
@@ -484,8 +484,7 @@ class Cloud:
         return 200, {"security_group": self._sg_view(g)}
 
     def list_security_groups(self, call: Call):
-        items = sorted(self.r["security_group"].values(),
-                       key=lambda g: g["created_at"] + g["id"])
+        items = list(self.r["security_group"].values())
         if call.query.get("vpc_id"):
             items = [g for g in items if g.get("vpc_id") == call.query["vpc_id"]]
         return 200, {"security_groups": [self._sg_view(g)
@@ -543,7 +542,7 @@ class Cloud:
         return 200, {"security_group_rule": self._rule_view(rule)}
 
     def list_security_group_rules(self, call: Call):
-        items = sorted(self.r["security_group_rule"].values(), key=lambda r: r["id"])
+        items = list(self.r["security_group_rule"].values())
         if call.query.get("security_group_id"):
             items = [r for r in items
                      if r["security_group_id"] == call.query["security_group_id"]]
@@ -579,7 +578,7 @@ class Cloud:
         return 201, {"peering": self._peering_view(p)}
 
     def list_vpc_peerings(self, call: Call):
-        items = sorted(self.r["peering"].values(), key=lambda p: p["created_at"] + p["id"])
+        items = list(self.r["peering"].values())
         if call.query.get("name"):
             items = [p for p in items if p["name"] == call.query["name"]]
         if call.query.get("vpc_id"):
@@ -664,7 +663,7 @@ class Cloud:
             "bandwidth_size", "ip_version", "enterprise_project_id", "alias")}}
 
     def list_publicips(self, call: Call):
-        items = sorted(self.r["publicip"].values(), key=lambda e: e["created_at"] + e["id"])
+        items = list(self.r["publicip"].values())
         if call.query.get("id"):
             items = [e for e in items if e["id"] == call.query["id"]]
         return 200, {"publicips": [self._eip_view(e)
@@ -711,7 +710,7 @@ class Cloud:
         return 201, {"nat_gateway": self._nat_view(n)}
 
     def list_nat_gateways(self, call: Call):
-        items = sorted(self.r["nat"].values(), key=lambda n: n["created_at"] + n["id"])
+        items = list(self.r["nat"].values())
         for k in ("name", "router_id", "id", "status"):
             if call.query.get(k):
                 items = [n for n in items if n[k] == call.query[k]]
@@ -764,7 +763,7 @@ class Cloud:
         return 201, {"snat_rule": self._snat_view(r)}
 
     def list_nat_gateway_snat_rules(self, call: Call):
-        items = sorted(self.r["snat"].values(), key=lambda r: r["created_at"] + r["id"])
+        items = list(self.r["snat"].values())
         for k in ("nat_gateway_id", "network_id", "floating_ip_id", "id"):
             if call.query.get(k):
                 items = [r for r in items if r[k] == call.query[k]]
@@ -899,6 +898,12 @@ class Cloud:
         return 200, {"availabilityZoneInfo": [
             {"zoneName": z, "zoneState": {"available": True}, "hosts": None}
             for z in self.zones]}
+
+    def list_server_az_info(self, call: Call):
+        return 200, {"availability_zones": [
+            {"availability_zone_id": z, "type": "Core", "mode": "single",
+             "public_border_group": "center", "alias": z, "az_group_ids": [],
+             "category": 0} for z in self.zones]}
 
     def _used(self, spot: bool | None = None) -> dict[str, int]:
         used = {"instances": 0, "cores": 0, "ram": 0}
@@ -1098,8 +1103,8 @@ class Cloud:
         }
 
     def _visible_servers(self) -> list[dict[str, Any]]:
-        return sorted((s for s in self.r["server"].values() if s["status"] != "DELETED"),
-                      key=lambda s: (s["created_at"], s["id"]))
+        # creation order (dicts keep insertion order), as the cloud pages them
+        return [s for s in self.r["server"].values() if s["status"] != "DELETED"]
 
     def list_servers_details(self, call: Call):
         q = call.query

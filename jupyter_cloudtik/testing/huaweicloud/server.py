@@ -56,6 +56,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
      "batch_create_server_tags", "ecs"),
     ("GET", "/v1/{project_id}/cloudservers/{server_id}", "show_server", "ecs"),
     ("GET", "/v2.1/{project_id}/os-availability-zone", "nova_list_availability_zones", "ecs"),
+    ("GET", "/v1/{project_id}/availability-zones", "list_server_az_info", "ecs"),
     ("POST", "/v1/{project_id}/vpcs", "create_vpc", "vpc"),
     ("GET", "/v1/{project_id}/vpcs", "list_vpcs", "vpc"),
     ("GET", "/v1/{project_id}/vpcs/{vpc_id}", "show_vpc", "vpc"),
