@@ -177,8 +177,8 @@ class WorkspaceManager:
                     res.pop(key, None)
                 else:
                     res[key] = value
-                conn.execute("UPDATE workspaces SET resources = ?, updated_at = ? WHERE name = ?",
-                             (dumps(res), time.time(), name))
+                conn.execute("UPDATE workspaces SET resources = ?, updated_at = ?"
+                             " WHERE name = ?", (dumps(res), time.time(), name))
 
         wp.on_resource = on_resource  # type: ignore[attr-defined]
         return wp
@@ -223,7 +223,8 @@ class WorkspaceManager:
                               field="provider.type")
         creds = prov.pop("credentials", None) or {}
         if not isinstance(creds, dict):
-            raise ConfigError("provider.credentials: must be a mapping", field="provider.credentials")
+            raise ConfigError("provider.credentials: must be a mapping",
+                              field="provider.credentials")
         cls = workspace_provider_class(prov["type"])
         schema = copy.deepcopy(cls.config_schema)
         schema.get("properties", {}).pop("credentials", None)

@@ -379,7 +379,7 @@ class DaskGatewayNodeProvider(NodeProvider):
 
     @classmethod
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
-        from dask_gateway import Gateway
+        from dask_gateway import GatewayCluster
 
         from ..core.settings import default_settings
         from ..core.store import Store
@@ -387,12 +387,12 @@ class DaskGatewayNodeProvider(NodeProvider):
         x = info.extra or {}
         address = x["gateway_address"]
         store = Store(default_settings().state_dir)
-        gw = Gateway(address, proxy_address=x.get("proxy_address"),
-                     public_address=x.get("public_address"),
-                     auth=make_auth(x.get("auth"), address, store))
-        cluster = gw.connect(x["gateway_cluster"], shutdown_on_close=False)
+        cluster = GatewayCluster.from_name(
+            x["gateway_cluster"], shutdown_on_close=False, address=address,
+            proxy_address=x.get("proxy_address"), public_address=x.get("public_address"),
+            auth=make_auth(x.get("auth"), address, store))
         client = cluster.get_client(set_as_default=kwargs.pop("set_as_default", True))
-        client._cloudtik_gateway = (gw, cluster)  # keep them alive as long as the client
+        client._cloudtik_gateway_cluster = cluster  # alive as long as the client
         return client
 
     def node_failure_hint(self, node_id: str) -> str:

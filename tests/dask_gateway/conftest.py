@@ -4,7 +4,8 @@ import os
 
 import psutil
 import pytest
-from gateway_server import GatewayServer
+
+from jupyter_cloudtik.testing.dask_gateway import GatewayServer
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,10 @@ from jupyter_cloudtik.core.errors import CloudTikError
 from jupyter_cloudtik.core.settings import CloudTik
 from jupyter_cloudtik.providers.dask_gateway import close_gateway
 
+# dask-gateway's Gateway.__del__ closes a second time and fails once its loop has stopped
+# (at the end of the session); harmless, and not ours.
+pytestmark = pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+
 
 def _config(gateway, name, workers, **extra):
     return {"cluster_name": name,

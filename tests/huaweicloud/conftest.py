@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -40,10 +39,10 @@ def hwc(tmp_path_factory):
     root = tmp_path_factory.mktemp("hwc-emulator")
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
     env["HOME"] = str(root)
-    log = open(root / "emulator.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
-         "--boot-seconds", "0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    with open(root / "emulator.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
+             "--boot-seconds", "0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
     deadline = time.monotonic() + 30
     while not (root / "emulator.json").exists():
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -68,7 +67,6 @@ def hwc(tmp_path_factory):
     finally:
         if proc.poll() is None:
             proc.kill()
-        log.close()
     left = _emulator_processes(info["emulator_id"])
     assert not left, f"emulated server processes left behind: {left}"
 

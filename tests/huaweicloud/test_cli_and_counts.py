@@ -11,7 +11,6 @@ import pytest
 from hwc_helpers import leftovers
 
 
-
 def cli(*args, env=None):
     return subprocess.run([sys.executable, "-m", "jupyter_cloudtik", *args],
                           capture_output=True, text=True, env=env or dict(os.environ),
@@ -66,13 +65,13 @@ def test_cross_region_peering_is_refused_and_explained(env, hwc, tmp_path):
 
 
 def test_peering_with_a_vpc_of_the_same_region(hwc, core):
-    from hwc_helpers import workspace_config
     from huaweicloudsdkvpc.v2 import (
         CreateVpcOption,
         CreateVpcRequest,
         CreateVpcRequestBody,
         DeleteVpcRequest,
     )
+    from hwc_helpers import workspace_config
 
     from jupyter_cloudtik.providers.huaweicloud.account import make_clients
 

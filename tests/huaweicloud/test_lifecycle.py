@@ -86,7 +86,7 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
     assert core.workspaces.get(ws).state == "deleted"
 
     # --- secrets: nowhere but in the secret store (and now not even there)
-    creds = open(hwc.dir / "credentials").read()
+    creds = (hwc.dir / "credentials").read_text()
     ak = creds.split("access_key = ")[1].split()[0]
     sk = creds.split("secret_key = ")[1].split()[0]
     key_body = private_key.splitlines()[1]

@@ -40,7 +40,9 @@ echo "[cloudtik] $(date -u +%FT%TZ) bootstrap of a {role} node"
 PY="$(command -v python3 || command -v python)"
 
 # 1. the runtime: the versions the user's client has
-if ! "$PY" -c 'import sys, dask, distributed; sys.exit(0 if (dask.__version__, distributed.__version__) == ({dask!r}, {distributed!r}) else 1)' 2>/dev/null; then
+if ! "$PY" -c 'import sys, dask, distributed
+sys.exit((dask.__version__, distributed.__version__) != ({dask!r}, {distributed!r}))' \
+    2>/dev/null; then
   echo "[cloudtik] installing dask=={dask} distributed=={distributed}"
   "$PY" -m pip install --quiet "dask=={dask}" "distributed=={distributed}" "bokeh>=3.1" || exit 1
 fi
@@ -50,7 +52,8 @@ read -r NODE_ID NODE_IP < <("$PY" - "$META" <<'PYEOF'
 import json, sys, urllib.request
 base = sys.argv[1].rstrip("/")
 get = lambda p: urllib.request.urlopen(base + p, timeout=10).read().decode()
-print(json.loads(get("/openstack/latest/meta_data.json"))["uuid"], get("/latest/meta-data/local-ipv4"))
+print(json.loads(get("/openstack/latest/meta_data.json"))["uuid"],
+      get("/latest/meta-data/local-ipv4"))
 PYEOF
 )
 [ -n "${{NODE_IP:-}}" ] || {{ echo "[cloudtik] no metadata service"; exit 1; }}

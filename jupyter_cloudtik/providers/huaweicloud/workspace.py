@@ -508,8 +508,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             ShowRouteTableRequest,
             ShowVpcRequest,
             UpdateRouteTableReq,
-            UpdateRouteTableRequest,
             UpdateRoutetableReqBody,
+            UpdateRouteTableRequest,
             VpcInfo,
         )
 
@@ -703,8 +703,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             RouteTableRouteAction,
             ShowRouteTableRequest,
             UpdateRouteTableReq,
-            UpdateRouteTableRequest,
             UpdateRoutetableReqBody,
+            UpdateRouteTableRequest,
         )
 
         c = self.clients

@@ -244,7 +244,7 @@ class Cloud:
                 states.append("FAIL")
             else:
                 states.append("RUNNING")
-        for sub, st in zip(job["sub_jobs"], states):
+        for sub, st in zip(job["sub_jobs"], states, strict=True):
             sub["status"] = st
         if "RUNNING" not in states:
             job["status"] = "FAIL" if "FAIL" in states else "SUCCESS"

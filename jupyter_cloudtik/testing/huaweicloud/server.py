@@ -182,6 +182,7 @@ class Emulator:
         self._started = threading.Event()
         self._server: tornado.httpserver.HTTPServer | None = None
         self._callbacks: list[PeriodicCallback] = []
+        self._pending: set[asyncio.Future] = set()
 
     # addresses ------------------------------------------------------------------------
     @property
@@ -301,7 +302,9 @@ class Emulator:
         if self.options.boot:
             self.machines.boot(srv)
         if srv.get("eip_id"):
-            asyncio.ensure_future(self._open_forwarders(srv))
+            task = asyncio.ensure_future(self._open_forwarders(srv))
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
 
     def _watch_machines(self) -> None:
         if self.machines is None:
@@ -501,7 +504,7 @@ class ApiHandler(tornado.web.RequestHandler):
 
     async def _api(self, headers, query_pairs):
         emu, req = self.emu, self.request
-        for method, pattern, action, service in COMPILED:
+        for method, pattern, action, service in COMPILED:  # noqa: B007 (used after the loop)
             if method != req.method:
                 continue
             m = pattern.match(req.path)

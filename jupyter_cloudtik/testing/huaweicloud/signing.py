@@ -72,7 +72,7 @@ def verify_sdk_signature(
     if abs((now - when).total_seconds()) > MAX_CLOCK_SKEW:
         raise SignatureError("the request time differs from the server time by more than 15 min")
     names = signed.split(";")
-    if names != sorted(names) or "host" not in names and "x-sdk-date" not in names:
+    if names != sorted(names) or ("host" not in names and "x-sdk-date" not in names):
         raise SignatureError("SignedHeaders is not sorted or signs neither host nor date")
     canonical_headers = "".join(f"{n}:{headers.get(n, '').strip()}\n" for n in names)
     payload = headers.get("x-sdk-content-sha256") or hashlib.sha256(body or b"").hexdigest()

@@ -1,4 +1,10 @@
-"""A real dask-gateway-server (local backend) on loopback ports, for tests and benchmarks."""
+"""A real dask-gateway-server (local backend) on loopback ports, for tests, benchmarks and
+trying the dask-gateway provider without a gateway of your own.
+
+``GatewayServer(folder).start()`` writes a config (basic auth with one shared password,
+the unsafe local backend that runs schedulers and workers as this user) and starts
+``dask-gateway-server``; ``stop()`` ends it and every process it started.
+"""
 
 from __future__ import annotations
 
@@ -48,11 +54,11 @@ class GatewayServer:
         cfg.write_text(CONFIG.format(password=self.password, api_port=self.api_port,
                                      proxy_port=self.proxy_port,
                                      workdir=str(self.root / "work")))
-        log = open(self.root / "gateway.log", "wb")
         server = Path(sys.executable).parent / "dask-gateway-server"
-        self.proc = subprocess.Popen([str(server), "-f", str(cfg)], stdout=log,
-                                     stderr=subprocess.STDOUT, cwd=self.root,
-                                     start_new_session=True, env=dict(os.environ))
+        with open(self.root / "gateway.log", "wb") as log:
+            self.proc = subprocess.Popen([str(server), "-f", str(cfg)], stdout=log,
+                                         stderr=subprocess.STDOUT, cwd=self.root,
+                                         start_new_session=True, env=dict(os.environ))
         deadline = time.monotonic() + 30
         while True:
             try:
@@ -61,7 +67,8 @@ class GatewayServer:
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError("dask-gateway-server did not start: "
-                                       + (self.root / "gateway.log").read_text()[-2000:])
+                                       + (self.root / "gateway.log").read_text()[-2000:]
+                                       ) from None
                 time.sleep(0.05)
 
     def stop(self) -> None:
