@@ -6,6 +6,8 @@ set -euo pipefail
 # package -> a file that proves it is installed
 declare -A PACKAGES=(
   [python3-venv]=/usr/lib/python3/dist-packages
+  [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
+  [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
 )
 
 missing=()
@@ -15,6 +17,10 @@ done
 # python3-venv is only needed when the interpreter has no venv module of its own
 if python3 -c "import venv, ensurepip" 2>/dev/null; then
   missing=("${missing[@]/python3-venv}")
+fi
+# any node >= 18 on PATH will do (e.g. from nodesource)
+if command -v node >/dev/null; then
+  missing=("${missing[@]/nodejs}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 

@@ -1,1 +1,1 @@
-"""Emulators of services that tests cannot reach, shipped so users can dry-run too."""
+"""Helpers users can run too: process checks for tests, and API emulators of clouds."""
