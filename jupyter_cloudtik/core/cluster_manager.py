@@ -513,7 +513,8 @@ class ClusterManager:
         types = cfg["available_node_types"]
         need = {"CPU": 0.0, "memory": 0, "GPU": 0}
         parts = []
-        for t, missing in self._missing(prov, cfg, target).items():
+        missing_by_type = self._missing(prov, cfg, target)
+        for t, missing in missing_by_type.items():
             res = types[t]["resources"]
             for k in need:
                 need[k] += missing * (res.get(k) or 0)
@@ -534,7 +535,7 @@ class ClusterManager:
                 f"{format_bytes(cap.memory)} free")
         if cap.gpus is not None and need["GPU"] > cap.gpus:
             problems.append(f"{need['GPU']:g} GPUs needed, {cap.gpus} available")
-        new_nodes = sum(max(c - existing.get(t, 0), 0) for t, c in wanted.items())
+        new_nodes = sum(missing_by_type.values())
         if cap.max_nodes is not None and new_nodes > cap.max_nodes:
             problems.append(f"{new_nodes} more node(s) needed, {cap.max_nodes} allowed")
         if problems:

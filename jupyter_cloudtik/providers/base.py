@@ -131,6 +131,14 @@ class NodeProvider:
         """Resources of a node type, completed from what the provider knows (e.g. flavor)."""
         return dict(node_type.get("resources") or {})
 
+    @classmethod
+    def placement_options(cls, provider_config: dict[str, Any],
+                          node_type: dict[str, Any]) -> dict[str, Any]:
+        """Placement options a node type gets unless its config says otherwise (e.g. keep
+        the flavor the node type names, pack a batch into one zone).  Same keys as a
+        config's ``placement:`` section; the config's own options win."""
+        return {}
+
     def capacity(self) -> Capacity:
         """What can still be placed; ``Capacity()`` means "no limit known"."""
         return Capacity()

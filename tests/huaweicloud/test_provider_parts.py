@@ -9,7 +9,7 @@ import pytest
 from jupyter_cloudtik.core.errors import ConfigError, ProviderError
 from jupyter_cloudtik.providers.huaweicloud.clients import Clients
 from jupyter_cloudtik.providers.huaweicloud.credentials import HuaweiCloud, resolve
-from jupyter_cloudtik.providers.huaweicloud.offers import flavor_resources, offers
+from jupyter_cloudtik.providers.huaweicloud.offers import flavor_resources, offer_set
 from jupyter_cloudtik.providers.huaweicloud.retry import RetryPolicy
 from jupyter_cloudtik.testing.huaweicloud import Emulator, EmulatorControl, Options
 
@@ -87,16 +87,19 @@ def test_retries_are_bounded_and_reported(emu):
 
 def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     emu.cloud.set_options({"sold_out": [["s6.large.2", "cn-north-4b"]]})
-    got = offers(_clients(emu), prices={"s6.large.2": 0.05})
-    flavors = {o.flavor for o in got}
+    got = offer_set(_clients(emu), prices={"s6.large.2": 0.05})
+    flavors = {o.flavor for o in got.offers}
     assert {"s6.small.1", "s6.large.2", "c7.xlarge.2"} <= flavors
-    large = {o.zone: o for o in got if o.flavor == "s6.large.2"}
-    assert set(large) == {"cn-north-4a", "cn-north-4b", "cn-north-4c"}
-    assert not large["cn-north-4b"].available and large["cn-north-4a"].available
-    assert large["cn-north-4a"].price_per_hour == 0.05 and large["cn-north-4a"].vcpus == 2
-    assert large["cn-north-4a"].quota_nodes == 200
-    prices = [o.price_per_hour for o in got if o.price_per_hour is not None]
-    assert prices == sorted(prices)
+    large = {o.availability_zone: o for o in got.offers if o.flavor == "s6.large.2"}
+    assert set(large) == {"cn-north-4a", "cn-north-4c"}  # sold out in 4b
+    a = large["cn-north-4a"]
+    assert a.price_per_hour == 0.05 and a.size == {"CPU": 2, "memory": 4 * 2**30, "GPU": 0}
+    assert a.node_config == {"flavor": "s6.large.2", "availability_zone": "cn-north-4a",
+                             "market_type": None}
+    pool = got.pools[a.pool]
+    assert pool.free["instances"] == 200 and pool.total["CPU"] == 800
+    spot = offer_set(_clients(emu), spot=True)
+    assert any(o.spot and o.node_config["market_type"] == "spot" for o in spot.offers)
     emu.cloud.set_options({"sold_out": []})
     assert flavor_resources("s6.xlarge.2") == {"CPU": 4, "memory": 8 * 2**30}
     assert flavor_resources("c7.2xlarge.4") == {"CPU": 8, "memory": 32 * 2**30}

@@ -32,7 +32,7 @@ from ..base import (
     NodeProvider,
 )
 from .account import make_clients, retry_reporter, settings_for, wait_until
-from .offers import flavor_resources, list_flavors, offers, quota_left
+from .offers import flavor_resources, list_flavors, offer_set, quota_limits
 from .retry import as_launch_error
 from .userdata import DASHBOARD_PORT, SCHEDULER_PORT, encode, render
 from .workspace import PROVIDER_PROPERTIES
@@ -50,6 +50,7 @@ GONE = {"DELETED", "SOFT_DELETED"}
 ALIVE = {"ACTIVE", "BUILD", "REBOOT", "HARD_REBOOT", "RESIZE", "VERIFY_RESIZE", "MIGRATING"}
 PAGE = 100
 CACHE_SECONDS = 1.0
+DEFAULT_FLAVOR = "s6.large.2"
 CREATE_ROUNDS = 3          # first create plus two for what a job could not make
 DELETE_BATCH = 1000        # ECS deletes at most 1000 servers per call
 
@@ -110,6 +111,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
                           "description": "Mbit/s of the head's EIP."},
             "prices": {"type": "object", "additionalProperties": {"type": "number"},
                        "description": "Hourly price per flavor, for offers and placement."},
+            "currency": {"type": "string", "description": "Currency of the prices."},
         },
     }
     node_config_schema: ClassVar[dict[str, Any]] = {
@@ -154,12 +156,25 @@ class HuaweiCloudNodeProvider(NodeProvider):
     def fill_resources(cls, provider_config: dict[str, Any],
                        node_type: dict[str, Any]) -> dict[str, Any]:
         res = dict(node_type.get("resources") or {})
-        flavor = (node_type.get("node_config") or {}).get("flavor") or "s6.large.2"
+        flavor = (node_type.get("node_config") or {}).get("flavor") or DEFAULT_FLAVOR
         known = flavor_resources(flavor) or {}
         res.setdefault("CPU", known.get("CPU", 1))
         if "memory" not in res and known:
             res["memory"] = int(known["memory"] * 0.9)
         return res
+
+    @classmethod
+    def placement_options(cls, provider_config: dict[str, Any],
+                          node_type: dict[str, Any]) -> dict[str, Any]:
+        """Keep the node type's flavor, and pack a batch into one zone (one create call);
+        a config's ``placement:`` overrides either."""
+        nc = node_type.get("node_config") or {}
+        out: dict[str, Any] = {"strategy": "pack",
+                               "capabilities": {"flavor": nc.get("flavor") or DEFAULT_FLAVOR}}
+        zone = nc.get("availability_zone") or provider_config.get("availability_zone")
+        if zone:
+            out["availability_zones"] = [zone]
+        return out
 
     # plumbing -------------------------------------------------------------------------------
     def workspace(self) -> dict[str, Any]:
@@ -203,10 +218,14 @@ class HuaweiCloudNodeProvider(NodeProvider):
     def flavors(self, zone: str | None = None) -> list[Any]:
         return list_flavors(self.clients, zone)
 
-    def offers(self, spot: bool = False) -> list[dict[str, Any]]:
-        """Flavors x zones with prices and quota (for placement)."""
-        return [o.to_dict() for o in offers(self.clients, self.provider_config.get("prices"),
-                                            spot=spot)]
+    def offers(self, query=None):
+        """Flavors x zones with prices, sharing the project's quota (for placement).
+
+        Placement picks the cheapest offer that fits each node type; to keep a flavor,
+        give the node type ``placement: {capabilities: {flavor: NAME}}``."""
+        return offer_set(self.clients, self.provider_config.get("prices"),
+                         spot=bool(self.provider_config.get("use_spot")),
+                         currency=self.provider_config.get("currency", "USD"))
 
     def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
         from .bootstrap import bootstrap
@@ -215,7 +234,9 @@ class HuaweiCloudNodeProvider(NodeProvider):
 
     def capacity(self) -> Capacity:
         try:
-            left = quota_left(self.clients)
+            q = quota_limits(self.clients)
+            left = {"instances": q["instances_left"], "cores": q["cores_left"],
+                    "ram_mib": q["ram_mib_left"]}
         except ConfigError:
             raise
         except ProviderError:
