@@ -160,11 +160,14 @@ def _provider_options(cfg: dict[str, Any], node_type: dict[str, Any]) -> dict[st
     """The provider's default placement options for a node type (its flavor, ...)."""
     from ..core.config import provider_class
 
+    provider = cfg.get("provider") or {}
+    if not provider.get("type"):
+        return {}
     try:
-        cls = provider_class(cfg["provider"]["type"])
+        cls = provider_class(provider["type"])
     except ConfigError:
         return {}
-    return dict(cls.placement_options(cfg["provider"], node_type) or {})
+    return dict(cls.placement_options(provider, node_type) or {})
 
 
 def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
