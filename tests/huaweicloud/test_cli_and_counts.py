@@ -131,3 +131,23 @@ def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):
         core.run(core.workspaces.delete("counts"))
     assert leftovers(hwc, "counts") == {}
 
+
+
+def test_python_api_of_workspaces(hwc, env):
+    from jupyter_cloudtik import Workspace
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.session import CoreBackend
+
+    backend = CoreBackend(settings=CloudTik(state_dir=str(env), start_reaper=False))
+    try:
+        ws = Workspace.create("pyws", provider="huaweicloud", region=hwc.info["region"],
+                              endpoint=hwc.info["endpoint"], progress=False, backend=backend)
+        assert ws.state == "ready"
+        assert ws.status()["healthy"] is True
+        assert [w.name for w in Workspace.list(backend=backend)] == ["pyws"]
+        assert "vpc_id" in ws._repr_html_()
+        ws.delete(progress=False)
+        assert ws.state == "deleted"
+    finally:
+        backend.runner.stop()
+    assert leftovers(hwc, "pyws") == {}
