@@ -26,7 +26,12 @@ USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
 # Features add their own sub-commands: a module with COMMANDS (a set of top-level command
 # names), add_commands(subparsers) and run(args) -> exit code.
-FEATURE_CLIS: tuple[str, ...] = ("jupyter_cloudtik.placement.cli", "jupyter_cloudtik.hpc.cli")
+FEATURE_CLIS: tuple[str, ...] = (
+    "jupyter_cloudtik.placement.cli",
+    "jupyter_cloudtik.workspace_cli",
+    "jupyter_cloudtik.emulator_cli",
+    "jupyter_cloudtik.hpc.cli",
+)
 
 
 def _feature_modules():
