@@ -183,8 +183,9 @@ class MountSupervisor:
             problem = probe(path, self.settings.health_timeout)
             if problem is None:
                 if state != "mounted":
-                    self._set(name, state="mounted", reason=None, mounted_at=now,
-                              last_check=now)
+                    # after a re-mount the reason stays: it tells the user what happened
+                    self._set(name, state="mounted", mounted_at=now, last_check=now,
+                              reason=row["reason"] if state == "remounting" else None)
                     log.info("mount %s is up at %s", name, path)
                 else:
                     self._set(name, last_check=now)
