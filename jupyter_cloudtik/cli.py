@@ -26,7 +26,7 @@ USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
 # Features add their own sub-commands: a module with COMMANDS (a set of top-level command
 # names), add_commands(subparsers) and run(args) -> exit code.
-FEATURE_CLIS: tuple[str, ...] = ()
+FEATURE_CLIS: tuple[str, ...] = ("jupyter_cloudtik.storage.cli",)
 
 
 def _feature_modules():

@@ -99,7 +99,9 @@ class CloudTikMagics(Magics):
 
 
 # Features add their magics here: (module, Magics class name).
-FEATURE_MAGICS: tuple[tuple[str, str], ...] = ()
+FEATURE_MAGICS: tuple[tuple[str, str], ...] = (
+    ("jupyter_cloudtik.storage.magics", "StorageMagics"),
+)
 
 
 def register(ipython) -> None:

@@ -129,6 +129,27 @@ class StorageInfo:
         d["options"] = {**self.options, **{k: REDACTED for k in self.secret_options}}
         return d
 
+    def __repr__(self) -> str:
+        opts = ", ".join(f"{k}={v}" for k, v in self.to_dict()["options"].items())
+        mount = self.mount or {}
+        state = f"; {mount.get('state')} at {mount.get('mount_path')}" if mount else ""
+        return (f"storage {self.name!r}: {self.backend} {self.source or '/'} "
+                f"({'read-only' if self.read_only else 'read-write'}), mount path "
+                f"{self.mount_path}{state}; options: {opts}")
+
+    def _repr_html_(self) -> str:
+        import html
+
+        rows = [("name", self.name), ("backend", self.backend), ("source", self.source or "/"),
+                ("access", "read-only" if self.read_only else "read-write"),
+                ("mount path", self.mount_path),
+                ("mount", (self.mount or {}).get("state", "-")),
+                *((f"option {k}", v) for k, v in self.to_dict()["options"].items())]
+        body = "".join(f"<tr><th style='text-align:left'>{html.escape(str(k))}</th>"
+                       f"<td style='text-align:left'>{html.escape(str(v))}</td></tr>"
+                       for k, v in rows)
+        return f"<table>{body}</table>"
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> StorageInfo:
         d = dict(d)
