@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -195,9 +196,14 @@ def rclone_version(binary: str) -> str:
 
 
 # --------------------------------------------------------------------------- configs
-def obscure(value: str) -> str:
-    """rclone's ``obscure`` (AES-CTR with rclone's public key, url-safe base64)."""
-    iv = secrets.token_bytes(16)
+def obscure(value: str, deterministic: bool = False) -> str:
+    """rclone's ``obscure`` (AES-CTR with rclone's public key, url-safe base64).
+
+    ``deterministic`` derives the IV from the value, so a config rendered twice is the same
+    text (node configs are part of a launch hash; obscuring is no protection anyway).
+    """
+    iv = (hashlib.sha256(value.encode()).digest()[:16] if deterministic
+          else secrets.token_bytes(16))
     enc = Cipher(algorithms.AES(_OBSCURE_KEY), modes.CTR(iv)).encryptor()
     data = iv + enc.update(value.encode()) + enc.finalize()
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
@@ -213,13 +219,13 @@ class Remote:
     secrets: dict[str, str] = field(default_factory=dict)
     password_options: frozenset[str] = frozenset()
 
-    def lines(self, name: str) -> list[str]:
+    def lines(self, name: str, deterministic: bool = False) -> list[str]:
         out = [f"[{name}]", f"type = {self.backend}"]
         for key, value in {**self.options, **self.secrets}.items():
             if key == "type":
                 continue
             if key in self.password_options and value != "":
-                value = obscure(value)
+                value = obscure(value, deterministic)
             out.append(f"{key} = {config_value(key, value)}")
         return out
 
@@ -237,10 +243,10 @@ def config_value(key: str, value: Any) -> str:
     return text
 
 
-def render_config(remotes: Mapping[str, Remote]) -> str:
+def render_config(remotes: Mapping[str, Remote], deterministic: bool = False) -> str:
     lines: list[str] = []
     for name, remote in remotes.items():
-        lines += remote.lines(name)
+        lines += remote.lines(name, deterministic)
         lines.append("")
     return "\n".join(lines)
 
