@@ -6,6 +6,7 @@ set -euo pipefail
 # package -> a file that proves it is installed
 declare -A PACKAGES=(
   [python3-venv]=/usr/lib/python3/dist-packages
+  [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
 )
 
 missing=()
