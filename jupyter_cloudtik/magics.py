@@ -110,3 +110,26 @@ def register(ipython) -> None:
     ipython.register_magics(CloudTikMagics)
     for module, cls in FEATURE_MAGICS:
         ipython.register_magics(getattr(importlib.import_module(module), cls))
+    _prewarm()
+
+
+def _prewarm() -> None:
+    """Start the local launcher in the background: the first `%cluster up` is then fast."""
+    import os
+    import threading
+
+    from .session import API_URL_ENV
+
+    if os.environ.get(API_URL_ENV):  # the server owns the clusters
+        return
+
+    def run() -> None:
+        try:
+            from .core.settings import default_settings
+            from .providers.local.provider import prewarm_launcher
+
+            prewarm_launcher(default_settings())
+        except Exception:  # only an optimisation: `up` starts the launcher anyway
+            pass
+
+    threading.Thread(target=run, name="cloudtik-prewarm", daemon=True).start()

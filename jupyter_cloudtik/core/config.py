@@ -190,14 +190,10 @@ def normalize(
         cfg.setdefault("head_node_type", "head")
     head = cfg.get("head_node_type")
     if head is None:
-        if "head" in types:
-            head = cfg["head_node_type"] = "head"
-        else:
-            raise ConfigError(
-                "head_node_type: missing; name one of the available_node_types "
-                f"({', '.join(types)})",
-                field="head_node_type",
-            )
+        # only worker types declared: the provider's default head serves them
+        if "head" not in types:
+            types["head"] = cls.default_node_types(prov)["head"]
+        head = cfg["head_node_type"] = "head"
     if head not in types:
         raise ConfigError(
             f"head_node_type: '{head}' is not one of the available_node_types "

@@ -37,14 +37,14 @@ class Reaper:
         self.manager = manager
 
     def watched(self) -> list:
-        return [c for c in self.manager.list()
-                if c.idle_timeout_minutes > 0 and c.state in ("running", "degraded")]
+        """Clusters with an idle timeout that exist (or are being started)."""
+        return [c for c in self.manager.list() if c.idle_timeout_minutes > 0]
 
     async def tick(self) -> list[str]:
         """Check every watched cluster once; returns the names that were shut down."""
         stopped = []
         for info in self.watched():
-            if not info.connect_info:
+            if info.state not in ("running", "degraded") or not info.connect_info:
                 continue
             try:
                 since = await dask_runtime.idle_since(ConnectInfo.from_dict(info.connect_info))

@@ -348,8 +348,10 @@ class Launcher:
             child = self.children.pop(pid, None)
             if child is not None:
                 code = os.waitstatus_to_exitcode(status)
+                path = Path(child["node_dir"], "exitcode")
                 try:
-                    Path(child["node_dir"], "exitcode").write_text(str(code))
+                    if code < 0 or not path.exists():  # killed by a signal: say which
+                        path.write_text(str(code))
                 except OSError:
                     pass
 

@@ -99,15 +99,21 @@ def run_runtime(spec: dict[str, Any]) -> int:
 def run_node(spec: dict[str, Any]) -> int:
     prepare_process(spec)
     try:
-        return run_runtime(spec)
+        code = run_runtime(spec)
     except SystemExit as e:
-        return e.code if isinstance(e.code, int) else 1
+        code = e.code if isinstance(e.code, int) else 1
     except BaseException as e:  # the log is the only place this can go
         import traceback
 
         traceback.print_exc()
         print(f"[cloudtik] node failed: {e!r}", flush=True)
-        return 1
+        code = 1
+    # written before the process ends, so whoever sees it gone can say why
+    try:
+        Path(spec["node_dir"], "exitcode").write_text(str(code))
+    except OSError:
+        pass
+    return code
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -1,9 +1,9 @@
 """Finding, checking and stopping the processes that make up local nodes.
 
 A process is identified by its pid *and* its start time, so a recycled pid is never
-mistaken for a node.  Every node process carries ``CLOUDTIK_NODE_ID`` and
-``CLOUDTIK_STATE_DIR`` in its environment: if a record is ever lost (a crash between fork
-and bookkeeping), ``find_marked_processes`` still finds the process, so nothing is orphaned.
+mistaken for a node.  Every node process writes its output to its node folder's log: if a
+record is ever lost (a crash between fork and bookkeeping), ``find_marked_processes`` still
+finds the process by that open file, so nothing is orphaned.
 """
 
 from __future__ import annotations
@@ -99,36 +99,48 @@ def _kill_group_quietly(pgid: int, sig: int) -> None:
         pass
 
 
+def node_of_process(pid: int, nodes_dir: str) -> str | None:
+    """The node id a process belongs to, read from where its stdout/stderr point.
+
+    Node processes (and everything they start) write to ``<nodes_dir>/<node_id>/node.log``;
+    an open file is a marker that survives ``fork`` (unlike the environment, which /proc
+    shows as it was at ``exec``) and cannot be forgotten by a crash between fork and
+    bookkeeping.
+    """
+    prefix = nodes_dir.rstrip("/") + "/"
+    for fd in (1, 2):
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(prefix):
+            return target[len(prefix):].split("/", 1)[0]
+    return None
+
+
 def find_marked_processes(
     state_dir: Path, cluster: str | None = None, node_ids: Iterable[str] | None = None
 ) -> dict[int, str]:
-    """{pid: node_id} of live processes marked as nodes of this state folder.
+    """{pid: node_id} of live processes that belong to nodes of this state folder.
 
     Only this user's processes are readable, which is what we want: we can only own
-    those.
+    those.  ``cluster`` filters by the node id's prefix (ids are ``<cluster>-<kind>-<hex>``).
     """
     wanted = set(node_ids) if node_ids is not None else None
-    state = str(state_dir)
+    nodes_dir = str(Path(state_dir) / "local" / "nodes")
     found: dict[int, str] = {}
-    me = os.getuid()
-    for proc in psutil.process_iter(["pid", "uids"]):
-        try:
-            if proc.info["uids"] and proc.info["uids"].real != me:
-                continue
-            env = proc.environ()
-        except (psutil.Error, OSError):
+    me = os.getpid()
+    for proc in psutil.process_iter(["pid", "status"]):
+        if proc.pid == me or proc.info["status"] == psutil.STATUS_ZOMBIE:
             continue
-        node_id = env.get(NODE_ID_ENV)
-        if not node_id or env.get(STATE_DIR_ENV) != state:
+        node_id = node_of_process(proc.pid, nodes_dir)
+        if node_id is None:
             continue
-        if cluster is not None and env.get(CLUSTER_ENV) != cluster:
+        if cluster is not None and not (
+            node_id.startswith(f"{cluster}-head-") or node_id.startswith(f"{cluster}-worker-")
+        ):
             continue
         if wanted is not None and node_id not in wanted:
-            continue
-        try:
-            if proc.status() == psutil.STATUS_ZOMBIE:
-                continue
-        except psutil.Error:
             continue
         found[proc.pid] = node_id
     return found

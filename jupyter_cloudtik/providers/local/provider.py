@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from traitlets import Enum, Float, Unicode, default
+from traitlets import Bool, Enum, Float, Unicode, default
 from traitlets.config import Configurable
 
 from ...core.errors import NodeLaunchError
@@ -98,6 +98,10 @@ class LocalProvider(Configurable):
         help="fork: nodes are forked from a launcher daemon with Dask preloaded (fast). "
              "exec: each node is a fresh `python` process.",
     ).tag(config=True)
+    prewarm = Bool(
+        True, help="Start the launcher in the background when the magics are loaded, so "
+                   "the first `%cluster up` does not wait for Dask to be imported.",
+    ).tag(config=True)
     launcher_idle_seconds = Float(
         help="Seconds the launcher daemon stays after its last node ended "
              "(env CLOUDTIK_LAUNCHER_IDLE; default 300).",
@@ -115,6 +119,17 @@ class LocalProvider(Configurable):
             return float(os.environ.get("CLOUDTIK_LAUNCHER_IDLE", "300"))
         except ValueError:
             return 300.0
+
+
+def prewarm_launcher(settings) -> bool:
+    """Start the local launcher now if this setup will use it; True if it was asked to."""
+    local = LocalProvider(parent=settings)
+    if not (local.prewarm and local.launch_method == "fork"
+            and settings.default_provider == "local" and sys.platform.startswith("linux")):
+        return False
+    launcher.ensure_running(settings.state_dir, local.launcher_idle_seconds,
+                            env=scrub_environment(dict(os.environ)))
+    return True
 
 
 class LocalNodeProvider(NodeProvider):
@@ -171,7 +186,8 @@ class LocalNodeProvider(NodeProvider):
                 "node_config": {},
                 "resources": {"CPU": 1},
                 "min_workers": 1,
-                "max_workers": max(machine_cpus(), 1),
+                # a policy cap only: the capacity check refuses what the machine cannot hold
+                "max_workers": max(machine_cpus(), 8),
             },
         }
 
@@ -275,7 +291,15 @@ class LocalNodeProvider(NodeProvider):
             return f"killed: {killed.read_text().strip()}"
         code = d / "exitcode"
         if code.exists():
-            return f"exited with code {code.read_text().strip()}"
+            value = code.read_text().strip()
+            if value.startswith("-"):
+                import signal
+
+                try:
+                    return f"killed by {signal.Signals(-int(value)).name}"
+                except ValueError:
+                    pass
+            return f"exited with code {value}"
         return "process ended"
 
     # NodeProvider -------------------------------------------------------------------------

@@ -1,0 +1,1 @@
+"""Helpers users can run too: process checks for tests, and API emulators of clouds."""

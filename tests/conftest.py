@@ -1,0 +1,135 @@
+"""Shared fixtures: every test gets its own state folder and Jupyter folders, and the
+session fails if any process we started outlives the tests.
+
+Tests that start clusters use ``state_dir`` (sets ``CLOUDTIK_STATE_DIR``), ``settings``,
+``manager`` (async core) or ``backend`` (sync, as the faces use it).  At the end of each test
+every cluster of its state folder is brought down and its daemons are stopped; a node process
+still alive after that fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from jupyter_cloudtik.core.settings import CloudTik, load_user_config
+from jupyter_cloudtik.testing.processes import (
+    cloudtik_processes,
+    describe,
+    kill_all,
+    stop_launcher,
+)
+
+TEST_CONFIG = """
+c.LocalProvider.cpu_overcommit = 8.0     # several small clusters at once on a 2-core CI box
+c.LocalProvider.memory_overcommit = 4.0
+c.LocalProvider.terminate_grace = 2.0
+c.CloudTik.reaper_interval = 0.5
+"""
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_jupyter(tmp_path_factory) -> Path:
+    """Private Jupyter config/data/runtime folders and daemons that linger only briefly."""
+    base = tmp_path_factory.mktemp("cloudtik")
+    env = {
+        "JUPYTER_CONFIG_DIR": base / "jupyter-config",
+        "JUPYTER_DATA_DIR": base / "jupyter-data",
+        "JUPYTER_RUNTIME_DIR": base / "jupyter-runtime",
+        "IPYTHONDIR": base / "ipython",
+    }
+    saved = {k: os.environ.get(k) for k in [*env, "CLOUDTIK_LAUNCHER_IDLE",
+                                             "CLOUDTIK_PROGRESS", "CLOUDTIK_STATE_DIR",
+                                             "JUPYTER_PLATFORM_DIRS"]}
+    for k, v in env.items():
+        v.mkdir(parents=True, exist_ok=True)
+        os.environ[k] = str(v)
+    os.environ["CLOUDTIK_LAUNCHER_IDLE"] = "3"
+    os.environ["CLOUDTIK_PROGRESS"] = "text"
+    os.environ["CLOUDTIK_STATE_DIR"] = str(base / "default-state")
+    os.environ["JUPYTER_PLATFORM_DIRS"] = "1"
+    (env["JUPYTER_CONFIG_DIR"] / "jupyter_cloudtik_config.py").write_text(TEST_CONFIG)
+    yield base
+    leftovers = cloudtik_processes(base)
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    if leftovers:
+        text = describe(leftovers)
+        kill_all(leftovers)
+        pytest.fail(f"processes left behind by the tests (now killed):\n{text}",
+                    pytrace=False)
+
+
+def _down_everything(state_dir: Path) -> None:
+    """Stop every cluster recorded in ``state_dir`` with the real core."""
+    if not (state_dir / "state.db").exists():
+        return
+    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+
+    settings = CloudTik(config=load_user_config(), state_dir=str(state_dir))
+    manager = ClusterManager(settings=settings)
+
+    async def down_all() -> None:
+        for info in manager.list():
+            try:
+                await manager.down(info.name)
+            except Exception as e:  # report, then let the leftover check decide
+                print(f"cleanup: down {info.name} failed: {e}", file=sys.stderr)
+
+    asyncio.run(down_all())
+    manager.store.close()
+
+
+@pytest.fixture
+def state_dir(tmp_path, monkeypatch) -> Path:
+    d = tmp_path / "state"
+    d.mkdir()
+    monkeypatch.setenv("CLOUDTIK_STATE_DIR", str(d))
+    yield d
+    _down_everything(d)
+    stop_launcher(d)
+    leftovers = cloudtik_processes(d)
+    if leftovers:
+        text = describe(leftovers)
+        kill_all(leftovers)
+        # daemons may still be exiting; node processes are a real leak
+        nodes = [line for line in text.splitlines() if "launcher" not in line
+                 and "reaper" not in line]
+        if nodes:
+            pytest.fail("node processes left behind:\n" + "\n".join(nodes), pytrace=False)
+
+
+@pytest.fixture
+def settings(state_dir) -> CloudTik:
+    return CloudTik(config=load_user_config(), state_dir=str(state_dir))
+
+
+@pytest.fixture
+def manager(settings):
+    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+
+    m = ClusterManager(settings=settings)
+    yield m
+    m.store.close()
+
+
+@pytest.fixture
+def backend(settings):
+    from jupyter_cloudtik.session import CoreBackend
+
+    b = CoreBackend(settings=settings)
+    yield b
+    b.runner.stop()
+
+
+@pytest.fixture
+def venv_bin() -> Path:
+    """The folder with this interpreter's scripts (jupyter-cloudtik, dask, ...)."""
+    return Path(sys.executable).parent

@@ -1,0 +1,140 @@
+"""`jupyter cloudtik` as a user runs it: exit codes, --json, messages on stderr."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from jupyter_cloudtik.providers.local.processes import find_marked_processes
+
+
+def cli(venv_bin, *args, timeout=180):
+    return subprocess.run([str(venv_bin / "jupyter-cloudtik"), *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def test_life_cycle_with_json(venv_bin, state_dir):
+    up = cli(venv_bin, "up", "--workers", "1", "--name", "c1", "--json")
+    assert up.returncode == 0, up.stderr
+    info = json.loads(up.stdout)
+    assert info["name"] == "c1" and info["state"] == "running"
+    assert info["summary"]["workers"] == 1
+    assert "workers: 1/1 workers connected" in up.stderr  # progress goes to stderr
+
+    listed = json.loads(cli(venv_bin, "list", "--json").stdout)
+    assert [c["name"] for c in listed] == ["c1"]
+    status = json.loads(cli(venv_bin, "status", "c1", "--json").stdout)
+    assert status["summary"]["workers"] == 1
+    assert {n["kind"] for n in status["nodes"]} == {"head", "worker"}
+
+    scaled = cli(venv_bin, "scale", "c1", "2", "--json")
+    assert scaled.returncode == 0, scaled.stderr
+    assert json.loads(scaled.stdout)["summary"]["workers"] == 2
+
+    logs = cli(venv_bin, "logs", "c1", "--tail", "5")
+    assert logs.returncode == 0 and "==> c1-head-" in logs.stdout
+
+    ops = json.loads(cli(venv_bin, "operations", "--cluster", "c1", "--json").stdout)
+    assert [o["kind"] for o in ops][:2] == ["cluster.scale", "cluster.up"]
+
+    down = cli(venv_bin, "down", "c1", "--json")
+    assert down.returncode == 0 and json.loads(down.stdout) == {"stopped": ["c1"]}
+    assert find_marked_processes(state_dir) == {}
+    assert json.loads(cli(venv_bin, "list", "--json").stdout) == []
+    assert len(json.loads(cli(venv_bin, "list", "--all", "--json").stdout)) == 1
+
+
+@pytest.mark.parametrize(
+    "args, code, message",
+    [
+        (["status", "ghost"], 2, "error: no cluster named 'ghost'"),
+        (["scale", "ghost", "2"], 2, "error: no cluster named 'ghost'"),
+        (["scale", "ghost", "-2"], 2, "-2 is negative"),
+        (["up", "--workers", "x"], 2, "'x' is not a whole number"),
+        (["launch"], 2, "invalid choice: 'launch'"),
+        (["up", "--provider", "nimbus"], 2, "unknown provider 'nimbus'; installed: "),
+        (["up", "/nonexistent.yaml"], 2, "config file /nonexistent.yaml does not exist"),
+        (["cancel", "000000000000"], 2, "no operation with id"),
+    ],
+)
+def test_bad_input_exit_codes(venv_bin, state_dir, args, code, message):
+    r = cli(venv_bin, *args)
+    assert r.returncode == code, (r.stdout, r.stderr)
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_config_file_names_the_field(venv_bin, state_dir, tmp_path):
+    cfg = tmp_path / "bad.yaml"
+    cfg.write_text("available_node_types:\n  worker:\n    max_workers: -1\n")
+    r = cli(venv_bin, "up", str(cfg), "--json")
+    assert r.returncode == 2
+    assert json.loads(r.stdout)["error"] == {
+        "message": "available_node_types.worker.max_workers: -1 is less than the minimum of 0",
+        "reason": "invalid",
+        "field": "available_node_types.worker.max_workers",
+    }
+    cfg.write_text("provider: {type: local\n")
+    r = cli(venv_bin, "up", str(cfg))
+    assert r.returncode == 2 and "YAML syntax error at line 2" in r.stderr
+
+
+def test_capacity_refusal_exit_code(venv_bin, state_dir, tmp_path):
+    cfg = tmp_path / "big.yaml"
+    cfg.write_text("available_node_types:\n  worker:\n    resources: {CPU: 4096}\n"
+                   "    min_workers: 1\n")
+    r = cli(venv_bin, "up", str(cfg))
+    assert r.returncode == 2 and "not enough capacity" in r.stderr
+    assert json.loads(cli(venv_bin, "list", "--all", "--json").stdout) == []
+
+
+def test_failed_operation_exit_code_1(venv_bin, state_dir, tmp_path):
+    cfg = tmp_path / "broken.yaml"
+    cfg.write_text("setup_commands: ['exit 9']\n")
+    r = cli(venv_bin, "up", str(cfg))
+    assert r.returncode == 1
+    assert "setup command 1 failed with exit code 9" in r.stderr
+    assert cli(venv_bin, "down").returncode == 0
+
+
+def test_module_entry_point(state_dir):
+    r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "list", "--json"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0 and json.loads(r.stdout) == []
+
+
+def test_jupyter_subcommand(venv_bin, state_dir):
+    r = subprocess.run([str(venv_bin / "jupyter"), "cloudtik", "--version"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0
+    from jupyter_cloudtik import __version__
+
+    assert r.stdout.strip() == __version__
+
+
+def test_idle_cluster_is_reaped_without_any_kernel(venv_bin, state_dir, tmp_path):
+    cfg = tmp_path / "idle.yaml"
+    cfg.write_text("cluster_name: sleepy\nidle_timeout_minutes: 0.03\n")
+    r = cli(venv_bin, "up", str(cfg), "--workers", "1")
+    assert r.returncode == 0, r.stderr
+    # the CLI process is gone; only the reaper daemon can stop it
+    deadline = time.monotonic() + 60
+    state = None
+    while time.monotonic() < deadline:
+        state = json.loads(cli(venv_bin, "list", "--all", "--json").stdout)[0]
+        if state["state"] == "stopped":
+            break
+        time.sleep(0.5)
+    assert state["state"] == "stopped"
+    assert state["reason"].startswith("idle for ")
+    assert find_marked_processes(state_dir) == {}
+    from jupyter_cloudtik.core.reaper import reaper_running
+
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and reaper_running(state_dir):
+        time.sleep(0.2)
+    assert not reaper_running(state_dir), "the reaper did not exit with nothing to watch"

@@ -1,0 +1,248 @@
+"""Real local clusters: dask scheduler and worker processes, real computations."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from jupyter_cloudtik import Cluster
+from jupyter_cloudtik.core.errors import (
+    CapacityError,
+    ConflictError,
+    NotFoundError,
+)
+from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
+
+
+def node_pids(state_dir, cluster="default") -> dict[int, str]:
+    return find_marked_processes(state_dir, cluster=cluster)
+
+
+def test_up_compute_scale_down(backend, state_dir):
+    c = Cluster.up(workers=2, name="calc", progress=False, backend=backend)
+    info = c.refresh()
+    assert info.state == "running"
+    assert info.running_workers == 2
+    assert info.dashboard_link.startswith("http://127.0.0.1:")
+    pids = node_pids(state_dir, "calc")
+    assert len(pids) == 3  # scheduler + 2 workers
+
+    client = c.client()
+    try:
+        futures = client.map(lambda x: x * x, range(100))
+        assert client.submit(sum, futures).result() == sum(x * x for x in range(100))
+        workers = client.scheduler_info()["workers"]
+        assert {w["name"] for w in workers.values()} == {n.node_id for n in info.workers}
+        assert all(w["nthreads"] == 1 for w in workers.values())
+    finally:
+        client.close()
+
+    c.scale(1, progress=False)
+    assert c.refresh().running_workers == 1
+    c.scale(3, progress=False)
+    assert c.refresh().running_workers == 3
+    assert len(node_pids(state_dir, "calc")) == 4
+
+    before = node_pids(state_dir, "calc")
+    c.down(progress=False)
+    assert c.refresh().state == "stopped"
+    for pid in before:
+        assert not is_alive(pid), f"process {pid} survived down"
+
+
+def test_up_again_replaces_a_dead_worker(backend, state_dir):
+    c = Cluster.up(workers=2, progress=False, backend=backend)
+    worker_pid = next(p for p, n in node_pids(state_dir).items() if "-worker-" in n)
+    os.killpg(worker_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and c.refresh().state != "degraded":
+        time.sleep(0.1)
+    info = c.refresh()
+    assert info.state == "degraded", info
+    assert "1 of 2 workers" in info.reason
+
+    again = Cluster.up(workers=2, progress=False, backend=backend)  # same config: reconcile
+    assert again.name == c.name
+    info = c.refresh()
+    assert info.state == "running" and info.running_workers == 2
+    assert worker_pid not in node_pids(state_dir)
+
+
+def test_up_of_a_running_cluster_is_idempotent(backend, state_dir):
+    Cluster.up(workers=1, progress=False, backend=backend)
+    pids = node_pids(state_dir)
+    Cluster.up(workers=1, progress=False, backend=backend)
+    assert node_pids(state_dir) == pids  # nothing restarted
+
+
+def test_refusals_change_nothing(backend, state_dir, settings):
+    with pytest.raises(CapacityError) as e:
+        Cluster.up(workers=50, progress=False, backend=backend,
+                   config={"available_node_types": {"worker": {
+                       "resources": {"CPU": 1}, "max_workers": 50}}})
+    assert "not enough capacity" in e.value.message and "nothing was started" in e.value.message
+    assert backend.list(include_stopped=True) == []  # no record, no process
+    assert node_pids(state_dir) == {}
+
+    with pytest.raises(CapacityError, match="memory"):
+        Cluster.up(workers=1, progress=False, backend=backend,
+                   config={"available_node_types": {"worker": {
+                       "resources": {"CPU": 1, "memory": "100TiB"}}}})
+
+    Cluster.up(workers=1, progress=False, backend=backend)
+    with pytest.raises(ConflictError, match="exists with a different config"):
+        Cluster.up(workers=2, progress=False, backend=backend)
+    with pytest.raises(NotFoundError, match="no cluster named 'nope'; clusters: default"):
+        Cluster.get("nope", backend=backend)
+    with pytest.raises(Exception, match="more than max_workers"):
+        Cluster("default", backend).scale(1000, progress=False)
+    assert backend.get("default").target_workers == {"worker": 1}
+
+    Cluster("default", backend).down(progress=False)
+    with pytest.raises(ConflictError, match="is stopped; start it with `up`"):
+        Cluster("default", backend).scale(2, progress=False)
+
+
+def test_capacity_counts_other_clusters(backend, settings):
+    from jupyter_cloudtik.providers.local.provider import machine_cpus
+
+    settings.config.LocalProvider.cpu_overcommit = 1.0
+    total = machine_cpus()
+    Cluster.up(workers=total, name="first", progress=False, backend=backend)
+    with pytest.raises(CapacityError) as e:
+        Cluster.up(workers=1, name="second", progress=False, backend=backend)
+    assert "in use by other clusters: first:" in e.value.message
+
+
+def test_cluster_outlives_its_creator_and_is_found_by_others(state_dir, venv_bin, backend):
+    # started by a CLI process that exits; found and used from here
+    out = subprocess.run(
+        [str(venv_bin / "jupyter-cloudtik"), "up", "--workers", "1", "--name", "shared",
+         "--json"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    c = Cluster.get("shared", backend=backend)
+    with c.client() as client:
+        assert client.submit(lambda: 40 + 2).result() == 42
+    assert c.refresh().state == "running"
+
+
+CRASHER = textwrap.dedent("""
+    import sys
+    from jupyter_cloudtik import Cluster
+    Cluster.up(workers=2, name="crash", progress="text")
+""")
+
+
+@pytest.mark.parametrize("kill_when", ["head_started", "workers_started"])
+def test_kill_during_up_then_up_finishes(state_dir, backend, kill_when):
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    marker = "scheduler is up" if kill_when == "head_started" else "starting 2 worker"
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if marker in line:
+            proc.kill()
+            break
+    proc.wait(timeout=30)
+    assert any(marker in line for line in lines), "".join(lines)
+    # the killed process left a running operation and some processes behind
+    assert node_pids(state_dir, "crash")
+    info = backend.get("crash")
+    assert info.state == "starting"
+
+    c = Cluster.up(workers=2, name="crash", progress=False, backend=backend)
+    info = c.refresh()
+    assert info.state == "running" and info.running_workers == 2
+    ops = backend.operations("crash")
+    assert ops[-1].state == "failed" and "interrupted" in ops[-1].reason
+    # every process that exists belongs to a recorded node; down removes all of them
+    recorded = {n.node_id for n in info.nodes}
+    assert set(node_pids(state_dir, "crash").values()) == recorded
+    c.down(progress=False)
+    assert node_pids(state_dir, "crash") == {}
+
+
+def test_kill_during_up_then_down_cleans_up(state_dir, backend):
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        if "starting 2 worker" in line:
+            proc.send_signal(signal.SIGKILL)
+            break
+    proc.wait(timeout=30)
+    Cluster("crash", backend).down(progress=False)
+    assert node_pids(state_dir, "crash") == {}
+    assert backend.get("crash").state == "stopped"
+
+
+def test_cancel_an_up_in_progress(state_dir, manager):
+    async def scenario():
+        handle = await manager.start_up({"available_node_types": {"worker": {
+            "min_workers": 2, "resources": {"CPU": 1},
+        }}, "setup_commands": ["sleep 30"]})
+        async for ev in handle.events():
+            if ev.step == "head":
+                break
+        await handle.cancel()
+        return handle.info
+
+    op = asyncio.run(scenario())
+    assert op.state == "cancelled"
+    info = manager.get("default")
+    assert info.state == "failed" and "cancelled" in info.reason
+    asyncio.run(manager.down("default"))
+    assert node_pids(state_dir) == {}
+
+
+def test_a_failing_node_reports_its_log(manager, state_dir):
+    cfg = {"setup_commands": ["echo setting up; exit 7"]}
+    with pytest.raises(Exception) as e:
+        asyncio.run(manager.up(cfg))
+    assert "exited with code 3" in str(e.value)  # setup failure exit code
+    assert "setup command 1 failed with exit code 7" in str(e.value)
+    info = manager.get("default")
+    assert info.state == "failed"
+    logs = manager.logs("default")
+    assert any("setting up" in text for text in logs.values())
+
+
+def test_memory_limit_is_enforced(backend, state_dir):
+    c = Cluster.up(progress=False, backend=backend, config={
+        "available_node_types": {"worker": {"min_workers": 1,
+                                             "resources": {"CPU": 1, "memory": "400MiB"}}}})
+    pid = next(p for p, n in node_pids(state_dir).items() if "-worker-" in n)
+    with c.client() as client:
+        def hog():  # touch every page (calloc'ed zeros would not count) and hold them
+            block = b"x" * (600 * 2**20)
+            time.sleep(30)
+            return len(block)
+
+        fut = client.submit(hog, pure=False)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and is_alive(pid):
+            time.sleep(0.2)
+        fut.cancel()
+    assert not is_alive(pid), "the worker over its memory limit kept running"
+    logs = c.logs()
+    assert any("over 95% of its memory limit" in t for t in logs.values())
+
+
+def test_exec_launch_method(backend, settings, state_dir):
+    c = Cluster.up(workers=1, progress=False, backend=backend,
+                   config={"provider": {"type": "local", "launch_method": "exec"}})
+    with c.client() as client:
+        assert client.submit(lambda: "hi").result() == "hi"
+    pids = node_pids(state_dir)
+    assert all("python" in " ".join(psutil.Process(p).cmdline()) or
+               "dask" in " ".join(psutil.Process(p).cmdline()) for p in pids)
+    c.down(progress=False)
+    assert node_pids(state_dir) == {}

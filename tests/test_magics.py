@@ -1,0 +1,157 @@
+"""The %cluster magics in a real kernel, driven through nbclient."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import nbformat
+import pytest
+from jupyter_core.utils import run_sync
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+from nbformat.v4 import new_code_cell, new_notebook
+
+from jupyter_cloudtik.magics import CloudTikMagics
+from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
+
+
+class Kernel:
+    """Run cells one at a time in a real kernel, restartable, like a user would."""
+
+    def __init__(self, client: NotebookClient) -> None:
+        self.client = client
+        self.index = 0
+
+    def run(self, source: str, allow_error: bool = False):
+        cell = new_code_cell(source)
+        self.client.nb.cells.append(cell)
+        try:
+            self.client.execute_cell(cell, self.index)
+        except CellExecutionError:
+            if not allow_error:
+                raise
+        self.index += 1
+        return cell.outputs
+
+    def restart(self) -> None:
+        run_sync(self.client.km.restart_kernel)(now=True)
+        run_sync(self.client.kc.wait_for_ready)(timeout=60)
+
+    def pid(self) -> int:
+        return int(text_of(self.run("import os; print(os.getpid())")).strip())
+
+
+def text_of(outputs) -> str:
+    parts = []
+    for o in outputs:
+        if o.get("output_type") == "stream":
+            parts.append(o["text"])
+        elif o.get("output_type") in ("execute_result", "display_data"):
+            parts.append(o["data"].get("text/html") or o["data"].get("text/plain", ""))
+        elif o.get("output_type") == "error":
+            parts.append(f"{o['ename']}: {o['evalue']}")
+    return "\n".join(parts)
+
+
+@pytest.fixture
+def kernel(state_dir):
+    nb = new_notebook()
+    client = NotebookClient(nb, kernel_name="python3", timeout=180, allow_errors=False)
+    with client.setup_kernel():
+        yield Kernel(client)
+
+
+def test_magics_end_to_end_with_kernel_restart(kernel, state_dir):
+    kernel.run("%load_ext jupyter_cloudtik")
+    kernel.run("%env CLOUDTIK_PROGRESS=auto")  # widgets, as in JupyterLab
+    out = kernel.run("c = %cluster up --workers 2 --name nb\nc")
+    widget_views = [o for o in out if "application/vnd.jupyter.widget-view+json" in
+                    o.get("data", {})]
+    assert widget_views, "no progress widget was shown"
+    html = text_of(out)
+    assert "nb" in html and "running" in html and "2/2" in html
+
+    out = kernel.run("client = %cluster client nb\n"
+                     "print('RESULT', client.submit(sum, range(101)).result())")
+    assert "RESULT 5050" in text_of(out)
+
+    # the progress bar ended full and green (widget state saved by nbclient)
+    kernel.client.set_widgets_metadata()
+    state = kernel.client.nb.metadata.get("widgets", {}).get(
+        "application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    bars = [m["state"] for m in state.values() if m.get("model_name") == "FloatProgressModel"]
+    assert bars and bars[-1]["value"] == 1.0 and bars[-1]["bar_style"] == "success"
+
+    # bad input: one-line UsageError, nothing changed
+    out = kernel.run("%cluster explode", allow_error=True)
+    assert "UsageError" in text_of(out) and "invalid choice: 'explode'" in text_of(out)
+    out = kernel.run("%cluster scale nb many", allow_error=True)
+    assert "UsageError" in text_of(out) and "'many' is not a whole number" in text_of(out)
+    out = kernel.run("%cluster status nope", allow_error=True)
+    assert "UsageError: no cluster named 'nope'; clusters: nb" in text_of(out)
+    out = kernel.run("%cluster up --workers 3 --name nb", allow_error=True)
+    assert "exists with a different config" in text_of(out)
+
+    pids = find_marked_processes(state_dir, cluster="nb")
+    assert len(pids) == 3
+
+    old_pid = kernel.pid()
+    kernel.restart()
+    assert kernel.pid() != old_pid, "the kernel did not restart"
+    kernel.run("%load_ext jupyter_cloudtik")
+    out = kernel.run("%cluster status nb")
+    assert "running" in text_of(out) and "2/2" in text_of(out)
+    assert find_marked_processes(state_dir, cluster="nb") == pids  # untouched by the restart
+    out = kernel.run("%cluster list")
+    assert "nb" in text_of(out)
+    out = kernel.run("%cluster down nb")
+    assert "cluster 'nb' is stopped" in text_of(out)
+    for pid in pids:
+        assert not is_alive(pid)
+    out = kernel.run("%cluster list")
+    assert "No clusters" in text_of(out)
+
+
+def test_interrupting_up_cancels_it(kernel, state_dir, tmp_path):
+    cfg = tmp_path / "slow.yaml"
+    cfg.write_text("cluster_name: slow\nsetup_commands: ['sleep 60']\n")
+    kernel.run("%load_ext jupyter_cloudtik")
+    kc, km = kernel.client.kc, kernel.client.km
+    msg_id = kc.execute(f"%cluster up {cfg}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not find_marked_processes(state_dir, cluster="slow"):
+        time.sleep(0.1)
+    time.sleep(0.5)
+    run_sync(km.interrupt_kernel)()
+    texts = []
+    while True:
+        msg = run_sync(kc.get_iopub_msg)(timeout=60)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            texts.append(msg["content"]["text"])
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    assert "cancelled" in "".join(texts)
+    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.core.settings import CloudTik, load_user_config
+
+    m = ClusterManager(CloudTik(config=load_user_config(), state_dir=str(state_dir)))
+    assert m.ops.list(target="cluster:slow")[0].state == "cancelled"
+    kernel.run("%cluster down slow")
+    assert find_marked_processes(state_dir, cluster="slow") == {}
+
+
+def test_help_documents_every_subcommand():
+    doc = CloudTikMagics.cluster.__doc__
+    for sub in ("up", "down", "status", "list", "scale", "client", "logs"):
+        assert f"%cluster {sub}" in doc
+
+
+def test_notebook_output_is_plain_json(kernel, state_dir):
+    # what nbformat writes must survive a round trip (papermill/nbclient users save it)
+    kernel.run("%load_ext jupyter_cloudtik")
+    kernel.run("%cluster list")
+    text = nbformat.writes(kernel.client.nb)
+    assert json.loads(text)["cells"]

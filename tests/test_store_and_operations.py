@@ -1,0 +1,133 @@
+"""The state store and operations, used by several processes at once."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConflictError, NotFoundError, OperationCancelled
+from jupyter_cloudtik.core.operations import OperationContext, Operations
+from jupyter_cloudtik.core.store import Store, StoreError
+
+
+def test_wal_mode_and_private_file(state_dir):
+    store = Store(state_dir)
+    assert store.query_one("PRAGMA journal_mode")[0] == "wal"
+    assert (store.path.stat().st_mode & 0o777) == 0o600
+    assert store.schema_version("core") == 1
+
+
+def test_migrations_apply_once_and_refuse_newer_databases(state_dir):
+    store = Store(state_dir)
+    steps = ["CREATE TABLE t1 (x INTEGER)", "ALTER TABLE t1 ADD COLUMN y TEXT"]
+    store.ensure_schema("feature", steps)
+    store.ensure_schema("feature", steps)  # no-op the second time
+    assert store.schema_version("feature") == 2
+    other = Store(state_dir)  # another process's view: applies nothing new
+    other.ensure_schema("feature", steps)
+    other.execute("INSERT INTO t1 (x, y) VALUES (1, 'a')")
+    with pytest.raises(StoreError, match="newer than this jupyter_cloudtik knows"):
+        Store(state_dir).ensure_schema("feature", steps[:1])
+
+
+WRITER = textwrap.dedent("""
+    import sys, time
+    from jupyter_cloudtik.core.store import Store
+    from jupyter_cloudtik.core.operations import Operations
+    ops = Operations(Store(sys.argv[1]))
+    for i in range(int(sys.argv[2])):
+        op = ops.start("test.write", f"thing:{sys.argv[3]}-{i}")
+        for j in range(5):
+            ops.emit(op.id, "step", f"{sys.argv[3]} {i} {j}", j / 5)
+        ops.finish(op.id, "succeeded", result={"i": i})
+    print("ok")
+""")
+
+
+def test_two_processes_write_at_the_same_time(state_dir):
+    Store(state_dir)  # create the schema first, as any first user would
+    procs = [
+        subprocess.Popen([sys.executable, "-c", WRITER, str(state_dir), "40", name],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for name in ("a", "b")
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+        assert out.strip() == "ok"
+    ops = Operations(Store(state_dir))
+    done = ops.list(limit=1000)
+    assert len(done) == 80 and all(o.state == "succeeded" for o in done)
+    events = ops.events(limit=10000)
+    assert len(events) == 80 * 7  # start + 5 steps + succeeded
+    ids = [e.id for e in events]
+    assert ids == sorted(ids) and len(set(ids)) == len(ids)
+
+
+def test_events_resume_after_an_id(state_dir):
+    ops = Operations(Store(state_dir))
+    op = ops.start("test", "thing:x")
+    for i in range(10):
+        ops.emit(op.id, "step", f"m{i}", i / 10)
+    first = ops.events(op.id)
+    middle = first[4].id
+    rest = ops.events(op.id, after=middle)
+    assert [e.message for e in rest] == [e.message for e in first[5:]]
+
+
+def test_exclusive_operations_and_cancellation(state_dir):
+    ops = Operations(Store(state_dir))
+    op = ops.start("cluster.up", "cluster:a")
+    with pytest.raises(ConflictError, match="busy with operation"):
+        ops.start("cluster.scale", "cluster:a")
+    ctx = OperationContext(ops, op.id)
+    ctx.checkpoint()
+    ops.request_cancel(op.id)
+    time.sleep(0.06)
+    with pytest.raises(OperationCancelled):
+        ctx.checkpoint()
+    with pytest.raises(NotFoundError):
+        ops.get("nope")
+
+
+def test_an_operation_whose_process_died_is_marked_interrupted(state_dir):
+    Store(state_dir)
+    code = ("import sys, os; from jupyter_cloudtik.core.store import Store;"
+            "from jupyter_cloudtik.core.operations import Operations;"
+            "op = Operations(Store(sys.argv[1])).start('cluster.up', 'cluster:z');"
+            "print(op.id, flush=True); os._exit(0)")
+    out = subprocess.run([sys.executable, "-c", code, str(state_dir)], capture_output=True,
+                         text=True, check=True).stdout.strip()
+    ops = Operations(Store(state_dir))
+    assert ops.get(out).state == "running"  # as the dead process left it
+    assert ops.active_for("cluster:z") == []  # looking at it finds the owner gone
+    op = ops.get(out)
+    assert op.state == "failed" and "interrupted" in op.reason
+    ops.start("cluster.up", "cluster:z")  # and the target is free again
+
+
+def test_watch_streams_events_until_the_end(state_dir):
+    ops = Operations(Store(state_dir))
+
+    async def scenario():
+        op = ops.start("test", "thing:w")
+
+        async def work():
+            for i in range(3):
+                await asyncio.sleep(0.01)
+                ops.emit(op.id, "step", f"s{i}", (i + 1) / 4)
+            ops.finish(op.id, "succeeded")
+
+        task = asyncio.create_task(work())
+        seen = [e.message async for e in ops.watch(op.id)]
+        await task
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert seen[0] == "test thing:w" and seen[1:4] == ["s0", "s1", "s2"]
+    assert seen[-1] == "done"
