@@ -83,7 +83,7 @@ def main() -> None:
     server = None
     try:
         data = make_data(work / "data", args.scale)
-        server = start_server("s3", work / "s3root", workdir=work / "srv")
+        server = start_server("s3", work / "s3root", workdir=work / "srv", dir_cache_time="5m")
         (work / "s3root" / "bench").mkdir()
         c = Config()
         c.Storage.working_dir = str(work)

@@ -46,6 +46,7 @@ from .rclone import Rclone, fusermount, signal_group, write_config
 log = logging.getLogger("jupyter_cloudtik.storage.mounts")
 
 LOCK_NAME = "mountd.lock"
+PROC_TITLE = "cloudtik mount supervisor"
 REMOTE = "cts0"  # the internal remote name: user names never reach rclone's command line
 
 
@@ -401,17 +402,35 @@ def ensure_supervisor(state_dir: str | Path, settings_json: str,
     return True
 
 
+def _supervisor_process(state_dir: str | Path) -> psutil.Process | None:
+    """The supervisor process of ``state_dir`` from its pid file, even while it exits."""
+    try:
+        pid = int((Path(state_dir) / "storage" / "mountd.pid").read_text())
+        proc = psutil.Process(pid)
+        cmd = " ".join(proc.cmdline())
+        if ("jupyter_cloudtik.storage.mounts" in cmd or PROC_TITLE in cmd) and (
+                proc.status() != psutil.STATUS_ZOMBIE):
+            return proc
+    except (OSError, ValueError, psutil.Error):
+        pass
+    return None
+
+
 def stop_supervisor(state_dir: str | Path, timeout: float = 30.0) -> bool:
-    """Ask the supervisor to unmount everything and exit (mounts stay wanted)."""
-    pid = supervisor_pid(state_dir)
-    if not pid or pid < 0:
+    """Ask the supervisor to unmount everything and exit (mounts stay wanted); True once a
+    running supervisor has exited."""
+    proc = _supervisor_process(state_dir)
+    if proc is None:
         return False
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while supervisor_pid(state_dir) is not None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return supervisor_pid(state_dir) is None
+    with contextlib.suppress(psutil.Error):
+        proc.terminate()
+    try:
+        proc.wait(timeout)
+    except psutil.TimeoutExpired:
+        return False
+    except psutil.Error:
+        pass
+    return True
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -429,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         import setproctitle
 
-        setproctitle.setproctitle(f"cloudtik mount supervisor {args.state_dir}")
+        setproctitle.setproctitle(f"{PROC_TITLE} {args.state_dir}")
     except Exception:
         pass
     from ..core.settings import CloudTik, load_user_config
@@ -451,10 +470,14 @@ def main(argv: list[str] | None = None) -> None:
         if supervisor.stopping.is_set():
             log.info("stopped: mounts were unmounted and will come back with the next "
                      "supervisor")
+        else:
+            log.info("no mount is wanted; exiting")
+        logging.shutdown()
+        # the pid file goes last, so stop_supervisor can always wait for this process
+        os.close(fd)
         with contextlib.suppress(OSError):
             pid_file.unlink()
-        os.close(fd)
-    log.info("no mount is wanted; exiting")
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ class RcloneServer:
 
 def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.PathLike[str],
                  user: str | None = None, password: str | None = None,
-                 dir_cache_time: str = "1s", timeout: float = 20.0) -> RcloneServer:
+                 dir_cache_time: str = "0s", timeout: float = 20.0) -> RcloneServer:
     """Start ``rclone serve KIND root`` on 127.0.0.1 with generated credentials."""
     root, workdir = Path(root), Path(workdir)
     root.mkdir(parents=True, exist_ok=True)

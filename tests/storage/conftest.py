@@ -1,14 +1,13 @@
 """Fixtures of the storage tests: real rclone servers on loopback, a private state folder.
 
 The three servers (``rclone serve s3|webdav|sftp``) start once per session with generated
-credentials.  Every test gets its own state folder and working folder; the manager fixture
-stops the mount supervisor and checks that nothing stays mounted.  A session fixture fails
-the run if an rclone process started by these tests is left behind.
+credentials.  Every test gets its own state folder (``state_dir`` of tests/conftest.py) and
+working folder; ``make_client`` stops the mount supervisor and checks that nothing stays
+mounted.  A session fixture fails the run if an rclone process started here is left behind.
 """
 
 from __future__ import annotations
 
-import os
 import subprocess
 import time
 from pathlib import Path
@@ -93,14 +92,6 @@ def workdir(tmp_path):
 
 
 @pytest.fixture
-def state_dir(tmp_path, monkeypatch):
-    d = tmp_path / "state"
-    monkeypatch.setenv("CLOUDTIK_STATE_DIR", str(d))
-    monkeypatch.setenv("CLOUDTIK_LAUNCHER_IDLE", "5")
-    return d
-
-
-@pytest.fixture
 def settings(state_dir, workdir):
     return make_settings(state_dir, workdir)
 
@@ -129,5 +120,3 @@ def make_client(state_dir, workdir):
 def client(make_client):
     return make_client()
 
-
-os.environ.setdefault("CLOUDTIK_PROGRESS", "text")
