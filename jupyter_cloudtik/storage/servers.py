@@ -83,7 +83,7 @@ def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.P
         env["RCLONE_PASS"] = password
     else:
         raise ValueError(f"unknown server kind {kind!r}")
-    log = workdir / f"serve-{kind}.log"
+    log = workdir / f"serve-{kind}-{secrets.token_hex(4)}.log"  # a fresh log: its port only
     argv = [rclone_binary(), "--config", os.devnull, "serve", kind, "--addr", "127.0.0.1:0",
             "--dir-cache-time", dir_cache_time, "--log-file", str(log), "--log-level", "INFO"]
     if kind == "s3":
