@@ -138,7 +138,15 @@ class StorageManager:
         return self.redactor()(text)
 
     def log_filter(self) -> logging.Filter:
-        return RedactingFilter(self.redactor())
+        """A logging filter that knows the secrets of storages added later too."""
+        manager = self
+
+        class _Live(RedactingFilter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                self.redactor = manager.redactor()
+                return super().filter(record)
+
+        return _Live(self.redactor())
 
     # catalog ---------------------------------------------------------------------------
     def backends(self) -> list[dict[str, Any]]:
