@@ -8,7 +8,14 @@ PIP    := $(BIN)/python -m pip
 # pytest arguments, e.g. `make test PYTEST_ARGS="-k magics -x"`
 PYTEST_ARGS ?=
 
-.PHONY: all install system-deps demo test lint format bench clean
+# the JupyterLab side panel (TypeScript in labextension/, built into jupyter_cloudtik/labextension)
+JLPM      := PATH=$(abspath $(BIN)):$$PATH jlpm
+LAB_DEPS  := labextension/node_modules/.installed
+LAB_BUILT := jupyter_cloudtik/labextension/static/style.js
+LAB_SRC   := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
+             labextension/package.json labextension/tsconfig.json
+
+.PHONY: all install system-deps demo test lint format bench clean labextension js-test
 
 all: install
 
@@ -19,7 +26,22 @@ $(VENV)/.installed: pyproject.toml
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -e ".[test]"
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite . >/dev/null
 	@touch $@
+
+$(LAB_DEPS): labextension/package.json labextension/yarn.lock | $(VENV)/.installed
+	cd labextension && $(JLPM) install
+	@touch $@
+
+$(LAB_BUILT): $(LAB_SRC) | $(LAB_DEPS)
+	cd labextension && $(JLPM) build:prod
+
+# rebuild the side panel after TypeScript changes (the venv links to the build)
+labextension: $(LAB_DEPS) $(LAB_BUILT)
+
+# unit tests of the panel's model code (vitest)
+js-test: $(LAB_DEPS)
+	cd labextension && $(JLPM) test
 
 install: system-deps $(VENV)/.installed
 
@@ -33,11 +55,14 @@ format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format jupyter_cloudtik tests benchmarks
 
-test: install lint
+test: install lint labextension js-test
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py
+	$(BIN)/python benchmarks/api_latency.py
+	$(BIN)/python benchmarks/placement.py --baseline-instances 100
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache test-artifacts
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache test-artifacts \
+	  labextension/node_modules labextension/lib jupyter_cloudtik/labextension

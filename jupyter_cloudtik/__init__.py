@@ -19,3 +19,13 @@ def load_ipython_extension(ipython) -> None:
     from .magics import register
 
     register(ipython)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, str]]:
+    """The Jupyter server extension (REST API): enabled by etc/jupyter on install."""
+    return [{"module": "jupyter_cloudtik.server.extension"}]
+
+
+def _jupyter_labextension_paths() -> list[dict[str, str]]:
+    """The prebuilt JupyterLab side panel inside the package."""
+    return [{"src": "labextension", "dest": "jupyter-cloudtik"}]

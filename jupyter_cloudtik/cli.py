@@ -26,7 +26,10 @@ USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
 # Features add their own sub-commands: a module with COMMANDS (a set of top-level command
 # names), add_commands(subparsers) and run(args) -> exit code.
-FEATURE_CLIS: tuple[str, ...] = ("jupyter_cloudtik.storage.cli",)
+FEATURE_CLIS: tuple[str, ...] = (
+    "jupyter_cloudtik.placement.cli",
+    "jupyter_cloudtik.storage.cli",
+)
 
 
 def _feature_modules():
@@ -76,12 +79,23 @@ def _status_text(info) -> str:
         f"scheduler  {info.scheduler_address or '-'}",
         f"dashboard  {info.dashboard_link or '-'}",
     ]
+    if info.placement:
+        p = info.placement
+        unit = f" {p['currency']}" if p.get("currency") else ""
+        lines.append(f"cost       {p['cost_per_hour']:.3f}{unit} per hour (estimated; "
+                     f"reservation {p['reservation_id']})")
     if info.nodes:
         lines.append("")
-        lines.append(f"{'NODE':34} {'KIND':7} {'TYPE':10} {'STATUS':9} IP")
+        lines.append(f"{'NODE':34} {'KIND':7} {'TYPE':10} {'STATUS':9} {'IP':15} PLACEMENT")
         for n in info.nodes:
+            placed = n.info.get("placement") or {}
+            where = "/".join(x for x in (placed.get("provider"),
+                                         placed.get("availability_zone"),
+                                         placed.get("flavor")) if x)
+            if placed:
+                where += f" {placed.get('price_per_hour', 0):.3f}/h"
             lines.append(f"{n.node_id:34} {n.kind:7} {n.node_type:10} {n.status:9} "
-                         f"{n.internal_ip or '-'}")
+                         f"{n.internal_ip or '-':15} {where or '-'}")
     return "\n".join(lines)
 
 

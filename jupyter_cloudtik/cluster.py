@@ -143,6 +143,7 @@ class Cluster:
             "memory": format_bytes(i.memory),
             "dashboard": i.dashboard_link,
             "age": _age(i.age_seconds),
+            "cost/h": _cost(i),
         }
 
     def _repr_html_(self) -> str:
@@ -182,6 +183,15 @@ class ClusterList(list):
         return "\n".join(lines)
 
 
+def _cost(info) -> str | None:
+    """Estimated cost per hour of the nodes that exist (from placement), e.g. '1.250 EUR'."""
+    p = info.placement
+    if not p or p.get("cost_per_hour") is None:
+        return None
+    unit = f" {p['currency']}" if p.get("currency") else ""
+    return f"{p['cost_per_hour']:.3f}{unit}"
+
+
 def _age(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f}s"
@@ -198,8 +208,8 @@ _STATE_COLORS = {"running": "#2e7d32", "degraded": "#ef6c00", "failed": "#c62828
 
 
 def _html_table(rows: list[dict[str, Any]], reason: str | None = None) -> str:
-    cols = ["name", "provider", "state", "nodes", "workers", "cores", "memory", "dashboard",
-            "age"]
+    cols = ["name", "provider", "state", "nodes", "workers", "cores", "memory", "cost/h",
+            "dashboard", "age"]
     head = "".join(f"<th style='text-align:left'>{c}</th>" for c in cols)
     body = []
     for r in rows:

@@ -155,20 +155,7 @@ class CoreBackend:
         return self.manager.connect_info(name)
 
     def providers(self) -> list[dict[str, Any]]:
-        from .core import plugins
-        from .core.config import provider_class
-
-        out = []
-        for name in plugins.installed(plugins.PROVIDERS):
-            try:
-                cls = provider_class(name, self.manager.settings)
-            except Exception as e:  # not allowed, or broken plugin: say so
-                out.append({"name": name, "available": False, "reason": str(e)})
-                continue
-            out.append({"name": name, "available": True, "config_schema": cls.config_schema,
-                        "node_config_schema": cls.node_config_schema,
-                        "default_node_types": cls.default_node_types({"type": name})})
-        return out
+        return self.manager.providers()
 
     def _maybe_start_reaper(self, op_id: str) -> None:
         from .core.reaper import ensure_reaper

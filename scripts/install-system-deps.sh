@@ -7,6 +7,8 @@ set -euo pipefail
 declare -A PACKAGES=(
   [python3-venv]=/usr/lib/python3/dist-packages
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
+  [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
+  [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
 )
 
 missing=()
@@ -16,6 +18,10 @@ done
 # python3-venv is only needed when the interpreter has no venv module of its own
 if python3 -c "import venv, ensurepip" 2>/dev/null; then
   missing=("${missing[@]/python3-venv}")
+fi
+# any node >= 18 on PATH will do (e.g. from nodesource)
+if command -v node >/dev/null; then
+  missing=("${missing[@]/nodejs}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 

@@ -3,9 +3,11 @@
 Operations are reconcilers.  ``up`` writes the desired state first (the cluster row, its
 target worker counts), then compares it with what the provider reports (nodes found by
 tags) and closes the gap: it starts a missing head, replaces dead or stale workers, adds
-missing ones in one ``create_node(count=N)`` call, and waits until they have joined the
-scheduler.  Running ``up`` again after a crash, a kill or a cancel therefore finishes the
-job, and ``down`` finds every node by its tags, so nothing started is ever forgotten.
+missing ones with one ``create_node(count=N)`` per chosen offer, and waits until they have
+joined the scheduler.  Running ``up`` again after a crash, a kill or a cancel therefore
+finishes the job, and ``down`` finds every node by its tags, so nothing started is ever
+forgotten.  Every missing node is placed first, all at once, and held as claims under a
+reservation id (``jupyter_cloudtik.placement``), before anything is recorded.
 
 The manager is asynchronous; provider calls (blocking SDKs, process management) run in
 worker threads.  Faces use it through ``jupyter_cloudtik.session`` and never re-implement
@@ -23,6 +25,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any
 
+from ..placement.cluster import ClusterPlacement
 from ..providers.base import (
     NODE_KIND_HEAD,
     NODE_KIND_WORKER,
@@ -130,11 +133,41 @@ class ClusterManager:
         self.context = ProviderContext(
             state_dir=self.store.state_dir, store=self.store, settings=self.settings, log=log
         )
+        # every node is placed (filters, weighers, claims) before it is created
+        self.placement = ClusterPlacement(self.store, self.settings)
 
     # providers --------------------------------------------------------------------------
     def provider_for(self, cfg: dict[str, Any]) -> NodeProvider:
         cls = cfgmod.provider_class(cfg["provider"]["type"], self.settings)
         return cls(cfg["provider"], cfg["cluster_name"], self.context)
+
+    def providers(self) -> list[dict[str, Any]]:
+        """Installed providers with the JSON Schemas UIs build their forms from.
+
+        A provider that is not allowed here (``c.CloudTik.allowed_providers``) or cannot be
+        imported is listed with ``available: false`` and the reason, so a UI can say why.
+        """
+        from . import plugins
+
+        out: list[dict[str, Any]] = []
+        for name in plugins.installed(plugins.PROVIDERS):
+            try:
+                cls = cfgmod.provider_class(name, self.settings)
+            except Exception as e:  # not allowed here, or a broken plugin: say which
+                out.append({"name": name, "available": False, "default": False,
+                            "reason": getattr(e, "message", None) or str(e)})
+                continue
+            out.append({
+                "name": name,
+                "available": True,
+                "default": name == self.settings.default_provider,
+                "title": cls.config_schema.get("title") or name,
+                "description": cls.config_schema.get("description") or "",
+                "config_schema": cls.config_schema,
+                "node_config_schema": cls.node_config_schema,
+                "default_node_types": cls.default_node_types({"type": name}),
+            })
+        return out
 
     # reading ------------------------------------------------------------------------------
     def _row(self, name: str):
@@ -189,6 +222,7 @@ class ClusterManager:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             last_operation=dict(last) if last else None,
+            placement=self.placement.summary(row["name"]),
         )
 
     def _connect_blob(self, name: str) -> str | None:
@@ -273,6 +307,7 @@ class ClusterManager:
                   for t in cfgmod.worker_types(cfg)}
         )
         await asyncio.to_thread(self._check_capacity, prov, cfg, target)
+        reservation = await asyncio.to_thread(self._reserve, prov, cfg, target)
 
         now = time.time()
         with self.store.transaction() as conn:
@@ -288,15 +323,19 @@ class ClusterManager:
                 (name, cfg["provider"]["type"], dumps(cfg), chash, dumps(target), self.user,
                  now, now),
             )
+        rid = reservation.id if reservation else None
         try:
             op = self.ops.start("cluster.up", _target(name),
-                                {"config_hash": chash, "workers": target}, user=self.user)
+                                {"config_hash": chash, "workers": target, "reservation": rid},
+                                user=self.user)
         except ConflictError:
+            self.placement.finish(rid)
             attach = self._attach_to_active(name, "cluster.up", chash)
             if attach is not None:
                 return attach
             raise
-        return self._launch(op, self._up(OperationContext(self.ops, op.id), prov, cfg))
+        self._placement_event(op.id, reservation)
+        return self._launch(op, self._up(OperationContext(self.ops, op.id), prov, cfg, rid))
 
     async def start_down(self, name: str, reason: str | None = None) -> OperationHandle:
         row = self._row(name)
@@ -363,15 +402,23 @@ class ClusterManager:
         await self._cancel_active(name, kinds=("cluster.scale",))
         prov = self.provider_for(cfg)
         await asyncio.to_thread(self._check_capacity, prov, cfg, new_target)
-        op = self.ops.start("cluster.scale", _target(name),
-                            {"node_type": node_type, "workers": workers}, user=self.user)
+        reservation = await asyncio.to_thread(self._reserve, prov, cfg, new_target)
+        rid = reservation.id if reservation else None
+        try:
+            op = self.ops.start("cluster.scale", _target(name),
+                                {"node_type": node_type, "workers": workers,
+                                 "reservation": rid}, user=self.user)
+        except ConflictError:
+            self.placement.finish(rid)
+            raise
+        self._placement_event(op.id, reservation)
         with self.store.transaction() as conn:
             conn.execute(
                 "UPDATE clusters SET target_workers = ?, state = 'scaling', updated_at = ?"
                 " WHERE name = ?",
                 (dumps(new_target), time.time(), name),
             )
-        return self._launch(op, self._scale(OperationContext(self.ops, op.id), prov, cfg))
+        return self._launch(op, self._scale(OperationContext(self.ops, op.id), prov, cfg, rid))
 
     def _attach_to_active(self, name: str, kind: str, chash: str) -> OperationHandle | None:
         for op in self.ops.active_for(_target(name)):
@@ -488,15 +535,9 @@ class ClusterManager:
             return
         name = cfg["cluster_name"]
         types = cfg["available_node_types"]
-        existing = {
-            t: len(prov.non_terminated_nodes({TAG_CLUSTER_NAME: name, TAG_NODE_TYPE: t}))
-            for t in types
-        }
         need = {"CPU": 0.0, "memory": 0, "GPU": 0}
-        wanted = {cfg["head_node_type"]: 1, **target}
         parts = []
-        for t, count in wanted.items():
-            missing = max(count - existing.get(t, 0), 0)
+        for t, missing in self._missing(prov, cfg, target).items():
             res = types[t]["resources"]
             for k in need:
                 need[k] += missing * (res.get(k) or 0)
@@ -525,6 +566,40 @@ class ClusterManager:
                 field="workers",
             )
 
+    def _missing(self, prov: NodeProvider, cfg: dict[str, Any],
+                 target: dict[str, int]) -> dict[str, int]:
+        """Nodes of each type that ``target`` (plus the head) needs beyond what exists."""
+        name = cfg["cluster_name"]
+        wanted = {cfg["head_node_type"]: 1, **target}
+        return {
+            t: max(count - len(prov.non_terminated_nodes(
+                {TAG_CLUSTER_NAME: name, TAG_NODE_TYPE: t})), 0)
+            for t, count in wanted.items()
+        }
+
+    def _reserve(self, prov: NodeProvider, cfg: dict[str, Any], target: dict[str, int]):
+        """Place every missing node at once and hold the choice as claims (placement/)."""
+        return self.placement.reserve(prov, cfg, self._missing(prov, cfg, target), self.user)
+
+    def _placement_event(self, op_id: str, reservation) -> None:
+        if reservation is None:
+            return
+        where: dict[str, int] = {}
+        for c in reservation.claims:
+            spot = "/".join(x for x in (c.provider, c.availability_zone, c.flavor) if x)
+            key = f"{c.node_type} on {spot}"
+            where[key] = where.get(key, 0) + 1
+        unit = f" {reservation.currency}" if reservation.currency else ""
+        cost = f"{reservation.price_per_hour:.3f}{unit}"
+        self.ops.emit(
+            op_id, "placement",
+            f"placed {reservation.instances} node(s) at once ("
+            + ", ".join(f"{n} x {k}" for k, n in where.items())
+            + f"); reservation {reservation.id}; estimated cost {cost} per hour",
+            0.01, data={"reservation": reservation.id,
+                        "price_per_hour": reservation.price_per_hour,
+                        "currency": reservation.currency})
+
     # operations: the work -------------------------------------------------------------------
     def _runtime_config(self, cfg: dict[str, Any], type_name: str, role: str,
                         scheduler_address: str | None = None) -> dict[str, Any]:
@@ -544,15 +619,22 @@ class ClusterManager:
         runtime.update(_contributions(self, cfg, role))
         return {**t.get("node_config", {}), "runtime": runtime}
 
-    async def _up(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any]) -> Any:
+    async def _up(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],
+                  rid: str | None = None) -> Any:
         started = time.monotonic()
         name = cfg["cluster_name"]
-        ctx.progress("bootstrap", f"preparing the {cfg['provider']['type']} provider", 0.02)
-        cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
-        ctx.checkpoint()
-        info, head_replaced = await self._ensure_head(ctx, prov, cfg)
-        target = loads(self._row(name)["target_workers"], {})
-        await self._reconcile_workers(ctx, prov, cfg, info, target, head_replaced)
+        placing = {"rid": rid}
+        try:
+            ctx.progress("bootstrap", f"preparing the {cfg['provider']['type']} provider",
+                         0.02)
+            cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
+            ctx.checkpoint()
+            info, head_replaced = await self._ensure_head(ctx, prov, cfg, placing)
+            target = loads(self._row(name)["target_workers"], {})
+            await self._reconcile_workers(ctx, prov, cfg, info, target, head_replaced,
+                                          placing)
+        finally:  # claims no node was created for go back at once
+            await asyncio.to_thread(self.placement.finish, placing["rid"])
         state = await self._observe(prov, cfg, info)
         ready_in = round(time.monotonic() - started, 3)
         self._set_state(name, "running")
@@ -563,8 +645,10 @@ class ClusterManager:
                 "dashboard_link": info.dashboard_link}
 
     async def _ensure_head(
-        self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any]
+        self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],
+        placing: dict[str, str | None] | None = None,
     ) -> tuple[ConnectInfo, bool]:
+        placing = placing if placing is not None else {"rid": None}
         name = cfg["cluster_name"]
         head_type = cfg["head_node_type"]
         want_hash = _launch_hash(cfg["available_node_types"][head_type],
@@ -582,16 +666,17 @@ class ClusterManager:
         if drop:
             ctx.progress("head", f"removing {len(drop)} broken or outdated head node(s)", 0.05)
             await asyncio.to_thread(prov.terminate_nodes, drop)
+            await asyncio.to_thread(self.placement.release_nodes, name, drop)
         replaced = keep is None
         if keep is None:
             ctx.progress("head", "starting the head node (dask scheduler)", 0.08)
-            created = await asyncio.to_thread(
-                prov.create_node,
+            created, placing["rid"] = await _finish_in_thread(
+                self.placement.create_nodes, prov, cfg, placing["rid"], head_type,
                 self._runtime_config(cfg, head_type, NODE_KIND_HEAD),
                 {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD,
                  TAG_NODE_TYPE: head_type, TAG_NODE_STATUS: STATUS_UNINITIALIZED,
                  TAG_LAUNCH_CONFIG: want_hash},
-                1,
+                1, self.user, self._failover_note(ctx, 0.08),
             )
             if not created:
                 raise NodeLaunchError("the provider created no head node")
@@ -621,8 +706,10 @@ class ClusterManager:
         info: ConnectInfo,
         target: dict[str, int],
         head_replaced: bool = False,
+        placing: dict[str, str | None] | None = None,
     ) -> None:
         name = cfg["cluster_name"]
+        placing = placing if placing is not None else {"rid": None}
         expected: dict[str, str] = {}  # node id -> type
         for wtype in cfgmod.worker_types(cfg):
             desired = int(target.get(wtype, 0))
@@ -656,18 +743,20 @@ class ClusterManager:
                              f"of type '{wtype}'", 0.35)
             if drop or extra:
                 await asyncio.to_thread(prov.terminate_nodes, drop + extra)
+                await asyncio.to_thread(self.placement.release_nodes, name, drop + extra)
                 for n in drop + extra:
                     self._forget_node(name, n)
             ctx.checkpoint()
             missing = desired - len(alive)
             if missing > 0:
                 ctx.progress("workers", f"starting {missing} worker(s) of type '{wtype}'", 0.4)
-                created = await asyncio.to_thread(
-                    prov.create_node, node_config,
+                created, placing["rid"] = await _finish_in_thread(
+                    self.placement.create_nodes, prov, cfg, placing["rid"], wtype,
+                    node_config,
                     {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_WORKER,
                      TAG_NODE_TYPE: wtype, TAG_NODE_STATUS: STATUS_UNINITIALIZED,
                      TAG_LAUNCH_CONFIG: want_hash},
-                    missing,
+                    missing, self.user, self._failover_note(ctx, 0.4),
                 )
                 alive += list(created)
             for n in alive:
@@ -675,6 +764,9 @@ class ClusterManager:
                 self._record_node(name, n, wtype, NODE_KIND_WORKER, "starting",
                                   cfg["available_node_types"][wtype]["resources"], prov)
         await self._wait_workers(ctx, prov, cfg, info, expected)
+
+    def _failover_note(self, ctx: OperationContext, fraction: float):
+        return lambda message: ctx.progress("placement", message, fraction, level="warning")
 
     async def _wait_workers(self, ctx: OperationContext, prov: NodeProvider,
                             cfg: dict[str, Any], info: ConnectInfo,
@@ -747,6 +839,7 @@ class ClusterManager:
         if orphans:
             ctx.progress("terminate", f"stopped {orphans} unrecorded process group(s)", 0.9)
         await asyncio.to_thread(prov.cleanup)
+        await asyncio.to_thread(self.placement.release_nodes, name)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM nodes WHERE cluster = ?", (name,))
             conn.execute(
@@ -757,7 +850,8 @@ class ClusterManager:
         ctx.progress("terminate", f"cluster '{name}' is stopped", 1.0)
         return {"cluster": name, "stopped_nodes": len(nodes)}
 
-    async def _scale(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any]) -> Any:
+    async def _scale(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],
+                     rid: str | None = None) -> Any:
         name = cfg["cluster_name"]
         heads = await asyncio.to_thread(
             prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD})
@@ -773,7 +867,11 @@ class ClusterManager:
             )
         target = loads(self._row(name)["target_workers"], {})
         ctx.progress("workers", f"scaling to {sum(target.values())} worker(s)", 0.1)
-        await self._reconcile_workers(ctx, prov, cfg, info, target)
+        placing = {"rid": rid}
+        try:
+            await self._reconcile_workers(ctx, prov, cfg, info, target, placing=placing)
+        finally:
+            await asyncio.to_thread(self.placement.finish, placing["rid"])
         state = await self._observe(prov, cfg, info)
         self._set_state(name, "running")
         ctx.progress("ready", f"cluster '{name}' has {state['workers']} workers", 1.0)
@@ -846,6 +944,9 @@ class ClusterManager:
                      resources: dict[str, Any], prov: NodeProvider,
                      extra: dict[str, Any] | None = None) -> None:
         info = {**prov.node_info(node_id), **(extra or {})}
+        placed = self.placement.node_placement(cluster, node_id)
+        if placed:
+            info["placement"] = placed
         now = time.time()
         try:
             internal_ip = prov.internal_ip(node_id)
@@ -876,6 +977,21 @@ class ClusterManager:
                 "UPDATE clusters SET state = ?, reason = ?, updated_at = ? WHERE name = ?",
                 (state, reason, time.time(), name),
             )
+
+
+async def _finish_in_thread(fn: Any, *args: Any) -> Any:
+    """A provider call that creates things, run in a thread and never abandoned.
+
+    When the operation is cancelled meanwhile, the call still finishes before the
+    cancellation goes on, so what it created is tagged and a following ``down`` finds it
+    (abandoning the thread let a node appear after ``down`` had looked: a leak).
+    """
+    fut = asyncio.ensure_future(asyncio.to_thread(fn, *args))
+    try:
+        return await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        await asyncio.wait({fut})
+        raise
 
 
 def _current_user() -> str:

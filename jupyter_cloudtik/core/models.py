@@ -7,7 +7,7 @@ a kernel talking to a server gets exactly what an in-process call returns.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 CLUSTER_STATES = ("starting", "running", "degraded", "scaling", "stopping", "stopped", "failed")
@@ -25,7 +25,9 @@ class NodeInfo:
     info: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # shallow on purpose (nested values are already JSON data): asdict's deep copies
+        # were most of the cost of the REST cluster list
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> NodeInfo:
@@ -47,6 +49,8 @@ class ClusterInfo:
     created_at: float
     updated_at: float
     last_operation: dict[str, Any] | None = None
+    #: reservation_id, reservation_state, cost_per_hour, currency (placement)
+    placement: dict[str, Any] | None = None
 
     # derived figures -----------------------------------------------------------------
     @property
@@ -79,6 +83,11 @@ class ClusterInfo:
         return int(self._sum("GPU"))
 
     @property
+    def cost_per_hour(self) -> float | None:
+        """Estimated cost of the nodes that exist, from the prices of their offers."""
+        return None if not self.placement else self.placement.get("cost_per_hour")
+
+    @property
     def age_seconds(self) -> float:
         return max(time.time() - self.created_at, 0.0)
 
@@ -87,7 +96,7 @@ class ClusterInfo:
         return float(self.config.get("idle_timeout_minutes") or 0)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
+        d = {f: getattr(self, f) for f in self.__dataclass_fields__}
         d["nodes"] = [n.to_dict() for n in self.nodes]
         d["summary"] = {
             "workers": self.running_workers,
@@ -96,6 +105,8 @@ class ClusterInfo:
             "memory": self.memory,
             "gpus": self.gpus,
             "age_seconds": round(self.age_seconds, 1),
+            "cost_per_hour": self.cost_per_hour,
+            "currency": (self.placement or {}).get("currency") or "",
         }
         return d
 

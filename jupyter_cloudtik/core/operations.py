@@ -356,6 +356,39 @@ class Operations:
         finally:
             self.remove_listener(on_event)
 
+    async def watch_all(
+        self, after: int = 0, poll_interval: float = 0.25, batch: int = 500
+    ) -> AsyncIterator[Event]:
+        """Yield the events of every operation after ``after``, without end.
+
+        For live views of everything that happens (the side panel): the consumer stops by
+        closing the iterator.  Like ``watch``, events from this process arrive at once and
+        those of other processes within ``poll_interval``.
+        """
+        wake = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def on_event(_ev: Event) -> None:
+            loop.call_soon_threadsafe(wake.set)
+
+        self.add_listener(on_event)
+        try:
+            last = after
+            while True:
+                wake.clear()
+                events = self.events(after=last, limit=batch)
+                for ev in events:
+                    last = ev.id
+                    yield ev
+                if len(events) == batch:
+                    continue
+                try:
+                    await asyncio.wait_for(wake.wait(), poll_interval)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            self.remove_listener(on_event)
+
     def prune(self, older_than_seconds: float) -> int:
         """Forget finished operations (and their events) older than the given age."""
         cutoff = time.time() - older_than_seconds

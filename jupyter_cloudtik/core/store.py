@@ -199,6 +199,16 @@ class Store:
                     ) from e
                 time.sleep(0.05)
 
+    def change_token(self) -> tuple[int, int]:
+        """A value that changes whenever anything was committed, by any process.
+
+        ``PRAGMA data_version`` changes when another connection committed, this
+        connection's ``total_changes`` when it did: two cheap calls that tell whether a
+        cached read is still current.
+        """
+        conn = self._connection()
+        return conn.execute("PRAGMA data_version").fetchone()[0], conn.total_changes
+
     def execute(self, sql: str, params: Sequence[Any] | dict[str, Any] = ()) -> sqlite3.Cursor:
         return self._connection().execute(sql, params)
 

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from ..core.operations import OperationContext
     from ..core.settings import CloudTik
     from ..core.store import Store
+    from ..placement.model import OfferQuery, OfferSet
 
 # Tag keys (the same names CloudTik uses) -------------------------------------------------
 TAG_CLUSTER_NAME = "cloudtik-cluster-name"
@@ -133,6 +134,24 @@ class NodeProvider:
     def capacity(self) -> Capacity:
         """What can still be placed; ``Capacity()`` means "no limit known"."""
         return Capacity()
+
+    def offers(self, query: OfferQuery | None = None) -> OfferSet:
+        """Where this provider can place nodes, as placement offers (docs/placement.md).
+
+        The default is one offer made from ``capacity()``: a provider with flavors, zones,
+        prices or quotas overrides it (one offer per flavor x availability zone, quotas as
+        shared pools).  ``query`` says which cluster, user and node types it is for.
+        """
+        from ..placement.model import Offer, OfferSet
+
+        cap = self.capacity()
+        free = {"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus,
+                "instances": cap.max_nodes}
+        return OfferSet([Offer(
+            key=f"{self.provider_type or type(self).__name__}/default",
+            provider=self.provider_type, free=free,
+            instances=[{"cluster": c} for c in cap.in_use],
+            description=cap.description)])
 
     def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
         """Fill provider-specific settings into each node type's node_config."""

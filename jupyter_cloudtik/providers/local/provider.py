@@ -230,6 +230,31 @@ class LocalNodeProvider(NodeProvider):
             in_use=in_use,
         )
 
+    def offers(self, query=None):
+        """This machine as one offer: its cores and memory (with overcommit), what live
+        local nodes of every cluster already take, and who owns them."""
+        import platform
+        import socket
+
+        from ...placement.model import Offer, OfferSet
+
+        cap = self.capacity()
+        owners = {r[0]: r[1] for r in self.store.query("SELECT name, owner FROM clusters")}
+        instances = []
+        for row in self._rows(states=("pending", "running")):
+            if row["state"] == "running" and not is_alive(row["pid"], row["pid_started"]):
+                continue
+            instances.append({"cluster": row["cluster"], "owner": owners.get(row["cluster"])})
+        host = socket.gethostname()
+        return OfferSet([Offer(
+            key=f"local/{host}", provider="local", region="local", availability_zone=host,
+            arch=platform.machine(), price_per_hour=0.0,
+            total={"CPU": machine_cpus() * self.settings.cpu_overcommit,
+                   "memory": float(int(machine_memory() * self.settings.memory_overcommit)),
+                   "GPU": 0.0},
+            free={"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus},
+            instances=instances, description=cap.description)])
+
     # records --------------------------------------------------------------------------
     def _rows(self, states: tuple[str, ...] = ("pending", "running"), cluster: str | None = None):
         marks = ",".join("?" * len(states))

@@ -1,0 +1,227 @@
+"""``RestBackend``: the ``session.Backend`` calls over the server extension's REST API.
+
+A kernel started by a Jupyter server with the extension has ``CLOUDTIK_API_URL`` and
+``CLOUDTIK_API_TOKEN`` in its environment; ``session.get_backend()`` then returns this
+backend, so the magics and the ``Cluster`` API ask the server, which owns every long
+operation, and see the same clusters and events as the side panel.  Answers are rebuilt
+into the core's own types (``ClusterInfo``, ``OperationInfo``, ``Event``) and errors into
+the same ``CloudTikError`` subclasses, so callers cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from .core.errors import CloudTikError, OperationCancelled, error_from_dict
+from .core.models import ClusterInfo
+from .core.operations import Event, OperationInfo
+from .providers.base import ConnectInfo
+from .session import API_URL_ENV
+
+API_TOKEN_ENV = "CLOUDTIK_API_TOKEN"
+
+
+class ApiUnavailable(CloudTikError):
+    """The Jupyter server did not answer (stopped, restarting, unreachable)."""
+
+    http_status = 503
+    reason = "unavailable"
+
+
+class RestBackend:
+    """The same calls as ``CoreBackend``, answered by a Jupyter server."""
+
+    kind = "rest"
+
+    def __init__(self, url: str, token: str | None = None, *, timeout: float = 60.0,
+                 stream_timeout: float = 60.0, reconnect_for: float = 30.0,
+                 verify: bool | str = True) -> None:
+        self.url = url if url.endswith("/") else url + "/"
+        self.timeout = timeout
+        self.stream_timeout = stream_timeout  # longer than the server's keep-alive period
+        self.reconnect_for = reconnect_for
+        self.session = requests.Session()
+        self.session.verify = verify
+        self.session.headers["Accept"] = "application/json"
+        if token:
+            self.session.headers["Authorization"] = f"token {token}"
+
+    @classmethod
+    def from_environment(cls) -> RestBackend:
+        url = os.environ.get(API_URL_ENV)
+        if not url:
+            raise CloudTikError(f"{API_URL_ENV} is not set", field=API_URL_ENV)
+        verify: bool | str = os.environ.get("CLOUDTIK_API_CA_BUNDLE") or True
+        return cls(url, os.environ.get(API_TOKEN_ENV), verify=verify)
+
+    def __repr__(self) -> str:  # never show the token
+        return f"<RestBackend {self.url}>"
+
+    # HTTP ---------------------------------------------------------------------------
+    def _request(self, method: str, path: str, *, params: dict[str, Any] | None = None,
+                 body: Any = None, headers: dict[str, str] | None = None,
+                 stream: bool = False, timeout: float | None = None) -> requests.Response:
+        try:
+            resp = self.session.request(
+                method, self.url + path,
+                params={k: v for k, v in (params or {}).items() if v is not None},
+                data=None if body is None else json.dumps(body),
+                headers={"Content-Type": "application/json", **(headers or {})},
+                stream=stream, timeout=timeout or self.timeout)
+        except requests.RequestException as e:
+            raise ApiUnavailable(
+                f"the Jupyter server's cloudtik API at {self.url} did not answer: "
+                f"{type(e).__name__}") from None
+        if resp.status_code >= 400:
+            raise _error_from_response(resp)
+        return resp
+
+    def _json(self, method: str, path: str, **kw: Any) -> Any:
+        return self._request(method, path, **kw).json()
+
+    # starting operations -----------------------------------------------------------------
+    def start_up(self, config: dict[str, Any] | None = None, *, name: str | None = None,
+                 workers: int | None = None, provider: str | None = None) -> str:
+        body = {"config": config, "name": name, "workers": workers, "provider": provider}
+        return self._json("POST", "clusters", body=body)["operation"]["id"]
+
+    def start_down(self, name: str) -> str:
+        return self._json("DELETE", f"clusters/{_seg(name)}")["operation"]["id"]
+
+    def start_scale(self, name: str, workers: int, node_type: str | None = None) -> str:
+        body = {"workers": workers, "node_type": node_type}
+        return self._json("PATCH", f"clusters/{_seg(name)}", body=body)["operation"]["id"]
+
+    # operations ------------------------------------------------------------------------
+    def operation(self, op_id: str) -> OperationInfo:
+        return OperationInfo.from_dict(self._json("GET", f"operations/{_seg(op_id)}"))
+
+    def operations(self, cluster: str | None = None, limit: int = 50) -> list[OperationInfo]:
+        data = self._json("GET", "operations", params={"cluster": cluster, "limit": limit})
+        return [OperationInfo.from_dict(o) for o in data["operations"]]
+
+    def events(self, op_id: str, after: int = 0) -> Iterator[Event]:
+        """Events of an operation as the server pushes them, until it is final.
+
+        A dropped connection is resumed from the last event seen (``Last-Event-ID``), so
+        no event is lost or repeated; the server is given ``reconnect_for`` seconds to
+        come back.
+        """
+        last = after
+        down_since: float | None = None
+        while True:
+            try:
+                resp = self._request(
+                    "GET", f"operations/{_seg(op_id)}/events",
+                    headers={"Accept": "text/event-stream", "Last-Event-ID": str(last)},
+                    stream=True, timeout=self.stream_timeout)
+            except ApiUnavailable:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > self.reconnect_for:
+                    raise
+                time.sleep(0.5)
+                continue
+            down_since = None
+            ended = False
+            try:
+                for kind, _event_id, data in parse_sse(resp.iter_lines(decode_unicode=True)):
+                    if kind == "progress":
+                        ev = Event.from_dict(json.loads(data))
+                        if ev.id <= last:
+                            continue
+                        last = ev.id
+                        yield ev
+                    elif kind == "end":
+                        ended = True
+                        break
+            except (requests.RequestException, ValueError):
+                pass  # the connection dropped mid-stream: resume after `last`
+            finally:
+                resp.close()
+            if ended:
+                return
+
+    def wait(self, op_id: str) -> Any:
+        for _ in self.events(op_id):
+            pass
+        op = self.operation(op_id)
+        if op.state == "succeeded":
+            return op.result
+        if op.state == "cancelled":
+            raise OperationCancelled(f"{op.kind} {op.target} was cancelled")
+        err = (op.result or {}).get("error") if isinstance(op.result, dict) else None
+        raise error_from_dict(err or {"message": op.reason or "failed"})
+
+    def cancel(self, op_id: str) -> OperationInfo:
+        return OperationInfo.from_dict(self._json("DELETE", f"operations/{_seg(op_id)}"))
+
+    # clusters --------------------------------------------------------------------------
+    def status(self, name: str) -> ClusterInfo:
+        return ClusterInfo.from_dict(
+            self._json("GET", f"clusters/{_seg(name)}", params={"refresh": "true"}))
+
+    def get(self, name: str) -> ClusterInfo:
+        return ClusterInfo.from_dict(self._json("GET", f"clusters/{_seg(name)}"))
+
+    def list(self, include_stopped: bool = False) -> list[ClusterInfo]:
+        data = self._json("GET", "clusters",
+                          params={"all": "true" if include_stopped else None})
+        return [ClusterInfo.from_dict(c) for c in data["clusters"]]
+
+    def logs(self, name: str, node_id: str | None = None, tail: int = 200) -> dict[str, str]:
+        data = self._json("GET", f"clusters/{_seg(name)}/logs",
+                          params={"node": node_id, "tail": tail})
+        return data["logs"]
+
+    def connect_info(self, name: str) -> tuple[str, ConnectInfo]:
+        data = self._json("GET", f"clusters/{_seg(name)}/connect")
+        return data["provider"], ConnectInfo.from_dict(data["connect_info"])
+
+    def providers(self) -> list[dict[str, Any]]:
+        return self._json("GET", "providers")["providers"]
+
+
+def _seg(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+def _error_from_response(resp: requests.Response) -> CloudTikError:
+    try:
+        data = resp.json()
+    except ValueError:
+        data = None
+    if not isinstance(data, dict) or "message" not in data:
+        return CloudTikError(f"the cloudtik API answered HTTP {resp.status_code}")
+    if resp.status_code == 403 and data.get("reason") in ("forbidden", None):
+        from .core.errors import PermissionDeniedError
+
+        return PermissionDeniedError(str(data["message"]), field=data.get("field"))
+    return error_from_dict(data)
+
+
+def parse_sse(lines: Iterator[str]) -> Iterator[tuple[str, str | None, str]]:
+    """(event name, id, data) of each event in a Server-Sent Events line stream."""
+    kind, event_id, data = "message", None, []
+    for line in lines:
+        if line == "":
+            if data:
+                yield kind, event_id, "\n".join(data)
+            kind, event_id, data = "message", None, []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        value = value[1:] if value.startswith(" ") else value
+        if field == "event":
+            kind = value
+        elif field == "data":
+            data.append(value)
+        elif field == "id":
+            event_id = value

@@ -1,0 +1,101 @@
+/**
+ * jupyter-cloudtik: the "Clusters" side panel of JupyterLab.
+ *
+ * Everything it shows comes from the server extension's REST API, the same that the
+ * %cluster magics in kernels use, so the panel and notebooks see the same clusters and the
+ * same live progress.
+ */
+
+import {
+  ILayoutRestorer,
+  JupyterFrontEnd,
+  JupyterFrontEndPlugin
+} from '@jupyterlab/application';
+import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { ISettingRegistry } from '@jupyterlab/settingregistry';
+import { LabIcon } from '@jupyterlab/ui-components';
+
+import { serverApi } from './api';
+import { ClustersModel } from './model';
+import { CloudTikPanel } from './panel';
+import { DEFAULT_PREFERENCES, Preferences } from './sections/props';
+
+const PLUGIN_ID = 'jupyter-cloudtik:plugin';
+
+const ICON_SVG =
+  '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" width="16">' +
+  '<g class="jp-icon3" fill="#616161"><circle cx="12" cy="5" r="3"/><circle cx="5" cy="18" r="3"/>' +
+  '<circle cx="19" cy="18" r="3"/><path d="M11 8h2v3.2l5.2 4-1.2 1.6-5-3.8-5 3.8-1.2-1.6 5.2-4z"/></g></svg>';
+
+export const clustersIcon = new LabIcon({ name: 'jupyter-cloudtik:clusters', svgstr: ICON_SVG });
+
+export namespace CommandIDs {
+  export const open = 'cloudtik:open';
+  export const insertClientCode = 'cloudtik:insert-code';
+}
+
+const plugin: JupyterFrontEndPlugin<void> = {
+  id: PLUGIN_ID,
+  description: 'Clusters side panel of jupyter_cloudtik',
+  autoStart: true,
+  optional: [ILayoutRestorer, ISettingRegistry, INotebookTracker],
+  activate: async (
+    app: JupyterFrontEnd,
+    restorer: ILayoutRestorer | null,
+    settingRegistry: ISettingRegistry | null,
+    notebooks: INotebookTracker | null
+  ) => {
+    const model = new ClustersModel(serverApi());
+    let preferences: Preferences = { ...DEFAULT_PREFERENCES };
+
+    const insertCode = async (code: string) => {
+      const current = notebooks?.currentWidget;
+      if (!current) {
+        throw new Error('Open a notebook first: the client code goes into the active notebook.');
+      }
+      const notebook = current.content;
+      NotebookActions.insertBelow(notebook);
+      notebook.activeCell?.model.sharedModel.setSource(code);
+      app.shell.activateById(current.id);
+    };
+    const confirm = async (title: string, body: string, action: string) => {
+      const result = await showDialog({
+        title,
+        body,
+        buttons: [Dialog.cancelButton(), Dialog.warnButton({ label: action })]
+      });
+      return result.button.accept;
+    };
+
+    const panel = new CloudTikPanel({ clusters: model, preferences, insertCode, confirm });
+    panel.id = 'jupyter-cloudtik-panel';
+    panel.title.icon = clustersIcon;
+    panel.title.caption = 'Clusters';
+    app.shell.add(panel, 'left', { rank: 600 });
+    restorer?.add(panel, 'jupyter-cloudtik-panel');
+
+    app.commands.addCommand(CommandIDs.open, {
+      label: 'Show Clusters',
+      execute: () => app.shell.activateById(panel.id)
+    });
+
+    if (settingRegistry) {
+      try {
+        const settings = await settingRegistry.load(PLUGIN_ID);
+        const apply = () => {
+          preferences = { ...DEFAULT_PREFERENCES, ...(settings.composite as Partial<Preferences>) };
+          panel.update({ preferences });
+          model.setRefresh(preferences.refreshInterval);
+        };
+        settings.changed.connect(apply);
+        apply();
+      } catch (reason) {
+        console.warn('jupyter-cloudtik: settings not loaded', reason);
+      }
+    }
+    void model.start(preferences.refreshInterval);
+  }
+};
+
+export default plugin;

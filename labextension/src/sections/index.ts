@@ -1,0 +1,28 @@
+/**
+ * The sections of the side panel, top to bottom.
+ *
+ * A feature adds its section by writing a component in this folder and listing it here;
+ * Storage and Jobs are placeholders until their features fill them.
+ */
+
+import { ComponentType } from 'react';
+
+import { ClustersSection } from './clusters';
+import { JobsSection, StorageSection } from './placeholders';
+import { SectionProps } from './props';
+
+export interface SectionSpec {
+  id: string;
+  title: string;
+  component: ComponentType<SectionProps>;
+  /** open when the panel first shows */
+  open: boolean;
+}
+
+export const SECTIONS: SectionSpec[] = [
+  { id: 'clusters', title: 'Clusters', component: ClustersSection, open: true },
+  { id: 'storage', title: 'Storage', component: StorageSection, open: false },
+  { id: 'jobs', title: 'Jobs', component: JobsSection, open: false }
+];
+
+export type { SectionProps };

@@ -1,0 +1,59 @@
+"""Kernels started by a real Jupyter server, driven over ZMQ like a frontend would."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
+from jupyter_client import BlockingKernelClient
+
+
+class KernelError(AssertionError):
+    pass
+
+
+class RunningKernel:
+    def __init__(self, client: BlockingKernelClient) -> None:
+        self.client = client
+
+    def run(self, code: str, timeout: float = 120) -> str:
+        """Execute ``code``; return what it printed and displayed as text, raise its error."""
+        out: list[str] = []
+        error: list[str] = []
+
+        def hook(msg) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                out.append(content["text"])
+            elif kind in ("execute_result", "display_data"):
+                out.append(content["data"].get("text/plain", "") + "\n")
+            elif kind == "error":
+                error.append(f"{content['ename']}: {content['evalue']}")
+
+        reply = self.client.execute_interactive(code, timeout=timeout, output_hook=hook)
+        if error or reply["content"]["status"] != "ok":
+            raise KernelError("; ".join(error) or str(reply["content"]))
+        return "".join(out)
+
+
+@contextlib.contextmanager
+def running_kernel(server, path: str) -> Iterator[RunningKernel]:
+    """A kernel started by ``server`` for notebook ``path`` (as JupyterLab starts them)."""
+    resp = server.session.post(server.url + "api/sessions", headers=server.headers(), json={
+        "path": path, "type": "notebook", "name": path, "kernel": {"name": "python3"}},
+        timeout=60)
+    resp.raise_for_status()
+    session = resp.json()
+    kernel_id = session["kernel"]["id"]
+    runtime = Path(server.root).parent / "runtime"
+    client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
+    client.load_connection_file()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield RunningKernel(client)
+    finally:
+        client.stop_channels()
+        server.session.delete(server.url + f"api/sessions/{session['id']}",
+                              headers=server.headers(), timeout=60)
