@@ -243,6 +243,18 @@ class StorageManager:
             p = Path(self.storage_settings.working_dir).expanduser() / p
         return posixpath.normpath(str(p))  # absolute: never read as a flag or a remote
 
+    def check_local(self, path: str, field: str = "path") -> str:
+        """The absolute local path, refused unless it lies inside the working folder (for
+        callers that must not reach the rest of the machine, like the REST API)."""
+        full = Path(self._local_path(path))
+        root = Path(self.storage_settings.working_dir).expanduser().resolve()
+        resolved = full.resolve() if full.exists() else Path(os.path.normpath(full))
+        if resolved != root and root not in resolved.parents:
+            raise PermissionDeniedError(
+                f"{field}: local path {path!r} is outside the working folder {root}",
+                field=field, value=path)
+        return str(full)
+
     # short commands ------------------------------------------------------------------------
     async def test(self, name: str) -> dict[str, Any]:
         """Connect and list the source once; raises a StorageError saying what failed."""
