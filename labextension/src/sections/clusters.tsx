@@ -36,7 +36,8 @@ export function ClustersSection(props: SectionProps): JSX.Element {
   useModel(model);
   const now = useNow(1);
   const [creating, setCreating] = React.useState(false);
-  const rows = model.ops.visible(now);
+  // other sections show their own operations (storage.*, later hpc.*)
+  const rows = model.ops.visible(now).filter(r => !r.kind.startsWith('storage.'));
   return (
     <div className="jp-CloudTik-clusters">
       <div className="jp-CloudTik-toolbar">

@@ -2,13 +2,14 @@
  * The sections of the side panel, top to bottom.
  *
  * A feature adds its section by writing a component in this folder and listing it here;
- * Storage and Jobs are placeholders until their features fill them.
+ * Jobs is a placeholder until its feature fills it.
  */
 
 import { ComponentType } from 'react';
 
 import { ClustersSection } from './clusters';
-import { JobsSection, StorageSection } from './placeholders';
+import { JobsSection } from './placeholders';
+import { StorageSection } from './storage';
 import { SectionProps } from './props';
 
 export interface SectionSpec {

@@ -10,10 +10,6 @@ function Placeholder(props: { what: string; magic: string }): JSX.Element {
   );
 }
 
-export function StorageSection(_props: SectionProps): JSX.Element {
-  return <Placeholder what="Storages and mounts" magic="%storage" />;
-}
-
 export function JobsSection(_props: SectionProps): JSX.Element {
   return <Placeholder what="HPC jobs" magic="%hpc" />;
 }
