@@ -110,14 +110,27 @@ class StorageClient:
         self.runner.stop()
 
 
-_clients: dict[str, StorageClient] = {}
+_clients: dict[Any, Any] = {}
 _lock = threading.Lock()
 
 
 def get_storage_client(settings=None) -> StorageClient:
-    """The storage client for this process's state folder (cached)."""
-    from ..core.settings import default_settings
+    """The storage client of this process: the server's REST API inside a kernel started by
+    a Jupyter server with the extension (``CLOUDTIK_API_URL``), else the core in process,
+    for this state folder (cached)."""
+    import os
 
+    from ..core.settings import default_settings
+    from ..session import API_URL_ENV
+
+    url = os.environ.get(API_URL_ENV)
+    if url and settings is None:
+        with _lock:
+            if ("rest", url) not in _clients:
+                from .rest import RestStorageClient
+
+                _clients[("rest", url)] = RestStorageClient.from_environment()
+            return _clients[("rest", url)]
     settings = settings or default_settings()
     with _lock:
         if settings.state_dir not in _clients:

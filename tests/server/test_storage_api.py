@@ -128,3 +128,39 @@ def test_wrong_credentials_test_result(lab, spec_checker, s3):
     assert result["ok"] is False and "authentication failed" in result["error"]["message"]
     assert "definitely-wrong-secret" not in json.dumps(result)
     lab.request("DELETE", f"storages/{name}")
+
+
+def test_kernel_storage_magics_use_the_server(lab, s3):
+    """In a kernel started by the server, %storage goes through the REST API: the server
+    runs the copy, and relative local paths are the notebook's."""
+    from .kernels import KernelError, running_kernel
+
+    name = unique("kern").replace("-", "_")
+    (s3.root / "kernel-bucket").mkdir()
+    (s3.root / "kernel-bucket" / "k.txt").write_text("via the server")
+    (lab.root / "sub").mkdir(exist_ok=True)
+    with running_kernel(lab, "sub/storage.ipynb") as k:
+        out = k.run("from jupyter_cloudtik.storage.client import get_storage_client\n"
+                    "print(type(get_storage_client()).__name__)")
+        assert out.strip() == "RestStorageClient"
+        k.run("%load_ext jupyter_cloudtik")
+        k.run(f"sk = {s3.password!r}")
+        out = k.run(f"%storage add {name} s3://kernel-bucket -o provider=Rclone "
+                    f"-o endpoint={s3.url} -o access_key_id={s3.user} "
+                    f"-o secret_access_key=$sk")
+        assert name in out and s3.password not in out
+        assert "answers" in k.run(f"%storage test {name}")
+        assert "k.txt" in k.run(f"%storage ls {name}:")
+        out = k.run(f"%storage cp {name}: copied")
+        assert "1 file(s)" in out
+        try:
+            k.run("%storage ls ghost:")
+            raise AssertionError("expected an error")
+        except KernelError as e:
+            assert "no storage named 'ghost'" in str(e)
+    # relative to the notebook's folder, run by the server
+    assert (lab.root / "sub" / "copied" / "k.txt").read_text() == "via the server"
+    ops = lab.get("operations").json()["operations"]
+    copy = next(o for o in ops if o["kind"] == "storage.copy" and name in o["params"]["src"])
+    assert copy["owner_pid"] == lab.proc.pid
+    lab.request("DELETE", f"storages/{name}")
