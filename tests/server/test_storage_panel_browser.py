@@ -11,8 +11,24 @@ import pytest
 from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
 from jupyter_cloudtik.storage.servers import start_server
 
-from .conftest import unique
-from .test_panel_browser import browser, page, shot  # noqa: F401  (fixtures)
+from .conftest import ARTIFACTS, unique
+from .test_panel_browser import browser, shot  # noqa: F401  (fixture)
+
+
+@pytest.fixture(scope="module")
+def page(browser, lab):  # noqa: F811
+    """JupyterLab with the side panel showing (its workspace may remember it open)."""
+    ARTIFACTS.mkdir(exist_ok=True)
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    p = context.new_page()
+    p.goto(f"{lab.url}lab?token={lab.token}")
+    p.wait_for_selector("li[data-id='jupyter-cloudtik-panel']", timeout=90_000)
+    live = p.locator(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live")
+    if not live.is_visible():
+        p.click("li[data-id='jupyter-cloudtik-panel']")
+    live.wait_for(timeout=30_000)
+    yield p
+    context.close()
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +49,7 @@ def _open_storage(p):
     return section
 
 
-def test_add_test_browse_mount_remove(page, lab, s3):  # noqa: F811
+def test_add_test_browse_mount_remove(page, lab, s3):
     name = unique("ui").replace("-", "_")
     section = _open_storage(page)
     section.locator(".jp-CloudTik-addStorage").click()
@@ -101,7 +117,7 @@ def test_add_test_browse_mount_remove(page, lab, s3):  # noqa: F811
     assert s3.password not in page.content()
 
 
-def test_server_error_names_the_option(page, lab):  # noqa: F811
+def test_server_error_names_the_option(page, lab):
     section = _open_storage(page)
     section.locator(".jp-CloudTik-addStorage").click()
     form = section.locator(".jp-CloudTik-storageForm")
