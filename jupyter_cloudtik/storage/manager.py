@@ -283,7 +283,10 @@ class StorageManager:
             raise ConfigError("ls: offset must be 0 or more and limit more than 0",
                               field="limit")
         info = self.catalog.get(loc.storage)
-        args = ["lsjson", "--retries", "1", "--low-level-retries", "2"]
+        # an idle timeout well below the command's budget: a stalled request is retried
+        # instead of eating the whole budget (rclone's default idle timeout is 5 minutes)
+        args = ["lsjson", "--retries", "1", "--low-level-retries", "3", "--contimeout", "10s",
+                "--timeout", "15s"]
         args += ["--recursive"] if recursive else ["--max-depth", "1"]
         out = await self.rclone.run(
             f"listing {loc}", [*args, "--", f"{REMOTE_SRC}:{self._remote_path(info, loc.path)}"],

@@ -219,6 +219,10 @@ class Remote:
     secrets: dict[str, str] = field(default_factory=dict)
     password_options: frozenset[str] = frozenset()
 
+    def __repr__(self) -> str:  # tracebacks show locals: never the values of secrets
+        secrets_ = {k: "<secret>" for k in self.secrets}
+        return f"Remote(backend={self.backend!r}, options={self.options!r}, secrets={secrets_})"
+
     def lines(self, name: str, deterministic: bool = False) -> list[str]:
         out = [f"[{name}]", f"type = {self.backend}"]
         for key, value in {**self.options, **self.secrets}.items():

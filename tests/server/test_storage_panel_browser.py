@@ -24,8 +24,16 @@ def page(browser, lab):  # noqa: F811
     p.goto(f"{lab.url}lab?token={lab.token}")
     p.wait_for_selector("li[data-id='jupyter-cloudtik-panel']", timeout=90_000)
     live = p.locator(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live")
-    if not live.is_visible():
-        p.click("li[data-id='jupyter-cloudtik-panel']")
+    tab = p.locator("li[data-id='jupyter-cloudtik-panel']")
+    for _ in range(6):  # the restored workspace may open the panel by itself, late
+        if live.is_visible():
+            break
+        if "lm-mod-current" not in (tab.get_attribute("class") or ""):
+            tab.click()
+        try:
+            live.wait_for(timeout=5_000)
+        except Exception:
+            continue
     live.wait_for(timeout=30_000)
     yield p
     context.close()

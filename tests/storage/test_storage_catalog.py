@@ -191,3 +191,8 @@ def test_from_url_adds_a_storage(client):
     with pytest.raises(ConfigError) as e:
         client.add("bad", url="ftp:/nope")
     assert e.value.field == "url"
+
+
+def test_remote_repr_hides_secrets():
+    r = Remote("s3", {"endpoint": "http://x"}, {"secret_access_key": "hunter2-very-secret"})
+    assert "hunter2" not in repr(r) and "<secret>" in repr(r) and "http://x" in repr(r)
