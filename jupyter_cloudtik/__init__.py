@@ -2,7 +2,7 @@
 
 from ._version import __version__
 
-__all__ = ["Cluster", "__version__", "load_ipython_extension"]
+__all__ = ["Cluster", "Workspace", "__version__", "load_ipython_extension"]
 
 
 def __getattr__(name: str):
@@ -11,6 +11,10 @@ def __getattr__(name: str):
         from .cluster import Cluster
 
         return Cluster
+    if name == "Workspace":
+        from .workspace import Workspace
+
+        return Workspace
     raise AttributeError(name)
 
 

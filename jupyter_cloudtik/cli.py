@@ -28,6 +28,8 @@ USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 # names), add_commands(subparsers) and run(args) -> exit code.
 FEATURE_CLIS: tuple[str, ...] = (
     "jupyter_cloudtik.placement.cli",
+    "jupyter_cloudtik.workspace_cli",
+    "jupyter_cloudtik.emulator_cli",
     "jupyter_cloudtik.storage.cli",
 )
 

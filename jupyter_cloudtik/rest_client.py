@@ -184,6 +184,31 @@ class RestBackend:
         data = self._json("GET", f"clusters/{_seg(name)}/connect")
         return data["provider"], ConnectInfo.from_dict(data["connect_info"])
 
+    # workspaces ------------------------------------------------------------------------
+    def start_workspace_create(self, name: str, config: dict[str, Any] | None = None,
+                               provider: str | None = None) -> str:
+        body = {"name": name, "config": config, "provider": provider}
+        return self._json("POST", "workspaces", body=body)["operation"]["id"]
+
+    def start_workspace_delete(self, name: str, delete_storage: bool = True) -> str:
+        return self._json("DELETE", f"workspaces/{_seg(name)}",
+                          params={"keep_storage": str(not delete_storage).lower()}
+                          )["operation"]["id"]
+
+    def workspace_get(self, name: str):
+        from .core.workspace_manager import WorkspaceInfo
+
+        return WorkspaceInfo.from_dict(self._json("GET", f"workspaces/{_seg(name)}"))
+
+    def workspace_list(self, include_deleted: bool = False):
+        from .core.workspace_manager import WorkspaceInfo
+
+        data = self._json("GET", "workspaces", params={"all": str(include_deleted).lower()})
+        return [WorkspaceInfo.from_dict(w) for w in data["workspaces"]]
+
+    def workspace_status(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"workspaces/{_seg(name)}", params={"refresh": "true"})
+
     def providers(self) -> list[dict[str, Any]]:
         return self._json("GET", "providers")["providers"]
 

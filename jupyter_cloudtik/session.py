@@ -130,6 +130,8 @@ class CoreBackend:
             fut.cancel()
 
     def wait(self, op_id: str) -> Any:
+        if getattr(self, "_workspaces", None) is not None and op_id in self._workspaces._tasks:
+            return self.runner.run(self._workspaces.wait(op_id))
         return self.runner.run(self.manager.wait(op_id))
 
     def cancel(self, op_id: str) -> OperationInfo:
@@ -156,6 +158,33 @@ class CoreBackend:
 
     def providers(self) -> list[dict[str, Any]]:
         return self.manager.providers()
+
+    # workspaces (same store, same operations and events) -------------------------------
+    @property
+    def workspaces(self):
+        if getattr(self, "_workspaces", None) is None:
+            from .core.workspace_manager import WorkspaceManager
+
+            self._workspaces = WorkspaceManager(settings=self.manager.settings,
+                                                store=self.manager.store,
+                                                user=self.manager.user)
+        return self._workspaces
+
+    def start_workspace_create(self, name: str, config: dict[str, Any] | None = None,
+                               provider: str | None = None) -> str:
+        return self._start(self.workspaces.start_create(name, config, provider))
+
+    def start_workspace_delete(self, name: str, delete_storage: bool = True) -> str:
+        return self._start(self.workspaces.start_delete(name, delete_storage))
+
+    def workspace_get(self, name: str):
+        return self.workspaces.get(name)
+
+    def workspace_list(self, include_deleted: bool = False):
+        return self.workspaces.list(include_deleted)
+
+    def workspace_status(self, name: str) -> dict[str, Any]:
+        return self.runner.run(self.workspaces.status(name))
 
     def _maybe_start_reaper(self, op_id: str) -> None:
         from .core.reaper import ensure_reaper

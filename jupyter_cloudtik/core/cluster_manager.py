@@ -531,13 +531,15 @@ class ClusterManager:
                         target: dict[str, int]) -> None:
         """Refuse before starting anything when the provider cannot hold the new nodes."""
         cap: Capacity = prov.capacity()
-        if cap.cpus is None and cap.memory is None and cap.gpus is None:
+        if cap.cpus is None and cap.memory is None and cap.gpus is None and (
+                cap.max_nodes is None):
             return
         name = cfg["cluster_name"]
         types = cfg["available_node_types"]
         need = {"CPU": 0.0, "memory": 0, "GPU": 0}
         parts = []
-        for t, missing in self._missing(prov, cfg, target).items():
+        missing_by_type = self._missing(prov, cfg, target)
+        for t, missing in missing_by_type.items():
             res = types[t]["resources"]
             for k in need:
                 need[k] += missing * (res.get(k) or 0)
@@ -558,6 +560,9 @@ class ClusterManager:
                 f"{format_bytes(cap.memory)} free")
         if cap.gpus is not None and need["GPU"] > cap.gpus:
             problems.append(f"{need['GPU']:g} GPUs needed, {cap.gpus} available")
+        new_nodes = sum(missing_by_type.values())
+        if cap.max_nodes is not None and new_nodes > cap.max_nodes:
+            problems.append(f"{new_nodes} more node(s) needed, {cap.max_nodes} allowed")
         if problems:
             raise CapacityError(
                 f"not enough capacity for cluster '{name}' ({', '.join(parts)}): "
@@ -853,6 +858,8 @@ class ClusterManager:
     async def _scale(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],
                      rid: str | None = None) -> Any:
         name = cfg["cluster_name"]
+        # the same bootstrapped node configs as `up`: same launch hashes, nothing replaced
+        cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
         heads = await asyncio.to_thread(
             prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD})
         info = None

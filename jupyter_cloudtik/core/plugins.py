@@ -14,6 +14,7 @@ from typing import Any
 from .errors import ConfigError
 
 PROVIDERS = "jupyter_cloudtik.providers"
+WORKSPACE_PROVIDERS = "jupyter_cloudtik.workspace_providers"
 
 
 @cache

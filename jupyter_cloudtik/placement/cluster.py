@@ -44,7 +44,8 @@ class ClusterPlacement:
     def request_for(self, cfg: dict[str, Any], node_type: str, count: int, user: str,
                     exclude: list[str] | None = None) -> Request:
         t = cfg["available_node_types"][node_type]
-        options = {**(cfg.get("placement") or {}), **(t.get("placement") or {})}
+        options = {**_provider_options(cfg, t), **(cfg.get("placement") or {}),
+                   **(t.get("placement") or {})}
         res = {k: v for k, v in (t.get("resources") or {}).items()
                if k in ("CPU", "memory", "disk", "GPU")}
         try:
@@ -153,6 +154,20 @@ class ClusterPlacement:
 
     def release_nodes(self, cluster: str, node_ids: list[str] | None = None) -> None:
         self.reservations.release_nodes(cluster, node_ids)
+
+
+def _provider_options(cfg: dict[str, Any], node_type: dict[str, Any]) -> dict[str, Any]:
+    """The provider's default placement options for a node type (its flavor, ...)."""
+    from ..core.config import provider_class
+
+    provider = cfg.get("provider") or {}
+    if not provider.get("type"):
+        return {}
+    try:
+        cls = provider_class(provider["type"])
+    except ConfigError:
+        return {}
+    return dict(cls.placement_options(provider, node_type) or {})
 
 
 def _merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:

@@ -104,6 +104,10 @@ class NodeProvider:
     config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
     #: JSON Schema of a node type's ``node_config``
     node_config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    #: can create_node deliver node_config["runtime"]["secret_files"] privately (a file only
+    #: the node can read, never plain user data)?  Features that hand nodes credentials
+    #: (storage.remotes) refuse providers that cannot.
+    delivers_secret_files: ClassVar[bool] = False
     #: does the manager have to wait for workers to connect to the scheduler itself?
     manages_runtime: ClassVar[bool] = True
 
@@ -130,6 +134,14 @@ class NodeProvider:
     ) -> dict[str, Any]:
         """Resources of a node type, completed from what the provider knows (e.g. flavor)."""
         return dict(node_type.get("resources") or {})
+
+    @classmethod
+    def placement_options(cls, provider_config: dict[str, Any],
+                          node_type: dict[str, Any]) -> dict[str, Any]:
+        """Placement options a node type gets unless its config says otherwise (e.g. keep
+        the flavor the node type names, pack a batch into one zone).  Same keys as a
+        config's ``placement:`` section; the config's own options win."""
+        return {}
 
     def capacity(self) -> Capacity:
         """What can still be placed; ``Capacity()`` means "no limit known"."""
@@ -263,7 +275,14 @@ class NodeProvider:
 
 
 class WorkspaceProvider:
-    """Creates, checks and deletes the shared resources of a workspace."""
+    """Creates, checks and deletes the shared resources of a workspace.
+
+    Registered under the entry point group ``jupyter_cloudtik.workspace_providers`` and
+    driven by ``core.workspace_manager.WorkspaceManager``, which records the workspace
+    and runs create/delete as operations.  ``on_resource(key, value)`` (set by the
+    manager) records each resource id as soon as it exists, so a killed create can be
+    finished and nothing made is forgotten.
+    """
 
     provider_type: ClassVar[str] = ""
     config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
@@ -274,13 +293,25 @@ class WorkspaceProvider:
         self.workspace_name = workspace_name
         self.context = context
 
-    def create_workspace(self, ctx: OperationContext) -> dict[str, Any]:
+    @classmethod
+    def normalize_config(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
+        """The provider section with defaults filled in (what is recorded and compared)."""
+        return dict(provider_config)
+
+    def on_resource(self, key: str, value: Any) -> None:
+        """Record (or, with None, forget) a resource of the workspace."""
+
+    def create_workspace(self, ctx: OperationContext, rollback: bool = True) -> dict[str, Any]:
+        """Create what is missing (idempotent); on failure, delete what was made when
+        ``rollback`` (the workspace never was ready)."""
         raise NotImplementedError
 
-    def delete_workspace(self, ctx: OperationContext) -> None:
+    def delete_workspace(self, ctx: OperationContext, delete_storage: bool = True) -> None:
+        """Delete everything of the workspace (idempotent: gone is fine)."""
         raise NotImplementedError
 
-    def check_workspace_integrity(self) -> bool:
+    def check_workspace_integrity(self) -> dict[str, str]:
+        """{resource: "ok" | "missing" | problem} for every resource of the workspace."""
         raise NotImplementedError
 
     def get_workspace_info(self) -> dict[str, Any]:

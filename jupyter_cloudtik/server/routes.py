@@ -22,6 +22,7 @@ API_PREFIX = "cloudtik/api"
 ROUTE_MODULES: tuple[str, ...] = (
     "jupyter_cloudtik.server.handlers",
     "jupyter_cloudtik.server.placement_handlers",
+    "jupyter_cloudtik.server.workspace_handlers",
     "jupyter_cloudtik.server.storage_handlers",
 )
 

@@ -25,8 +25,15 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     names = list((cfg.get("storage") or {}).get("remotes") or [])
     if not names:
         return {}
+    from ..core.config import provider_class
     from .manager import StorageManager
 
+    ptype = cfg["provider"]["type"]
+    if not getattr(provider_class(ptype, manager.settings), "delivers_secret_files", False):
+        raise ConfigError(
+            f"storage.remotes: the {ptype} provider cannot yet hand credentials to its nodes "
+            "privately, so storages cannot be attached to its clusters; copy data with "
+            "%storage cp instead", field="storage.remotes", value=ptype)
     storage = StorageManager(settings=manager.settings, store=manager.store,
                              user=getattr(manager, "user", None), supervise=False)
     remotes: dict[str, Remote] = {}

@@ -52,3 +52,18 @@ def test_cluster_nodes_get_the_storage(client, settings, s3_server):
     dump = "\n".join(str(tuple(r)) for t in ("clusters", "nodes", "operations", "events")
                      for r in manager.store.query(f"SELECT * FROM {t}"))
     assert s3_server.password not in dump
+
+
+@pytest.mark.parametrize("provider", ["dask-gateway", "huaweicloud"])
+def test_providers_that_cannot_deliver_secrets_are_refused(client, settings, s3_server,
+                                                           provider):
+    from jupyter_cloudtik.storage.cluster import node_runtime
+
+    client.add("shared2", "s3", s3_server.storage_options())
+    manager = ClusterManager(settings=settings)
+    cfg = {"cluster_name": "x", "provider": {"type": provider},
+           "storage": {"remotes": ["shared2"]}}
+    with pytest.raises(ConfigError) as e:
+        node_runtime(manager, cfg, "head")
+    assert e.value.field == "storage.remotes" and provider in e.value.message
+    assert node_runtime(manager, {**cfg, "storage": {}}, "head") == {}

@@ -134,6 +134,7 @@ def prewarm_launcher(settings) -> bool:
 
 class LocalNodeProvider(NodeProvider):
     provider_type = "local"
+    delivers_secret_files = True  # 0600 files in the node's own folder
     config_schema = {
         "type": "object",
         "title": "Local machine",

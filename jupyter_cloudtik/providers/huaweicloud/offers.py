@@ -1,0 +1,127 @@
+"""What the region offers: flavors x availability zones, with resources, prices and quota.
+
+``offer_set(clients, prices)`` is what placement asks this provider for: every (flavor,
+zone) pair the cloud sells right now, with vCPUs, memory, an hourly price from a
+configurable price table, all drawing on the project's ECS quota (one pool).
+Flavor names also tell their size (``s6.xlarge.2``: 4 vCPUs, 2 GiB per vCPU), which
+``flavor_resources`` uses when no API is at hand (config checks before anything runs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING, Any
+
+from .clients import Clients
+
+if TYPE_CHECKING:
+    from ...placement.model import OfferSet
+
+# Illustrative on-demand prices (USD per hour) of common flavors; override with the
+# provider's ``prices`` option for your region and contract.
+DEFAULT_PRICES = {
+    "s6.small.1": 0.012, "s6.medium.2": 0.024, "s6.large.2": 0.048, "s6.xlarge.2": 0.096,
+    "s6.2xlarge.2": 0.192, "c7.large.2": 0.066, "c7.xlarge.2": 0.132, "c7.2xlarge.4": 0.352,
+    "m7.xlarge.8": 0.268,
+}
+SPOT_DISCOUNT = 0.3  # spot servers cost about this fraction of on-demand ones
+
+_SIZE = re.compile(r"^[a-z0-9]+\.(small|medium|large|xlarge|(\d+)xlarge)\.(\d+)$")
+
+
+def flavor_resources(flavor: str) -> dict[str, int] | None:
+    """{"CPU", "memory"} from a flavor name such as ``s6.large.2``; None if not parseable."""
+    m = _SIZE.match(flavor)
+    if not m:
+        return None
+    size, mult, ratio = m.group(1), m.group(2), int(m.group(3))
+    vcpus = {"small": 1, "medium": 1, "large": 2, "xlarge": 4}.get(size) or 4 * int(mult)
+    return {"CPU": vcpus, "memory": vcpus * ratio * 2**30}
+
+
+def zone_status(spec: str | None) -> dict[str, str]:
+    """'cn-north-4a(normal),cn-north-4b(sellout)' -> {zone: status}."""
+    out = {}
+    for part in (spec or "").split(","):
+        m = re.match(r"^\s*([^()]+)\((\w+)\)\s*$", part)
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out
+
+
+def list_flavors(clients: Clients, zone: str | None = None) -> list[Any]:
+    from huaweicloudsdkecs.v2 import ListFlavorsRequest
+
+    return clients.call("ecs", "list_flavors",
+                        ListFlavorsRequest(availability_zone=zone)).flavors or []
+
+
+def list_zones(clients: Clients) -> list[str]:
+    from huaweicloudsdkecs.v2 import ListServerAzInfoRequest
+
+    got = clients.call("ecs", "list_server_az_info",
+                       ListServerAzInfoRequest()).availability_zones or []
+    return [z.availability_zone_id for z in got]
+
+
+def quota_limits(clients: Clients) -> dict[str, int]:
+    """The project's ECS quota: totals and what is left (instances, cores, RAM in MiB)."""
+    from huaweicloudsdkecs.v2 import ShowServerLimitsRequest
+
+    a = clients.call("ecs", "show_server_limits", ShowServerLimitsRequest()).absolute
+    return {"instances": a.max_total_instances, "cores": a.max_total_cores,
+            "ram_mib": a.max_total_ram_size,
+            "instances_left": max(a.max_total_instances - a.total_instances_used, 0),
+            "cores_left": max(a.max_total_cores - a.total_cores_used, 0),
+            "ram_mib_left": max(a.max_total_ram_size - a.total_ram_used, 0)}
+
+
+def estimated_price(vcpus: int, ram_mib: int) -> float:
+    """A rough on-demand price for flavors missing from the table (per vCPU and GiB)."""
+    return round(0.02 * vcpus + 0.005 * ram_mib / 1024, 4)
+
+
+def offer_set(clients: Clients, prices: dict[str, float] | None = None,
+              spot: bool = False, currency: str = "USD") -> OfferSet:
+    """Every flavor x zone the region sells now, sharing the project's ECS quota (a pool).
+
+    Each offer's ``node_config`` (flavor, zone, spot) is merged into the node config of
+    the nodes placed on it.  With ``spot`` every offer also has a spot twin."""
+    from ...placement.model import Offer, OfferSet, Pool
+
+    table = {**DEFAULT_PRICES, **(prices or {})}
+    limits = quota_limits(clients)
+    pool_name = f"huaweicloud/{clients.region}/ecs-quota"
+    pool = Pool(pool_name, free={"CPU": limits["cores_left"],
+                                 "memory": limits["ram_mib_left"] * 2**20,
+                                 "instances": limits["instances_left"]},
+                total={"CPU": limits["cores"], "memory": limits["ram_mib"] * 2**20,
+                       "instances": limits["instances"]})
+    zones = list_zones(clients)
+    out = OfferSet(pools={pool_name: pool})
+    for f in list_flavors(clients):
+        vcpus, ram_mib = int(f.vcpus), int(f.ram)
+        specs = f.os_extra_specs
+        known = f.id in table
+        base_price = table[f.id] if known else estimated_price(vcpus, ram_mib)
+        for market in ((False, True) if spot else (False,)):
+            key_spec = "condspotoperationaz" if market else "condoperationaz"
+            status = zone_status(getattr(specs, key_spec, None) if specs else None)
+            for z in zones:
+                if status.get(z, "normal") != "normal":
+                    continue  # sold out (or not sold) in this zone now
+                price = round(base_price * SPOT_DISCOUNT, 6) if market else base_price
+                out.offers.append(Offer(
+                    key=f"huaweicloud/{clients.region}/{z}/{f.id}" + ("/spot" if market
+                                                                       else ""),
+                    provider="huaweicloud", region=clients.region, availability_zone=z,
+                    flavor=f.id, spot=market, price_per_hour=price, currency=currency,
+                    size={"CPU": vcpus, "memory": ram_mib * 2**20, "GPU": 0},
+                    pool=pool_name,
+                    capabilities={"performance": getattr(specs, "ecsperformancetype", None)
+                                  or "normal"},
+                    node_config={"flavor": f.id, "availability_zone": z,
+                                 "market_type": "spot" if market else None},
+                    description=f"{f.id} ({vcpus} vCPU, {ram_mib // 1024} GiB) in {z}"
+                                + ("" if known else "; price estimated")))
+    return out

@@ -1,0 +1,148 @@
+"""Retrying Huawei Cloud calls: exponential backoff with jitter inside a bounded budget.
+
+The SDK does not retry.  Throttling (HTTP 429, ``APIGW.0308``) and server errors (5xx,
+dropped connections, timeouts) are retried with "equal jitter" backoff — half the
+exponential delay fixed, half random — so many clients that were throttled together do not
+come back together.  Every call has a budget of attempts *and* of seconds spent waiting,
+so a cloud that stays unhealthy yields a clear error instead of a hang.
+
+A create that failed with a server error may still have happened (the answer was lost).
+Callers pass ``recover``: before each retry of such a call it looks the resource up by
+name or token, and returns it if it exists, so a retry never makes a second one.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from huaweicloudsdkcore.exceptions import exceptions as sdk_exc
+
+from ...core.errors import NodeLaunchError, OperationCancelled, ProviderError
+
+T = TypeVar("T")
+
+THROTTLE_CODES = {"APIGW.0308", "APIGW.0309", "APIGW.0310", "Ecs.0043", "429"}
+QUOTA_CODES = {"Ecs.0213", "Ecs.0039", "Ecs.0620", "VPC.0106", "VPC.0513", "NAT.0024",
+               "KPS.0004", "1109"}
+# capacity and quota problems of a node launch: the message comes from the cloud as is
+LAUNCH_CODES = QUOTA_CODES | {"Ecs.0010", "Ecs.0039"}
+
+
+@dataclass
+class RetryPolicy:
+    attempts: int = 6          # tries in all (1 = no retry)
+    base_delay: float = 0.5    # seconds before the first retry (doubles each time)
+    max_delay: float = 8.0     # cap of one wait
+    budget: float = 60.0       # most seconds spent waiting for one call
+
+    def delay(self, retry: int) -> float:
+        exp = min(self.max_delay, self.base_delay * (2 ** retry))
+        return exp / 2 + random.uniform(0, exp / 2)
+
+
+def classify(exc: BaseException) -> str | None:
+    """'throttled', 'server' or 'connection' for retryable failures, else None."""
+    if isinstance(exc, sdk_exc.ServiceResponseException):
+        code = str(exc.error_code or "")
+        if exc.status_code == 429 or code in THROTTLE_CODES:
+            return "throttled"
+        if exc.status_code >= 500:
+            return "server"
+        return None
+    if isinstance(exc, (sdk_exc.ConnectionException, sdk_exc.RequestTimeoutException)):
+        return "connection"
+    return None
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line, secret-free account of an SDK failure."""
+    if isinstance(exc, sdk_exc.ServiceResponseException):
+        msg = str(exc.error_msg or "").strip()
+        if "too many 429 error responses" in msg:
+            msg = "throttled (HTTP 429)"
+        rid = f", request {exc.request_id}" if exc.request_id else ""
+        return f"{exc.error_code}: {msg} (HTTP {exc.status_code}{rid})"
+    if isinstance(exc, sdk_exc.SdkException):
+        return f"{type(exc).__name__}: {exc.error_msg}"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def error_code(exc: BaseException) -> str | None:
+    if isinstance(exc, sdk_exc.ServiceResponseException):
+        return str(exc.error_code) if exc.error_code is not None else None
+    return None
+
+
+def status_code(exc: BaseException) -> int | None:
+    return getattr(exc, "status_code", None)
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy,
+    recover: Callable[[], T | None] | None = None,
+    on_retry: Callable[[str, int, float, str], None] | None = None,
+    checkpoint: Callable[[], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> T:
+    """Run ``fn`` until it succeeds, fails for good, or the budget is spent."""
+    waited = 0.0
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn()
+        except Exception as exc:
+            kind = classify(exc)
+            if kind is None:
+                raise
+            delay = policy.delay(attempt - 1)
+            if attempt >= policy.attempts or waited + delay > policy.budget:
+                raise ProviderError(
+                    f"Huawei Cloud {what} failed after {attempt} attempt(s) over "
+                    f"{waited:.1f}s of retrying: {describe(exc)}",
+                    code=error_code(exc), status=status_code(exc), cloud=describe(exc),
+                ) from None
+            if on_retry is not None:
+                on_retry(what, attempt, delay, describe(exc))
+            if checkpoint is not None:
+                checkpoint()
+            sleep(delay)
+            waited += delay
+            if recover is not None and kind != "throttled":
+                # the failed call may have been carried out: look before trying again
+                found = recover()
+                if found is not None:
+                    return found
+
+
+def as_provider_error(exc: BaseException, what: str) -> ProviderError:
+    """The error a person reads for a non-retryable SDK failure of ``what``."""
+    if isinstance(exc, (ProviderError, OperationCancelled)):
+        return exc  # type: ignore[return-value]
+    return ProviderError(f"Huawei Cloud {what} failed: {describe(exc)}",
+                         code=error_code(exc), status=status_code(exc), cloud=describe(exc))
+
+
+def as_launch_error(exc: BaseException, what: str) -> ProviderError:
+    """Quota and capacity refusals become ``NodeLaunchError`` with the cloud's code."""
+    code = getattr(exc, "details", {}).get("code") if isinstance(exc, ProviderError) else (
+        error_code(exc))
+    if isinstance(exc, NodeLaunchError):
+        return exc
+    status = exc.details.get("status") if isinstance(exc, ProviderError) else status_code(exc)
+    if code in LAUNCH_CODES or (status == 403 and code and code.startswith("Ecs")):
+        msg = (exc.details.get("cloud") or exc.message) if isinstance(exc, ProviderError) \
+            else describe(exc)
+        return NodeLaunchError(f"Huawei Cloud refused to {what}: {msg}", code=code)
+    return as_provider_error(exc, what)
+
+
+def call_details(exc: BaseException) -> dict[str, Any]:
+    return {"code": error_code(exc), "status": status_code(exc)}

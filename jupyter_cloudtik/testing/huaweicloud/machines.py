@@ -1,0 +1,186 @@
+"""Emulated servers "boot" by running their user data as local processes.
+
+Each server gets its own folder (its disk), its own loopback address (its private IP), a
+minimal environment (nothing of the emulator's own environment leaks in: no access keys),
+and a metadata URL that stands in for the link-local metadata service of a real server.
+The user data runs in its own process group; everything the server started is stopped
+with the group when the server is deleted or the emulator stops.  A server whose
+processes have all ended is reported as powered off (SHUTOFF), which is how a real node
+whose runtime died looks to the cloud's API once its watchdog powers it off.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Adopt orphaned node processes so they are reaped here, not left as zombies."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_children() -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _group_members(pgid: int) -> list[psutil.Process]:
+    out = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if os.getpgid(p.pid) == pgid:
+                out.append(p)
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+    return out
+
+
+class Machines:
+    """Processes of the emulated servers, keyed by server id."""
+
+    def __init__(self, root: Path, metadata_base: str, emulator_id: str,
+                 stop_grace: float = 3.0) -> None:
+        self.root = root
+        self.metadata_base = metadata_base.rstrip("/")
+        self.emulator_id = emulator_id
+        self.stop_grace = stop_grace
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self._stoppers: list[threading.Thread] = []
+        self.subreaper = become_subreaper()
+
+    def server_dir(self, server_id: str) -> Path:
+        return self.root / "servers" / server_id
+
+    def environment(self, server_id: str, node_dir: Path) -> dict[str, str]:
+        bindir = str(Path(sys.executable).parent)
+        return {
+            "PATH": f"{bindir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(node_dir),
+            "LANG": "C.UTF-8",
+            "TMPDIR": str(node_dir / "tmp"),
+            "CLOUDTIK_NODE_DIR": str(node_dir),
+            "CLOUDTIK_METADATA_URL": f"{self.metadata_base}/{server_id}",
+            "CLOUDTIK_EMULATED_SERVER": server_id,
+            "CLOUDTIK_EMULATOR_ID": self.emulator_id,
+        }
+
+    def boot(self, server: dict[str, Any]) -> str:
+        """Run the server's user data; returns what happened, for the console log."""
+        sid = server["id"]
+        node_dir = self.server_dir(sid)
+        (node_dir / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
+        script = server.get("script") or ""
+        console = node_dir / "console.log"
+        if not script.startswith("#!"):
+            note = ("no user data" if not script else
+                    "user data is not a script (#!...); the emulator runs scripts only")
+            console.write_text(note + "\n")
+            return note
+        path = node_dir / "user-data"
+        path.write_text(script)
+        path.chmod(0o700)
+        with open(console, "ab") as log:
+            proc = subprocess.Popen(
+                [str(path)], cwd=node_dir, env=self.environment(sid, node_dir),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True, close_fds=True,
+            )
+        with self.lock:
+            self.procs[sid] = proc
+        return f"user data started (pid {proc.pid})"
+
+    def alive(self, server_id: str) -> bool:
+        with self.lock:
+            proc = self.procs.get(server_id)
+        if proc is None:
+            return False
+        proc.poll()
+        return bool(_group_members(proc.pid))
+
+    def stop(self, server_id: str, wait: bool = False) -> None:
+        with self.lock:
+            proc = self.procs.pop(server_id, None)
+        if proc is None:
+            return
+        t = threading.Thread(target=self._stop_group, args=(server_id, proc), daemon=True)
+        t.start()
+        self._stoppers.append(t)
+        if wait:
+            t.join()
+
+    def _stop_group(self, server_id: str, proc: subprocess.Popen) -> None:
+        pgid = proc.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGTERM)
+        deadline = time.monotonic() + self.stop_grace
+        while time.monotonic() < deadline:
+            proc.poll()
+            if not _group_members(pgid):
+                break
+            time.sleep(0.05)
+        else:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(pgid, signal.SIGKILL)
+        # a process of this server that left the group (setsid) is found by its marker
+        for p in psutil.process_iter(["environ"]):
+            try:
+                env = p.info.get("environ") or {}
+                if env.get("CLOUDTIK_EMULATOR_ID") == self.emulator_id and env.get(
+                        "CLOUDTIK_EMULATED_SERVER") == server_id:
+                    p.kill()
+            except psutil.Error:
+                continue
+        with contextlib.suppress(Exception):
+            proc.wait(timeout=1)
+
+    def stop_all(self) -> None:
+        with self.lock:
+            ids = list(self.procs)
+        for sid in ids:
+            self.stop(sid)
+        for t in list(self._stoppers):
+            t.join(timeout=self.stop_grace + 5)
+        self._stoppers = [t for t in self._stoppers if t.is_alive()]
+        if self.subreaper:
+            reap_children()
+
+    def leftovers(self) -> list[int]:
+        """Pids of processes of this emulator's servers that are still alive."""
+        out = []
+        for p in psutil.process_iter(["environ", "status"]):
+            try:
+                if p.info["status"] == psutil.STATUS_ZOMBIE:
+                    continue
+                env = p.info.get("environ") or {}
+                if env.get("CLOUDTIK_EMULATOR_ID") == self.emulator_id:
+                    out.append(p.pid)
+            except psutil.Error:
+                continue
+        return out

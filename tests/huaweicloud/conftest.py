@@ -1,0 +1,119 @@
+"""Fixtures for the Huawei Cloud tests: a real emulator process, per-test state folders.
+
+The emulator runs as its own process (session scope), like the real cloud runs apart from
+us: killing our process mid-`up` does not touch it, and the emulated servers' processes
+are its children.  At the end of the session it is stopped and must leave no process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from jupyter_cloudtik.testing.huaweicloud import EmulatorControl
+
+
+def _emulator_processes(emulator_id: str) -> list[int]:
+    out = []
+    for p in psutil.process_iter(["environ", "status"]):
+        try:
+            if p.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            if (p.info.get("environ") or {}).get("CLOUDTIK_EMULATOR_ID") == emulator_id:
+                out.append(p.pid)
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.fixture(scope="session")
+def hwc(tmp_path_factory):
+    """The emulator: ``.ctl`` (admin client), ``.info`` (endpoint, keys), ``.dir``."""
+    root = tmp_path_factory.mktemp("hwc-emulator")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
+    env["HOME"] = str(root)
+    with open(root / "emulator.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
+             "--boot-seconds", "0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
+    deadline = time.monotonic() + 30
+    while not (root / "emulator.json").exists():
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError("the emulator did not start: "
+                               + (root / "emulator.log").read_text()[-2000:])
+        time.sleep(0.05)
+    info = json.loads((root / "emulator.json").read_text())
+
+    class H:
+        pass
+
+    h = H()
+    h.info, h.dir, h.proc = info, root, proc
+    h.ctl = EmulatorControl(info["endpoint"], info["admin_token"])
+    yield h
+    try:
+        h.ctl.shutdown()
+    except Exception:
+        proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    left = _emulator_processes(info["emulator_id"])
+    assert not left, f"emulated server processes left behind: {left}"
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch, hwc):
+    """A private state folder and HOME; credentials from the emulator's file."""
+    state = tmp_path / "state"
+    state.mkdir()
+    home = tmp_path / "home"
+    home.mkdir()
+    for k in list(os.environ):
+        if k.startswith("HUAWEICLOUD_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("CLOUDTIK_STATE_DIR", str(state))
+    monkeypatch.setenv("CLOUDTIK_LAUNCHER_IDLE", "5")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("HUAWEICLOUD_CREDENTIALS_FILE", str(hwc.dir / "credentials"))
+    return state
+
+
+@pytest.fixture
+def faults(hwc):
+    """Inject faults; every fault is cleared when the test ends."""
+    yield hwc.ctl
+    hwc.ctl.clear_faults()
+    hwc.ctl.set_options(quotas={"instances": 200, "cores": 800, "vpc": 5})
+
+
+@pytest.fixture
+def core(env):
+    """(ClusterManager, WorkspaceManager) on one store, and a runner for their coroutines."""
+    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.core.workspace_manager import WorkspaceManager
+
+    settings = CloudTik(state_dir=str(env), start_reaper=False, operation_timeout=180)
+    cm = ClusterManager(settings=settings)
+    wm = WorkspaceManager(settings=settings, store=cm.store)
+    loop = asyncio.new_event_loop()
+
+    class C:
+        clusters, workspaces = cm, wm
+
+        @staticmethod
+        def run(coro):
+            return loop.run_until_complete(coro)
+
+    yield C
+    loop.close()

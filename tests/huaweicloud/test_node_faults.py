@@ -1,0 +1,105 @@
+"""Faults while bringing clusters up and down on the emulated cloud.
+
+Each case either completes (retries, replacing what the cloud could not make) or fails
+with the cloud's code and message; after `down` no server of the cluster is left.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hwc_helpers import cluster_config, workspace_config
+
+from jupyter_cloudtik.core.errors import CapacityError, NodeLaunchError
+
+WS = "nodefaults"
+
+
+@pytest.fixture
+def ws(hwc, core, faults):
+    core.run(core.workspaces.create(WS, workspace_config(hwc)))
+    yield WS
+    for c in core.clusters.list():
+        core.run(core.clusters.down(c.name))
+    assert _servers(hwc, WS) == []
+    core.run(core.workspaces.delete(WS))
+
+
+def _servers(hwc, ws: str, cluster: str | None = None) -> list[dict]:
+    return [s for s in hwc.ctl.state()["servers"]
+            if s["tags"].get("cloudtik-workspace") == ws
+            and (cluster is None or s["tags"].get("cloudtik-cluster-name") == cluster)]
+
+
+def _creates(hwc, after: int) -> list[dict]:
+    return [r for r in hwc.ctl.requests(after) if r["action"] == "ecs.create_post_paid_servers"]
+
+
+@pytest.mark.parametrize("action,kind,times", [
+    ("ecs.create_post_paid_servers", "throttle", 2),
+    ("ecs.create_post_paid_servers", "lost_response", 1),
+    ("ecs.show_job", "error", 2),
+    ("ecs.list_servers_details", "error", 1),
+    ("ecs.batch_create_server_tags", "throttle", 1),
+])
+def test_up_completes_after_transient_faults(hwc, core, ws, faults, action, kind, times):
+    mark = hwc.ctl.last_request()
+    faults.inject(action, kind, times=times)
+    info = core.run(core.clusters.up(cluster_config("nf", ws, workers=1)))
+    assert info.running_workers == 1
+    assert len(_servers(hwc, ws, "nf")) == 2  # a lost create answer made no duplicates
+    if kind == "lost_response":
+        tokens = [r["client_token"] for r in _creates(hwc, mark)]
+        assert len(tokens) == 3 and tokens[0] == tokens[1]  # the retry reused the token
+
+
+def test_half_failed_batch_is_completed(hwc, core, ws, faults):
+    mark = hwc.ctl.last_request()
+    faults.inject("ecs.create_post_paid_servers", "half_fail", after=1)  # the workers' batch
+    info = core.run(core.clusters.up(cluster_config("half", ws, workers=2)))
+    assert info.running_workers == 2
+    counts = [json.loads(r["body"])["server"]["count"] for r in _creates(hwc, mark)]
+    assert counts == [1, 2, 1]  # head, the batch (one failed), the missing one again
+
+
+def test_servers_landing_in_error_are_replaced(hwc, core, ws, faults):
+    faults.inject("ecs.create_post_paid_servers", "server_error", after=1)
+    info = core.run(core.clusters.up(cluster_config("err", ws, workers=2)))
+    assert info.running_workers == 2
+    assert all(s["status"] == "ACTIVE" for s in _servers(hwc, ws, "err"))
+
+
+def test_quota_refusal_is_a_node_launch_error(hwc, core, ws, faults):
+    # every offer (flavor x zone) refuses: placement fails over, then gives up
+    faults.inject("ecs.create_post_paid_servers", "quota", after=1, times=100)
+    with pytest.raises(NodeLaunchError) as e:
+        core.run(core.clusters.up(cluster_config("quota", ws, workers=2)))
+    assert "Ecs.0213" in e.value.message and "Quota exceeded" in e.value.message
+    assert core.clusters.get("quota").state == "failed"
+    core.run(core.clusters.down("quota"))
+    assert _servers(hwc, ws, "quota") == []
+
+
+def test_quota_is_checked_before_anything_starts(hwc, core, ws, faults):
+    faults.set_options(quotas={"instances": 2})
+    with pytest.raises(CapacityError, match="quota"):
+        core.run(core.clusters.up(cluster_config("small", ws, workers=3)))
+    assert _servers(hwc, ws, "small") == []
+
+
+def test_broken_servers_are_replaced_by_up_and_deleted_by_down(hwc, core, ws, faults):
+    info = core.run(core.clusters.up(cluster_config("brk", ws, workers=2)))
+    worker = next(n.node_id for n in info.nodes if n.kind == "worker")
+    faults.crash(worker, "ERROR")
+    status = core.run(core.clusters.status("brk"))
+    assert status.state == "degraded"
+    assert any(n.node_id == worker and n.status == "broken" for n in status.nodes)
+    info = core.run(core.clusters.up(cluster_config("brk", ws, workers=2)))
+    assert info.running_workers == 2
+    assert worker not in {s["id"] for s in _servers(hwc, ws, "brk")}
+    # a server that is SHUTOFF is still deleted by down
+    faults.crash(next(n.node_id for n in info.nodes if n.kind == "worker"), "SHUTOFF")
+    faults.inject("ecs.delete_servers", "error", times=1)
+    core.run(core.clusters.down("brk"))
+    assert _servers(hwc, ws, "brk") == []

@@ -1,0 +1,106 @@
+"""Credentials, retries, offers and API call counts of the provider, against the emulator."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError, ProviderError
+from jupyter_cloudtik.providers.huaweicloud.clients import Clients
+from jupyter_cloudtik.providers.huaweicloud.credentials import HuaweiCloud, resolve
+from jupyter_cloudtik.providers.huaweicloud.offers import flavor_resources, offer_set
+from jupyter_cloudtik.providers.huaweicloud.retry import RetryPolicy
+from jupyter_cloudtik.testing.huaweicloud import Emulator, EmulatorControl, Options
+
+
+@pytest.fixture(scope="module")
+def emu(tmp_path_factory):
+    e = Emulator(tmp_path_factory.mktemp("emu"), Options(boot=False, boot_seconds=0.02,
+                                                         settle_seconds=0.01))
+    e.start()
+    yield e
+    e.stop()
+
+
+def _clients(emu, **policy) -> Clients:
+    from jupyter_cloudtik.providers.huaweicloud.credentials import Credentials
+
+    o = emu.options
+    creds = Credentials(o.access_key, o.secret_key, source="test")
+    return Clients({"region": o.region, "endpoint": emu.endpoint}, creds,
+                   policy=RetryPolicy(**{"base_delay": 0.01, **policy}))
+
+
+def test_credentials_come_from_env_then_file_and_say_how_when_missing(tmp_path, monkeypatch):
+    for k in list(os.environ):
+        if k.startswith("HUAWEICLOUD_"):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        resolve({}, HuaweiCloud())
+    assert "HUAWEICLOUD_SDK_AK" in e.value.message and "credentials" in e.value.message
+    f = tmp_path / "creds"
+    f.write_text("[default]\naccess_key = AKFILE\nsecret_key = SKFILE\nproject_id = p1\n"
+                 "[other]\naccess_key = AK2\nsecret_key = SK2\n")
+    monkeypatch.setenv("HUAWEICLOUD_CREDENTIALS_FILE", str(f))
+    c = resolve({}, HuaweiCloud())
+    assert (c.access_key, c.project_id) == ("AKFILE", "p1")
+    assert "SKFILE" not in repr(c)
+    assert resolve({"profile": "other"}, HuaweiCloud()).access_key == "AK2"
+    with pytest.raises(ConfigError, match="no profile \\[nope\\]"):
+        resolve({"profile": "nope"}, HuaweiCloud())
+    monkeypatch.setenv("HUAWEICLOUD_SDK_AK", "AKENV")
+    monkeypatch.setenv("HUAWEICLOUD_SDK_SK", "SKENV")
+    monkeypatch.setenv("HUAWEICLOUD_SDK_PROJECT_ID", "p2")
+    assert resolve({}, HuaweiCloud()).access_key == "AKENV"
+
+
+def test_project_and_domain_are_found_through_iam(emu):
+    c = _clients(emu)
+    assert c.project_id == emu.options.project_id
+    assert c.domain_id == emu.options.domain_id
+
+
+def test_retries_are_bounded_and_reported(emu):
+    from huaweicloudsdkecs.v2 import ListFlavorsRequest
+
+    ctl = EmulatorControl(emu.endpoint, emu.options.admin_token)
+    seen = []
+    c = _clients(emu, attempts=4)
+    c.on_retry = lambda what, n, delay, why: seen.append((n, why))
+    ctl.inject("ecs.list_flavors", "throttle", times=2)
+    assert c.call("ecs", "list_flavors", ListFlavorsRequest()).flavors
+    assert [n for n, _ in seen] == [1, 2] and "429" in seen[0][1]
+    ctl.inject("ecs.list_flavors", "error", times=10)
+    with pytest.raises(ProviderError) as e:
+        c.call("ecs", "list_flavors", ListFlavorsRequest())
+    assert "after 4 attempt(s)" in e.value.message and "Ecs.0500" in e.value.message
+    ctl.clear_faults()
+    # a budget of seconds bounds the waiting as well
+    c = _clients(emu, attempts=20, base_delay=0.2, budget=0.5)
+    ctl.inject("ecs.list_flavors", "error", times=100)
+    with pytest.raises(ProviderError, match="attempt"):
+        c.call("ecs", "list_flavors", ListFlavorsRequest())
+    ctl.clear_faults()
+
+
+def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
+    emu.cloud.set_options({"sold_out": [["s6.large.2", "cn-north-4b"]]})
+    got = offer_set(_clients(emu), prices={"s6.large.2": 0.05})
+    flavors = {o.flavor for o in got.offers}
+    assert {"s6.small.1", "s6.large.2", "c7.xlarge.2"} <= flavors
+    large = {o.availability_zone: o for o in got.offers if o.flavor == "s6.large.2"}
+    assert set(large) == {"cn-north-4a", "cn-north-4c"}  # sold out in 4b
+    a = large["cn-north-4a"]
+    assert a.price_per_hour == 0.05 and a.size == {"CPU": 2, "memory": 4 * 2**30, "GPU": 0}
+    assert a.node_config == {"flavor": "s6.large.2", "availability_zone": "cn-north-4a",
+                             "market_type": None}
+    pool = got.pools[a.pool]
+    assert pool.free["instances"] == 200 and pool.total["CPU"] == 800
+    spot = offer_set(_clients(emu), spot=True)
+    assert any(o.spot and o.node_config["market_type"] == "spot" for o in spot.offers)
+    emu.cloud.set_options({"sold_out": []})
+    assert flavor_resources("s6.xlarge.2") == {"CPU": 4, "memory": 8 * 2**30}
+    assert flavor_resources("c7.2xlarge.4") == {"CPU": 8, "memory": 32 * 2**30}
+    assert flavor_resources("odd") is None
