@@ -31,6 +31,7 @@ FEATURE_CLIS: tuple[str, ...] = (
     "jupyter_cloudtik.workspace_cli",
     "jupyter_cloudtik.emulator_cli",
     "jupyter_cloudtik.hpc.cli",
+    "jupyter_cloudtik.storage.cli",
 )
 
 

@@ -99,7 +99,10 @@ class CloudTikMagics(Magics):
 
 
 # Features add their magics here: (module, Magics class name).
-FEATURE_MAGICS: tuple[tuple[str, str], ...] = (("jupyter_cloudtik.hpc.magics", "HPCMagics"),)
+FEATURE_MAGICS: tuple[tuple[str, str], ...] = (
+    ("jupyter_cloudtik.storage.magics", "StorageMagics"),
+    ("jupyter_cloudtik.hpc.magics", "HPCMagics"),
+)
 
 
 def register(ipython) -> None:

@@ -11,6 +11,7 @@ declare -A PACKAGES=(
   [munge]=/usr/sbin/munged
   # HPC: the slurm backend over SSH is tested against a real sshd on loopback
   [openssh-server]=/usr/sbin/sshd
+  [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
 )

@@ -64,6 +64,30 @@ log = logging.getLogger("jupyter_cloudtik")
 
 WORKER_WAIT_POLL = 0.02
 
+# Features that add to what every node gets: "module:function" called as
+# fn(manager, cfg, role) -> dict merged into node_config["runtime"].  Credentials go in
+# runtime["secret_files"] = [{"name", "content", "env"}]: a provider writes each file where
+# only the node can read it and points the node's environment variable ``env`` at it (never
+# into plain user_data); runtime["env"] holds plain environment variables.
+RUNTIME_CONTRIBUTORS: tuple[str, ...] = ("jupyter_cloudtik.storage.cluster:node_runtime",)
+
+
+def _contributions(manager: ClusterManager, cfg: dict[str, Any], role: str) -> dict[str, Any]:
+    import importlib
+
+    out: dict[str, Any] = {}
+    for spec in RUNTIME_CONTRIBUTORS:
+        module, _, name = spec.partition(":")
+        extra = getattr(importlib.import_module(module), name)(manager, cfg, role) or {}
+        for key, value in extra.items():
+            if isinstance(value, list):
+                out[key] = [*out.get(key, []), *value]
+            elif isinstance(value, dict):
+                out[key] = {**out.get(key, {}), **value}
+            else:
+                out[key] = value
+    return out
+
 
 def _target(name: str) -> str:
     return f"cluster:{name}"
@@ -250,6 +274,7 @@ class ClusterManager:
         cfg = cfgmod.build_config(
             config, name=name, workers=workers, provider=provider, settings=self.settings
         )
+        _contributions(self, cfg, NODE_KIND_HEAD)  # a bad storage: section fails here, early
         name = cfg["cluster_name"]
         chash = cfgmod.config_hash(cfg)
         row = self.store.query_one("SELECT * FROM clusters WHERE name = ?", (name,))
@@ -596,6 +621,7 @@ class ClusterManager:
         }
         if scheduler_address:
             runtime["scheduler_address"] = scheduler_address
+        runtime.update(_contributions(self, cfg, role))
         return {**t.get("node_config", {}), "runtime": runtime}
 
     async def _up(self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],

@@ -7,6 +7,11 @@ The key comes from ``CLOUDTIK_SECRET_KEY`` (for deployments that hold keys elsew
 secret under a new key; old keys stay readable through ``MultiFernet`` until rotation ends,
 so a crash mid-rotation loses nothing.
 
+An admin may keep the values in HashiCorp Vault (KV version 2) instead: with
+``c.VaultSecrets.enabled = True`` (or ``CLOUDTIK_SECRET_BACKEND=vault``) every scope is one
+Vault secret at ``<mount_point>/<path_prefix>/<scope with ':' as '/'>`` holding name -> value;
+nothing is written to the state database then.  ``open_secret_store`` picks the backend.
+
 Callers refer to secrets by ``(scope, name)`` (e.g. ``("storage:mydata", "secret_access_key")``)
 and show ``REDACTED`` wherever a value would appear.  ``Redactor`` scrubs known values out of
 text (log lines, error messages, subprocess output) as a last line of defence.
@@ -22,8 +27,11 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
+from traitlets import Bool, Unicode, default
+from traitlets.config import Configurable
 
 from .errors import CloudTikError, ConfigError, NotFoundError
 from .store import Store
@@ -53,11 +61,21 @@ class SecretStoreError(CloudTikError):
 class SecretStore:
     """Encrypted (scope, name) -> value storage in the state database."""
 
-    def __init__(self, store: Store, key: str | bytes | None = None) -> None:
+    def __init__(self, store: Store, key: str | bytes | None = None,
+                 backend: VaultBackend | None = None) -> None:
         self.store = store
         store.ensure_schema("secrets", SECRET_MIGRATIONS)
         self._explicit_key = key
         self._lock = threading.Lock()
+        self.backend = backend
+
+    def daemon_env(self) -> dict[str, str]:
+        """What a daemon of ours (started with a scrubbed environment) needs to read secrets."""
+        if self.backend is not None:
+            return self.backend.daemon_env()
+        if isinstance(self._explicit_key, str):
+            return {KEY_ENV: self._explicit_key}
+        return {KEY_ENV: os.environ[KEY_ENV]} if os.environ.get(KEY_ENV) else {}
 
     # keys ---------------------------------------------------------------------------------
     @property
@@ -109,6 +127,9 @@ class SecretStore:
     def put(self, scope: str, name: str, value: str) -> None:
         if not isinstance(value, str):
             raise ConfigError(f"{name}: a secret must be text", field=name)
+        if self.backend is not None:
+            self.backend.put(scope, name, value)
+            return
         token = self._fernet().encrypt(value.encode())
         now = time.time()
         with self.store.transaction() as conn:
@@ -120,6 +141,8 @@ class SecretStore:
             )
 
     def get(self, scope: str, name: str) -> str:
+        if self.backend is not None:
+            return self.backend.get(scope, name)
         row = self.store.query_one(
             "SELECT ciphertext FROM secrets WHERE scope = ? AND name = ?", (scope, name))
         if row is None:
@@ -133,18 +156,26 @@ class SecretStore:
             ) from None
 
     def get_all(self, scope: str) -> dict[str, str]:
+        if self.backend is not None:
+            return self.backend.get_all(scope)
         return {n: self.get(scope, n) for n in self.names(scope)}
 
     def has(self, scope: str, name: str) -> bool:
+        if self.backend is not None:
+            return name in self.backend.get_all(scope)
         return self.store.query_one(
             "SELECT 1 FROM secrets WHERE scope = ? AND name = ?", (scope, name)) is not None
 
     def names(self, scope: str) -> list[str]:
+        if self.backend is not None:
+            return sorted(self.backend.get_all(scope))
         return [r[0] for r in self.store.query(
             "SELECT name FROM secrets WHERE scope = ? ORDER BY name", (scope,))]
 
     def delete(self, scope: str, name: str | None = None) -> int:
         """Delete one secret, or every secret of ``scope`` when ``name`` is None."""
+        if self.backend is not None:
+            return self.backend.delete(scope, name)
         with self.store.transaction() as conn:
             if name is None:
                 cur = conn.execute("DELETE FROM secrets WHERE scope = ?", (scope,))
@@ -159,6 +190,8 @@ class SecretStore:
         Only for the key file (a key given through the environment is rotated by whoever
         manages it: put ``NEW,OLD`` in ``CLOUDTIK_SECRET_KEY``, call this, then drop OLD).
         """
+        if self.backend is not None:
+            return 0  # Vault encrypts with its own keys and rotates them itself
         env_keys = self._explicit_key or os.environ.get(KEY_ENV)
         if env_keys:
             fernet = self._fernet()
@@ -194,11 +227,158 @@ class SecretStore:
     def redactor(self, scopes: Iterable[str] | None = None) -> Redactor:
         """A Redactor knowing the values of the given scopes (all scopes if None)."""
         if scopes is None:
-            scopes = [r[0] for r in self.store.query("SELECT DISTINCT scope FROM secrets")]
+            scopes = (self.backend.scopes() if self.backend is not None else
+                      [r[0] for r in self.store.query("SELECT DISTINCT scope FROM secrets")])
         values = []
         for scope in scopes:
             values.extend(self.get_all(scope).values())
         return Redactor(values)
+
+
+BACKEND_ENV = "CLOUDTIK_SECRET_BACKEND"
+
+
+class VaultSecrets(Configurable):
+    """``c.VaultSecrets.*``: keep secrets in HashiCorp Vault (KV v2) through ``hvac``."""
+
+    enabled = Bool(help=f"Use Vault instead of the encrypted table (env {BACKEND_ENV}=vault)."
+                   ).tag(config=True)
+    url = Unicode(help="Vault address; default $VAULT_ADDR.").tag(config=True)
+    token = Unicode(help="Vault token; default $VAULT_TOKEN (prefer the environment)."
+                    ).tag(config=True)
+    mount_point = Unicode(help="Mount point of the KV v2 engine (default 'secret', env "
+                               "CLOUDTIK_VAULT_MOUNT).").tag(config=True)
+    path_prefix = Unicode(help="Folder of our secrets inside the engine (default "
+                               "'jupyter-cloudtik', env CLOUDTIK_VAULT_PREFIX)."
+                          ).tag(config=True)
+    namespace = Unicode("", help="Vault Enterprise namespace, if any.").tag(config=True)
+    verify = Bool(True, help="Verify Vault's TLS certificate.").tag(config=True)
+
+    @default("enabled")
+    def _default_enabled(self) -> bool:
+        return os.environ.get(BACKEND_ENV, "").lower() == "vault"
+
+    @default("url")
+    def _default_url(self) -> str:
+        return os.environ.get("VAULT_ADDR", "")
+
+    @default("token")
+    def _default_token(self) -> str:
+        return os.environ.get("VAULT_TOKEN", "")
+
+    @default("mount_point")
+    def _default_mount(self) -> str:
+        return os.environ.get("CLOUDTIK_VAULT_MOUNT", "secret")
+
+    @default("path_prefix")
+    def _default_prefix(self) -> str:
+        return os.environ.get("CLOUDTIK_VAULT_PREFIX", "jupyter-cloudtik")
+
+
+class VaultBackend:
+    """Secrets as Vault KV v2 entries: one Vault secret per scope, names as its keys."""
+
+    def __init__(self, url: str, token: str, mount_point: str = "secret",
+                 path_prefix: str = "jupyter-cloudtik", namespace: str = "",
+                 verify: bool = True) -> None:
+        try:
+            import hvac
+        except ImportError:
+            raise ConfigError("c.VaultSecrets.enabled: the 'hvac' package is not installed "
+                              "(pip install 'jupyter_cloudtik[vault]')",
+                              field="VaultSecrets.enabled") from None
+        if not url:
+            raise ConfigError("c.VaultSecrets.url: missing (or set VAULT_ADDR)",
+                              field="VaultSecrets.url")
+        self.url, self.token = url, token
+        self.mount_point = mount_point.strip("/")
+        self.prefix = path_prefix.strip("/")
+        self.namespace = namespace
+        self._hvac = hvac
+        self.client = hvac.Client(url=url, token=token, namespace=namespace or None,
+                                  verify=verify)
+
+    def daemon_env(self) -> dict[str, str]:
+        return {BACKEND_ENV: "vault", "VAULT_ADDR": self.url, "VAULT_TOKEN": self.token,
+                "CLOUDTIK_VAULT_MOUNT": self.mount_point, "CLOUDTIK_VAULT_PREFIX": self.prefix}
+
+    def _path(self, scope: str) -> str:
+        return f"{self.prefix}/{scope.replace(':', '/')}"
+
+    def _call(self, fn, *args: Any, **kw: Any) -> Any:
+        exc = self._hvac.exceptions
+        try:
+            return fn(*args, **kw)
+        except exc.InvalidPath:
+            return None
+        except (exc.Forbidden, exc.Unauthorized) as e:
+            raise SecretStoreError(f"Vault at {self.url} refused the token: {e.errors or e}"
+                                   ) from None
+        except exc.VaultError as e:
+            raise SecretStoreError(f"Vault at {self.url} failed: {e.errors or e}") from None
+        except OSError as e:  # requests' connection errors
+            raise SecretStoreError(f"cannot reach Vault at {self.url}: {e}") from None
+
+    def get_all(self, scope: str) -> dict[str, str]:
+        kv = self.client.secrets.kv.v2
+        resp = self._call(kv.read_secret_version, path=self._path(scope),
+                          mount_point=self.mount_point, raise_on_deleted_version=False)
+        data = ((resp or {}).get("data") or {}).get("data") or {}
+        return {str(k): str(v) for k, v in data.items()}
+
+    def get(self, scope: str, name: str) -> str:
+        data = self.get_all(scope)
+        if name not in data:
+            raise NotFoundError(f"no secret '{name}' in {scope}", field=name)
+        return data[name]
+
+    def put(self, scope: str, name: str, value: str) -> None:
+        data = self.get_all(scope)
+        data[name] = value
+        self._call(self.client.secrets.kv.v2.create_or_update_secret, path=self._path(scope),
+                   secret=data, mount_point=self.mount_point)
+
+    def delete(self, scope: str, name: str | None = None) -> int:
+        data = self.get_all(scope)
+        kv = self.client.secrets.kv.v2
+        if name is None or set(data) <= {name}:
+            count = len(data) if name is None else int(name in data)
+            if data:
+                self._call(kv.delete_metadata_and_all_versions, path=self._path(scope),
+                           mount_point=self.mount_point)
+            return count
+        if name not in data:
+            return 0
+        del data[name]
+        self._call(kv.create_or_update_secret, path=self._path(scope), secret=data,
+                   mount_point=self.mount_point)
+        return 1
+
+    def scopes(self) -> list[str]:
+        out: list[str] = []
+
+        def walk(rel: str) -> None:
+            resp = self._call(self.client.secrets.kv.v2.list_secrets,
+                              path=f"{self.prefix}/{rel}".rstrip("/"),
+                              mount_point=self.mount_point)
+            for key in ((resp or {}).get("data") or {}).get("keys") or []:
+                if key.endswith("/"):
+                    walk(rel + key)
+                else:
+                    out.append((rel + key).replace("/", ":"))
+
+        walk("")
+        return out
+
+
+def open_secret_store(settings: Any, store: Store) -> SecretStore:
+    """The secret store the admin chose: the encrypted table, or Vault."""
+    vault = VaultSecrets(parent=settings)
+    if not vault.enabled:
+        return SecretStore(store)
+    return SecretStore(store, backend=VaultBackend(
+        vault.url, vault.token, vault.mount_point, vault.path_prefix, vault.namespace,
+        vault.verify))
 
 
 def _split_keys(raw: str | bytes) -> list[str]:

@@ -104,6 +104,10 @@ class NodeProvider:
     config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
     #: JSON Schema of a node type's ``node_config``
     node_config_schema: ClassVar[dict[str, Any]] = {"type": "object"}
+    #: can create_node deliver node_config["runtime"]["secret_files"] privately (a file only
+    #: the node can read, never plain user data)?  Features that hand nodes credentials
+    #: (storage.remotes) refuse providers that cannot.
+    delivers_secret_files: ClassVar[bool] = False
     #: does the manager have to wait for workers to connect to the scheduler itself?
     manages_runtime: ClassVar[bool] = True
 

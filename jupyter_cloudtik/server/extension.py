@@ -23,7 +23,7 @@ from traitlets.config import Configurable
 from ..core.cluster_manager import ClusterManager
 from ..core.settings import CloudTik
 from ..session import API_URL_ENV
-from .routes import build_routes
+from .routes import build_routes, lifecycle_hooks
 
 API_TOKEN_ENV = "CLOUDTIK_API_TOKEN"
 SETTINGS_KEY = "cloudtik"
@@ -72,6 +72,10 @@ class ServerContext:
         if name not in self._features:
             self._features[name] = factory(self)
         return self._features[name]
+
+    def started(self, name: str) -> Any | None:
+        """A feature's manager if it was created, else None (for shutdown hooks)."""
+        return self._features.get(name)
 
     def cluster_list_json(self, include_stopped: bool) -> str:
         """The body of GET clusters, re-rendered only when the store changed (or once a
@@ -150,7 +154,31 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.add_handlers(".*$", build_routes(web_app.settings["base_url"]))
     if ctx.server.kernel_access:
         _give_kernels_access(serverapp, ctx)
+    for hook in lifecycle_hooks("startup"):
+        try:
+            hook(ctx)
+        except Exception:  # a feature that cannot start must not take the server down
+            serverapp.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
+    _shutdown_features_on_stop(serverapp, ctx)
     serverapp.log.info(
         "jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",
         web_app.settings["base_url"], ctx.settings.state_dir,
     )
+
+
+def _shutdown_features_on_stop(serverapp: Any, ctx: ServerContext) -> None:
+    """Run the features' shutdown hooks when the server stops (e.g. unmount storages).
+
+    A function-style extension gets no stop call from jupyter_server, so this wraps the
+    server's own extension cleanup, which runs on every orderly stop."""
+    original = serverapp.cleanup_extensions
+
+    async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
+        for hook in lifecycle_hooks("shutdown"):
+            try:
+                hook(ctx)
+            except Exception:
+                serverapp.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
+        return await original(*args, **kwargs)
+
+    serverapp.cleanup_extensions = cleanup_extensions

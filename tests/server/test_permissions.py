@@ -11,7 +11,7 @@ import requests
 from jupyter_cloudtik.server.routes import build_routes, route_table
 
 METHODS = ("get", "post", "put", "patch", "delete")
-FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml",
+FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml", "backend": "s3",
         "reservation_id": "some-reservation", "job_id": "some-job"}
 
 

@@ -134,6 +134,7 @@ def prewarm_launcher(settings) -> bool:
 
 class LocalNodeProvider(NodeProvider):
     provider_type = "local"
+    delivers_secret_files = True  # 0600 files in the node's own folder
     config_schema = {
         "type": "object",
         "title": "Local machine",
@@ -412,6 +413,16 @@ class LocalNodeProvider(NodeProvider):
             node_id = f"{self.cluster_name}-{role}-{secrets.token_hex(3)}"
             node_dir = self._node_dir(node_id)
             node_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+            node_env = dict(env)
+            node_env.update({str(k): str(v) for k, v in (runtime.get("env") or {}).items()})
+            for item in runtime.get("secret_files") or ():
+                # credentials the node needs: a 0600 file in its own 0700 folder
+                path = node_dir / Path(item["name"]).name
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(item["content"])
+                if item.get("env"):
+                    node_env[item["env"]] = str(path)
             spec = {
                 "node_id": node_id,
                 "cluster": self.cluster_name,
@@ -420,7 +431,7 @@ class LocalNodeProvider(NodeProvider):
                 "log": str(node_dir / "node.log"),
                 "role": role,
                 "argv": self._dask_argv(role, node_id, node_dir, runtime),
-                "env": env,
+                "env": node_env,
                 "setup_commands": runtime.get("setup_commands") or [],
                 "memory_limit": runtime.get("memory_limit") or 0,
                 "title": f"cloudtik {role} {node_id}",

@@ -1,15 +1,14 @@
 /**
  * The sections of the side panel, top to bottom.
  *
- * A feature adds its section by writing a component in this folder and listing it here;
- * Storage is a placeholder until its feature fills it.
+ * A feature adds its section by writing a component in this folder and listing it here.
  */
 
 import { ComponentType } from 'react';
 
 import { ClustersSection } from './clusters';
 import { JobsSection } from './jobs';
-import { StorageSection } from './placeholders';
+import { StorageSection } from './storage';
 import { SectionProps } from './props';
 
 export interface SectionSpec {

@@ -1,0 +1,67 @@
+"""``%storage add|list|ls|cp|sync|mount|unmount|remove|test|backends|options``.
+
+Transfers and mounts show a progress bar (bytes, files, rate, ETA); "interrupt kernel"
+cancels them.  Errors are one-line ``UsageError``s.  Keep credentials out of the notebook:
+``%storage add NAME s3://bucket --ask secret_access_key`` asks for the value without
+echoing it (IPython's ``$var`` expansion also works: ``-o secret_access_key=$sk``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from ..commands import UsageProblem
+from ..core.errors import CloudTikError, OperationCancelled
+from .commands import describe, run_command, storage_parser
+
+
+@magics_class
+class StorageMagics(Magics):
+    @line_magic
+    def storage(self, line: str) -> Any:
+        """Storages (rclone remotes): add, browse, copy with progress, mount.
+
+        Sub-commands::
+
+          %storage add NAME [URL] [-b BACKEND] [-o KEY=VALUE ...] [--ask KEY]
+                       [--source PATH] [--read-write] [--mount-path P]
+          %storage list                   storages and their mounts
+          %storage ls NAME:path           browse (--offset/--limit page through)
+          %storage cp SRC DST             copy (NAME:path or local paths), with progress
+          %storage sync SRC DST           make DST like SRC (deletes extra files in DST)
+          %storage mount NAME [--mode sync]   FUSE mount at the storage's mount path
+          %storage unmount NAME
+          %storage remove NAME            unmount and forget it and its credentials
+          %storage test NAME              check it answers with its credentials
+          %storage backends | options BACKEND [--provider P]
+
+        Run `%storage <command> --help` for the options of a command.
+        """
+        from ..progress import follow, make_view
+        from .client import get_storage_client
+
+        try:
+            args = storage_parser("%storage").parse_args(shlex.split(line))
+        except UsageProblem as e:
+            raise UsageError(str(e)) from None
+        except ValueError as e:
+            raise UsageError(f"%storage: {e}") from None
+        except SystemExit:
+            return None
+        try:
+            client = get_storage_client()
+            kind, value = run_command(
+                args, client, lambda op_id, title: follow(client, op_id, make_view(title)))
+        except OperationCancelled as e:
+            print(f"cancelled: {e.message}")
+            return None
+        except CloudTikError as e:
+            raise UsageError(e.message) from None
+        if kind in ("list", "ls", "storage"):
+            return value
+        print(describe(kind, value))
+        return None
