@@ -101,6 +101,9 @@ class Cloud:
         self.domain_id = domain_id
         self.zones = [f"{region}a", f"{region}b", f"{region}c"]
         self.sold_out: set[tuple[str, str]] = set()  # (flavor, zone) without capacity
+        # (flavor, zone) that the flavor listing still shows as "normal" but whose hosts are
+        # full: the cloud's view lags, and only the create call finds out (as it happens)
+        self.full_hosts: set[tuple[str, str]] = set()
         self.boot_seconds = boot_seconds
         self.settle_seconds = settle_seconds
         self.quotas = dict(DEFAULT_QUOTAS)
@@ -947,6 +950,9 @@ class Cloud:
             raise bad_request("ecs", f"availability_zone {zone} does not exist", "Ecs.0019")
         if (fid, zone) in self.sold_out:
             raise ApiError(400, "Ecs.0039", f"Flavor {fid} is sold out in {zone}.", "ecs")
+        if (fid, zone) in self.full_hosts:
+            raise ApiError(400, "Ecs.0039", f"Flavor {fid} is sold out in {zone}: "
+                           "insufficient capacity.", "ecs")
         image = next((i for i in self.images if i["id"] == spec.get("imageRef")), None)
         if image is None:
             raise bad_request("ecs", f"imageRef {spec.get('imageRef')!r} does not exist",
@@ -1306,6 +1312,8 @@ class Cloud:
                 self.settle_seconds = float(options["settle_seconds"])
             if "sold_out" in options:
                 self.sold_out = {tuple(x) for x in options["sold_out"]}
+            if "full_hosts" in options:
+                self.full_hosts = {tuple(x) for x in options["full_hosts"]}
 
 
 def dumps(data: Any) -> bytes:
