@@ -8,8 +8,10 @@ import pytest
 from jupyter_cloudtik.testing.dask_gateway import GatewayServer
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
+    """A real dask-gateway-server, for the tests of one module: it is gone before other
+    features' session-end checks look for leftover processes."""
     server = GatewayServer(tmp_path_factory.mktemp("gateway")).start()
     yield server
     pgid = server.proc.pid
