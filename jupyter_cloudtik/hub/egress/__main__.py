@@ -1,0 +1,111 @@
+"""``python -m jupyter_cloudtik.hub.egress --port 0 --ca-dir DIR``: the proxy process.
+
+Its config (client tokens, rule values: secrets) arrives only as JSON lines on stdin, never
+through argv, the environment or a file.  Each line replaces the whole config; each is
+acknowledged on stdout (``{"applied": seq, ...}`` or ``{"error": ...}``, the old config then
+stays).  The first stdout line is ``{"port": N, "ca_cert": PATH}``.  EOF on stdin ends the
+process: it never outlives its supervisor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+
+from .ca import DeploymentCA
+from .proxy import EgressProxy, Limits, ProxyConfig
+
+log = logging.getLogger("jupyter_cloudtik.egress")
+
+
+def _emit(obj: dict) -> None:
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def _apply(proxy: EgressProxy, line: bytes) -> None:
+    seq = None
+    try:
+        data = json.loads(line)
+        if isinstance(data, dict):
+            seq = data.get("seq")
+        config = ProxyConfig.from_json(data)
+    except (ValueError, TypeError) as e:
+        # messages are ours (field names, never values); JSON errors give positions only
+        msg = str(e) if not isinstance(e, json.JSONDecodeError) else f"invalid JSON: {e.msg}"
+        log.warning("config rejected, keeping the previous one: %s", msg)
+        _emit({"error": msg, "seq": seq})
+        return
+    proxy.set_config(config)
+    log.info("config applied: %d client(s), %d rule(s) %s, anonymous %s", len(config.clients),
+             len(config.rules), [r.id for r in config.rules.rules],
+             "allowed" if config.allow_anonymous else "refused")
+    _emit({"applied": seq, "clients": len(config.clients), "rules": len(config.rules)})
+
+
+async def _main(args: argparse.Namespace) -> int:
+    ca = DeploymentCA.load_or_create(Path(args.ca_dir))
+    limits = Limits(max_connections=args.max_connections,
+                    connect_timeout=args.connect_timeout,
+                    response_timeout=args.response_timeout,
+                    idle_timeout=args.idle_timeout)
+    proxy = EgressProxy(ca, host=args.host, port=args.port,
+                        upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
+    port = await proxy.start()
+    log.info("egress proxy listening on %s:%d", args.host, port)
+    _emit({"port": port, "ca_cert": str(ca.cert_path)})
+
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=64 * 1024 * 1024, loop=loop)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+
+    async def read_config() -> None:
+        while True:
+            line = await reader.readline()
+            if not line:
+                log.info("stdin closed: exiting")
+                return
+            if line.strip():
+                _apply(proxy, line)
+
+    reading = asyncio.create_task(read_config())
+    stopping = asyncio.create_task(stop.wait())
+    await asyncio.wait([reading, stopping], return_when=asyncio.FIRST_COMPLETED)
+    for t in (reading, stopping):
+        t.cancel()
+    await proxy.stop()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m jupyter_cloudtik.hub.egress",
+                                description="Egress proxy of the sidekick; config on stdin.")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--ca-dir", required=True, help="folder of the deployment CA")
+    p.add_argument("--upstream-ca-bundle", default=None,
+                   help="CA file to verify intercepted upstreams (default: system trust)")
+    p.add_argument("--max-connections", type=int, default=Limits.max_connections)
+    p.add_argument("--connect-timeout", type=float, default=Limits.connect_timeout)
+    p.add_argument("--response-timeout", type=float, default=Limits.response_timeout)
+    p.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s egress %(levelname)s %(message)s")
+    with contextlib.suppress(KeyboardInterrupt):
+        return asyncio.run(_main(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
