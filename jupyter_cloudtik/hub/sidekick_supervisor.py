@@ -708,10 +708,14 @@ def _same_process(pid: int, create_time: Any) -> bool:
 def _gone(pid: int, proc: subprocess.Popen | None) -> bool:
     if proc is not None:
         return proc.poll() is not None
+    if not psutil.pid_exists(pid):
+        return True
     try:
         return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return not psutil.pid_exists(pid)  # it may be half-way through exiting
     except psutil.Error:
-        return True
+        return False
 
 
 def _signal_group(pid: int, sig: int) -> None:
