@@ -41,6 +41,7 @@ DEFAULT_DENY_NETWORKS = ("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10"
                          "0.0.0.0/8", "::ffff:127.0.0.0/104")
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_USERINFO = re.compile(r"://[^/]*@")
 _HOSTNAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,252})$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
@@ -477,13 +478,19 @@ class _Connection:
     async def run(self) -> None:
         first = True
         while True:
-            head = await self._read_head(
-                self.reader, self.limits.handshake_timeout if first
-                else self.limits.idle_timeout, request=True)
+            try:
+                head = await self._read_head(
+                    self.reader, self.limits.handshake_timeout if first
+                    else self.limits.idle_timeout, request=True)
+            except HTTPError as e:
+                self._log(None, "-", "-", e.status, (), time.monotonic())
+                await self._fail(e)
+                return
             if head is None:
                 return
             first = False
             started = time.monotonic()
+            method, target = "-", "-"
             try:
                 req = _parse_head(head, self.limits, request=True)
                 method, target, version = req.start
@@ -515,7 +522,7 @@ class _Connection:
                     raise HTTPError(400, "user info in the request URI is not supported")
                 host, port = _parse_authority(authority, 80)
             except HTTPError as e:
-                self._log(None, "-", "-", e.status, (), started)
+                self._log(None, method[:20], target, e.status, (), started)
                 await self._fail(e)
                 return
             keep = await self._forward(req, ident, host, port, path, tls=False,
@@ -546,7 +553,13 @@ class _Connection:
                      ident.name, host, port, type(e).__name__)
             return
         while True:
-            head = await self._read_head(self.reader, self.limits.idle_timeout, request=True)
+            try:
+                head = await self._read_head(self.reader, self.limits.idle_timeout,
+                                             request=True)
+            except HTTPError as e:
+                self._log(ident, "-", f"https://{host}:{port}", e.status, (), time.monotonic())
+                await self._fail(e)
+                return
             if head is None:
                 return
             started = time.monotonic()
@@ -936,7 +949,7 @@ class _Connection:
     def _log(self, ident: Identity | None, method: str, url: str, status: int,
              rules: Iterable[Rule], started: float, note: str = "") -> None:
         # the query may hold tokens of its own: log the path only, never header values
-        url = url.split("?", 1)[0]
+        url = _USERINFO.sub("://", url.split("?", 1)[0].split("#", 1)[0])
         if len(url) > 200:
             url = url[:200] + "..."
         ids = ",".join(r.id for r in rules) or "-"

@@ -1,0 +1,529 @@
+"""The egress proxy end to end: a real proxy process under its supervisor, real loopback
+HTTP and HTTPS servers (the HTTPS ones with a test CA of their own), real clients (requests,
+curl, raw sockets).  Nothing of the proxy is mocked."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import datetime as dt
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import threading
+import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from jupyter_cloudtik.hub.egress import DeploymentCA, EgressSupervisor, Rule, RuleSet
+
+SECRET = f"Bearer sekret-{uuid.uuid4().hex}"
+SECRET_TLS = f"tls-sekret-{uuid.uuid4().hex}"
+TOKEN_ALICE = f"tok-alice-{uuid.uuid4().hex}"
+TOKEN_BOB = f"tok-bob-{uuid.uuid4().hex}"
+ALL_SECRETS = (SECRET, SECRET_TLS, TOKEN_ALICE, TOKEN_BOB)
+
+CLIENTS = [{"user": "alice", "token": TOKEN_ALICE, "groups": ["physics"]},
+           {"user": "bob", "token": TOKEN_BOB, "groups": []}]
+
+
+# -- loopback upstreams ------------------------------------------------------------------
+class Echo(BaseHTTPRequestHandler):
+    """Answers with what it received: path, headers, body length and digest."""
+
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: no 40 ms stall
+
+    def _echo(self) -> None:
+        body = b""
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        elif self.headers.get("Content-Length"):
+            body = self.rfile.read(int(self.headers["Content-Length"]))
+        payload = json.dumps({"path": self.path, "method": self.command,
+                              "headers": [[k, v] for k, v in self.headers.items()],
+                              "body_len": len(body),
+                              "body_sha": hashlib.sha256(body).hexdigest()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        if self.path.startswith("/chunked"):
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i in range(0, len(payload), 7):
+                piece = payload[i:i + 7]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.write(b"0\r\n\r\n")
+        else:
+            self.send_header("Content-Length", str(len(payload)))
+            self.end_headers()
+            self.wfile.write(payload)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _echo
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        pass  # failed handshakes are part of the tests
+
+
+def _serve(ctx: ssl.SSLContext | None) -> tuple[_Server, threading.Thread]:
+    srv = _Server(("127.0.0.1", 0), Echo)
+    if ctx is not None:
+        # the handshake runs in the handler thread, not in the accept loop
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True,
+                                     do_handshake_on_connect=False)
+    t = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    t.start()
+    return srv, t
+
+
+def _test_ca(directory: Path) -> tuple[Path, ssl.SSLContext]:
+    """A CA of the upstreams' own (not the deployment CA) and a server context from it."""
+    now = dt.datetime.now(dt.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "egress test upstream CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(hours=1))
+          .not_valid_after(now + dt.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
+                                       False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+            .issuer_name(ca_name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - dt.timedelta(hours=1))
+            .not_valid_after(now + dt.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
+                 x509.DNSName("localhost")]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    ca_path = directory / "upstream-ca.pem"
+    ca_path.write_bytes(ca.public_bytes(pem))
+    chain = directory / "upstream-leaf.pem"
+    chain.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                        serialization.NoEncryption()) + leaf.public_bytes(pem))
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(chain)
+    return ca_path, ctx
+
+
+class Loop:
+    """An asyncio loop in a thread: the supervisor lives there, the test talks sync."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, coro, timeout: float = 30.0):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    base = tmp_path_factory.mktemp("egress")
+    ca_path, ctx = _test_ca(base)
+    http_srv, _ = _serve(None)
+    ruled_srv, _ = _serve(ctx)     # HTTPS with a rule: intercepted
+    plain_srv, _ = _serve(ctx)     # HTTPS without a rule: tunnelled
+    loop = Loop()
+    sup = loop.run(_make_supervisor(base / "state", ca_path))
+    try:
+        yield {"base": base, "upstream_ca": ca_path, "http": http_srv.server_address[1],
+               "ruled": ruled_srv.server_address[1], "plain": plain_srv.server_address[1],
+               "sup": sup, "loop": loop}
+    finally:
+        pid = sup.pid
+        loop.run(sup.stop())
+        loop.close()
+        for s in (http_srv, ruled_srv, plain_srv):
+            s.shutdown()
+            s.server_close()
+        assert pid is None or not psutil.pid_exists(pid) or \
+            psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+        # every line the proxy ever logged, read at the very end
+        log = sup.log_path.read_text()
+        for s in ALL_SECRETS:
+            assert s not in log, "a secret reached the proxy log"
+
+
+async def _make_supervisor(state: Path, upstream_ca: Path) -> EgressSupervisor:
+    # loopback upstreams: the test allows what production denies (see test_default_deny)
+    sup = EgressSupervisor(state, upstream_ca_bundle=str(upstream_ca), no_proxy="",
+                           deny_networks=["169.254.0.0/16"])
+    await sup.start()
+    return sup
+
+
+def _rules(env, *extra: dict) -> list[dict]:
+    return [
+        {"id": "http-api", "host": "127.0.0.1", "port": env["http"], "path_prefix": "/api",
+         "header": "Authorization", "value": SECRET, "users": ["alice"]},
+        {"id": "tls-data", "host": "127.0.0.1", "port": env["ruled"],
+         "header": "X-Data-Token", "value": SECRET_TLS, "groups": ["physics"]},
+        *extra,
+    ]
+
+
+def _update(env, rules: list[dict], **kw) -> None:
+    env["loop"].run(env["sup"].update(CLIENTS, rules, **kw))
+
+
+def _session(env, user: str | None, token: str | None) -> requests.Session:
+    s = requests.Session()
+    s.trust_env = False  # NO_PROXY/REQUESTS_CA_BUNDLE of the machine must not interfere
+    if user is None:
+        url = f"http://127.0.0.1:{env['sup'].port}"
+    else:
+        url = env["sup"].proxy_url_for(user, token)
+    s.proxies = {"http": url, "https": url}
+    return s
+
+
+def _headers(resp: requests.Response) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for k, v in resp.json()["headers"]:
+        out.setdefault(k.lower(), []).append(v)
+    return out
+
+
+# -- pure parts ----------------------------------------------------------------------------
+def test_rule_validation_and_matching():
+    r = Rule(id="r1", host="*.Example.org.", header="Authorization", value="Bearer xyz123",
+             path_prefix="/api", owner="carol")
+    assert "xyz123" not in repr(r) and "xyz123" not in str(r)
+    assert "value" not in r.to_public() and r.to_public()["host"] == "*.example.org"
+    assert r.matches_host("a.b.example.org", 443) and not r.matches_host("example.org", 443)
+    assert not r.matches_host("badexample.org", 443)
+    rs = RuleSet([r])
+    assert rs.match("carol", [], "x.example.org", 443, "/api/v1?q=1") == [r]
+    assert rs.match("carol", [], "x.example.org", 443, "/apix") == []
+    # a dot segment could carry the credential out of its prefix: not matched
+    assert rs.match("carol", [], "x.example.org", 443, "/api/../admin") == []
+    assert rs.match("carol", [], "x.example.org", 443, "/api/%2e%2e/admin") == []
+    assert rs.match("dave", [], "x.example.org", 443, "/api") == []   # owner only
+    assert rs.match(None, [], "x.example.org", 443, "/api") == []     # not anonymous
+    anyone = Rule(id="r2", host="data.org", header="X-K", value="v" * 9, users=["*"])
+    assert RuleSet([anyone]).match(None, [], "data.org", 80, "/") == [anyone]
+    for bad in ("Host", "Proxy-Authorization", "content-length", "Transfer-Encoding",
+                "Connection"):
+        with pytest.raises(ValueError, match=rf"field 'header' is '{bad}'"):
+            Rule(id="x", host="a.org", header=bad, value="secret-value")
+    with pytest.raises(ValueError, match="field 'header'"):
+        Rule(id="x", host="a.org", header="Bad Header", value="secret-value")
+    with pytest.raises(ValueError, match="field 'value'") as e:
+        Rule(id="x", host="a.org", header="X-A", value="secret\r\nX-Evil: 1")
+    assert "secret" not in str(e.value).replace("field 'value'", "")
+    with pytest.raises(ValueError, match="unknown field"):
+        Rule.from_dict({"id": "x", "host": "a.org", "header": "X-A", "value": "v", "hots": 1})
+    with pytest.raises(ValueError, match="used twice"):
+        RuleSet([anyone, anyone])
+
+
+def test_deployment_ca_files(tmp_path):
+    ca = DeploymentCA.load_or_create(tmp_path / "ca")
+    assert (ca.key_path.stat().st_mode & 0o777) == 0o600
+    assert (ca.cert_path.stat().st_mode & 0o777) == 0o644
+    again = DeploymentCA.load_or_create(tmp_path / "ca")
+    assert again.cert.serial_number == ca.cert.serial_number  # reused, not regenerated
+    bc = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
+    assert bc.ca
+    assert ca.cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
+    leaf = ca.issue("10.1.2.3")
+    san = leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert san.get_values_for_type(x509.IPAddress) == [ipaddress.ip_address("10.1.2.3")]
+    assert ca.server_context("a.org") is ca.server_context("A.org.")  # cached
+    assert not list((tmp_path / "ca").glob(".leaf-*"))  # leaf keys never stay on disk
+
+
+# -- through the proxy ---------------------------------------------------------------------
+def test_http_injection_and_overwrite(env):
+    _update(env, _rules(env))
+    base = f"http://127.0.0.1:{env['http']}"
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(f"{base}/api/items?x=1", headers={"Authorization": "mine"}, timeout=10)
+        assert r.status_code == 200
+        h = _headers(r)
+        assert h["authorization"] == [SECRET]          # the client's value is replaced
+        assert "proxy-authorization" not in h
+        assert r.json()["path"] == "/api/items?x=1"
+        # outside the path prefix: nothing injected, the client's own header passes
+        r = s.get(f"{base}/other", headers={"Authorization": "mine"}, timeout=10)
+        assert _headers(r)["authorization"] == ["mine"]
+        # bodies: Content-Length and chunked requests, chunked response, keep-alive reuse
+        data = os.urandom(300_000)
+        r = s.post(f"{base}/api/upload", data=data, timeout=10)
+        assert r.json()["body_sha"] == hashlib.sha256(data).hexdigest()
+        r = s.post(f"{base}/api/chunked", data=iter([data[:1000], data[1000:]]), timeout=10)
+        assert r.json()["body_sha"] == hashlib.sha256(data).hexdigest()
+        assert _headers(r)["transfer-encoding"] == ["chunked"]
+        assert _headers(r)["authorization"] == [SECRET]
+    with _session(env, "bob", TOKEN_BOB) as s:         # not in the rule's users
+        r = s.get(f"{base}/api/items", timeout=10)
+        assert r.status_code == 200 and "authorization" not in _headers(r)
+
+
+def test_proxy_auth_required(env):
+    _update(env, _rules(env))
+    url = f"http://127.0.0.1:{env['http']}/api/x"
+    for user, token in ((None, None), ("alice", "wrong-token-123"), ("bob", TOKEN_ALICE)):
+        with _session(env, user, token) as s:
+            r = s.get(url, timeout=10)
+            assert r.status_code == 407
+            assert r.headers["Proxy-Authenticate"].startswith("Basic")
+            assert SECRET not in r.text
+    with _session(env, "alice", "wrong-token-123") as s, pytest.raises(
+            requests.exceptions.ProxyError):
+        s.get(f"https://127.0.0.1:{env['ruled']}/", verify=str(env["upstream_ca"]),
+              timeout=10)
+
+
+def test_https_intercepted_for_ruled_host(env):
+    _update(env, _rules(env))
+    sup = env["sup"]
+    url = f"https://127.0.0.1:{env['ruled']}/data/file.csv"
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(url, verify=str(sup.bundle_path), timeout=10)
+        assert r.status_code == 200
+        assert _headers(r)["x-data-token"] == [SECRET_TLS]
+        r = s.get(url.replace("/data", "/chunked"), verify=str(sup.bundle_path), timeout=10)
+        assert _headers(r)["x-data-token"] == [SECRET_TLS]
+        # the certificate the client saw is ours, not the upstream's
+        with pytest.raises(requests.exceptions.SSLError):
+            s.get(url, verify=str(env["upstream_ca"]), timeout=10)
+    with _session(env, "bob", TOKEN_BOB) as s:   # not in group physics: a plain tunnel
+        r = s.get(url, verify=str(env["upstream_ca"]), timeout=10)
+        assert "x-data-token" not in _headers(r)
+
+
+def test_https_tunnel_for_unruled_host(env):
+    _update(env, _rules(env))
+    url = f"https://127.0.0.1:{env['plain']}/x"
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(url, verify=str(env["upstream_ca"]), timeout=10)  # the real certificate
+        assert r.status_code == 200 and "x-data-token" not in _headers(r)
+        with pytest.raises(requests.exceptions.SSLError):
+            s.get(url, verify=str(env["sup"].bundle_path), timeout=10)
+
+
+@pytest.mark.skipif(shutil.which("curl") is None, reason="curl not installed")
+def test_curl_with_session_env(env):
+    _update(env, _rules(env))
+    sup = env["sup"]
+    session_env = sup.session_env("alice", TOKEN_ALICE)
+    assert session_env["NO_PROXY"] == ""
+    bundle = Path(session_env["CURL_CA_BUNDLE"]).read_bytes()
+    assert Path(sup.ca_cert_path).read_bytes() in bundle
+    assert TOKEN_ALICE not in " ".join(session_env[k] for k in session_env
+                                       if "PROXY" not in k.upper())
+    run_env = {k: v for k, v in os.environ.items() if "proxy" not in k.lower()}
+    run_env.update(session_env)
+    out = subprocess.run(["curl", "-sS", "--max-time", "10",
+                          f"https://127.0.0.1:{env['ruled']}/curl"],
+                         env=run_env, capture_output=True, text=True, timeout=20)
+    assert out.returncode == 0, out.stderr
+    got = {k.lower(): v for k, v in json.loads(out.stdout)["headers"]}
+    assert got["x-data-token"] == SECRET_TLS
+
+
+def _raw_tunnel(env, port: int) -> ssl.SSLSocket:
+    sock = socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10)
+    cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
+    sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                 f"Proxy-Authorization: Basic {cred}\r\n\r\n".encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = sock.recv(1024)
+        assert chunk, "proxy closed the CONNECT"
+        head += chunk
+    assert head.startswith(b"HTTP/1.1 200")
+    ctx = ssl.create_default_context(cafile=str(env["upstream_ca"]))
+    return ctx.wrap_socket(sock, server_hostname="127.0.0.1")
+
+
+def _raw_get(tls: ssl.SSLSocket, path: str) -> dict:
+    tls.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += tls.recv(65536)
+    head, body = data.split(b"\r\n\r\n", 1)
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length")))
+    while len(body) < length:
+        body += tls.recv(65536)
+    return json.loads(body)
+
+
+def test_hot_reload_adds_and_removes_rules_without_dropping_tunnels(env):
+    _update(env, _rules(env))
+    tunnel = _raw_tunnel(env, env["plain"])  # open across the reloads below
+    try:
+        assert _raw_get(tunnel, "/before")["path"] == "/before"
+        extra = {"id": "plain-added", "host": "127.0.0.1", "port": env["plain"],
+                 "header": "X-Added", "value": SECRET_TLS, "users": ["alice"]}
+        _update(env, _rules(env, extra))
+        url = f"https://127.0.0.1:{env['plain']}/now"
+        with _session(env, "alice", TOKEN_ALICE) as s:
+            r = s.get(url, verify=str(env["sup"].bundle_path), timeout=10)
+            assert _headers(r)["x-added"] == [SECRET_TLS]
+        _update(env, _rules(env))
+        with _session(env, "alice", TOKEN_ALICE) as s:
+            r = s.get(url, verify=str(env["upstream_ca"]), timeout=10)
+            assert "x-added" not in _headers(r)
+        # the tunnel opened before both reloads still carries requests
+        assert _raw_get(tunnel, "/after")["path"] == "/after"
+    finally:
+        tunnel.close()
+    # a bad config is refused (naming the field) and the running one stays
+    with pytest.raises(ValueError, match="field 'header'"):
+        _update(env, _rules(env, {"id": "bad", "host": "a.org", "header": "Host",
+                                  "value": SECRET}))
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(f"http://127.0.0.1:{env['http']}/api/still", timeout=10)
+        assert _headers(r)["authorization"] == [SECRET]
+
+
+def test_anonymous_sessions_get_only_everyone_rules(env):
+    everyone = {"id": "open-data", "host": "127.0.0.1", "port": env["http"],
+                "path_prefix": "/open", "header": "X-Open-Key", "value": SECRET,
+                "users": ["*"]}
+    _update(env, _rules(env, everyone), allow_anonymous=True)
+    try:
+        with _session(env, None, None) as s:
+            r = s.get(f"http://127.0.0.1:{env['http']}/open/x", timeout=10)
+            assert _headers(r)["x-open-key"] == [SECRET]
+            r = s.get(f"http://127.0.0.1:{env['http']}/api/x", timeout=10)
+            assert "authorization" not in _headers(r)
+    finally:
+        _update(env, _rules(env), allow_anonymous=False)
+
+
+def test_errors_are_http_statuses_without_secrets(env):
+    free = socket.socket()
+    free.bind(("127.0.0.1", 0))
+    dead_port = free.getsockname()[1]
+    free.close()
+    dead = {"id": "dead", "host": "127.0.0.1", "port": dead_port, "header": "X-Dead",
+            "value": SECRET, "users": ["alice"]}
+    _update(env, _rules(env, dead))
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(f"http://127.0.0.1:{dead_port}/x", timeout=10)
+        assert r.status_code == 502 and "unreachable" in r.text
+        assert SECRET not in r.text and SECRET not in str(r.headers)
+        # an intercepted upstream that refuses: 502 inside the TLS tunnel
+        r = s.get(f"https://127.0.0.1:{dead_port}/x", verify=str(env["sup"].bundle_path),
+                  timeout=10)
+        assert r.status_code == 502 and SECRET not in r.text
+    # an intercepted upstream whose certificate we do not trust: the HTTP server
+    http_tls = {"id": "http-as-tls", "host": "127.0.0.1", "port": env["http"],
+                "header": "X-T", "value": SECRET, "users": ["alice"]}
+    _update(env, [http_tls])
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(f"https://127.0.0.1:{env['http']}/x", verify=str(env["sup"].bundle_path),
+                  timeout=10)
+        assert r.status_code == 502 and SECRET not in r.text
+    # a request that is not a proxy request
+    with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: a\r\n\r\n")
+        assert sock.recv(1024).startswith(b"HTTP/1.1 407")  # auth comes first
+    cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
+    with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
+        sock.sendall(f"GET /x HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Basic {cred}"
+                     "\r\n\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+    # limits: a head larger than max_header_bytes is refused, not buffered
+    with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
+        sock.sendall(f"GET http://127.0.0.1:{env['http']}/ HTTP/1.1\r\n"
+                     f"X-Big: {'a' * 70_000}\r\n\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 431")
+    # request smuggling shapes are refused
+    with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
+        sock.sendall(f"POST http://127.0.0.1:{env['http']}/ HTTP/1.1\r\nContent-Length: 3"
+                     f"\r\nTransfer-Encoding: chunked\r\nProxy-Authorization: Basic {cred}"
+                     "\r\n\r\n0\r\n\r\n".encode())
+        assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+    _update(env, _rules(env))
+
+
+def test_default_deny_keeps_sessions_off_the_hub_host(env):
+    sup = env["sup"]
+    saved = sup.deny_networks
+    sup.deny_networks = ["127.0.0.0/8", "::1/128", "169.254.0.0/16"]
+    try:
+        _update(env, _rules(env))
+        with _session(env, "alice", TOKEN_ALICE) as s:
+            r = s.get(f"http://127.0.0.1:{env['http']}/api/x", timeout=10)
+            assert r.status_code == 403 and SECRET not in r.text
+            with pytest.raises(requests.exceptions.ProxyError):
+                s.get(f"https://127.0.0.1:{env['plain']}/", verify=str(env["upstream_ca"]),
+                      timeout=10)
+    finally:
+        sup.deny_networks = saved
+        _update(env, _rules(env))
+
+
+def test_secrets_never_in_argv_or_environment(env):
+    _update(env, _rules(env))
+    proc = psutil.Process(env["sup"].pid)
+    argv = " ".join(proc.cmdline())
+    environ = Path(f"/proc/{proc.pid}/environ").read_bytes().decode(errors="replace")
+    for s in ALL_SECRETS:
+        assert s not in argv and s not in environ
+    assert SECRET not in repr(env["sup"].rules) and SECRET not in str(env["sup"].rules[0])
+    assert SECRET not in repr(env["sup"])
+
+
+def test_killed_proxy_is_restarted_with_its_rules(env):
+    _update(env, _rules(env))
+    sup = env["sup"]
+    old_pid, old_port, before = sup.pid, sup.port, sup.restarts
+    os.kill(old_pid, signal.SIGKILL)
+    deadline = time.monotonic() + 20
+    while (sup.restarts == before or sup.pid == old_pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert sup.restarts == before + 1 and sup.pid != old_pid
+    env["loop"].run(sup.wait_ready(20))
+    assert sup.port == old_port  # sessions' proxy URLs stay valid
+    with _session(env, "alice", TOKEN_ALICE) as s:
+        r = s.get(f"http://127.0.0.1:{env['http']}/api/after-restart", timeout=10)
+        assert _headers(r)["authorization"] == [SECRET]
+        r = s.get(f"https://127.0.0.1:{env['ruled']}/x", verify=str(sup.bundle_path),
+                  timeout=10)
+        assert _headers(r)["x-data-token"] == [SECRET_TLS]
