@@ -914,7 +914,9 @@ class _Connection:
                 _done, pending = await asyncio.wait(tasks, timeout=min(idle, 5.0))
                 if not pending:
                     break
-                if time.monotonic() - last[0] > idle:
+                # one side has finished: the other gets a short grace, not the full idle
+                limit = idle if len(pending) == 2 else min(idle, 30.0)
+                if time.monotonic() - last[0] > limit:
                     break
         finally:
             for t in tasks:
