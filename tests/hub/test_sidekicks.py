@@ -365,8 +365,8 @@ def test_start_failures_are_clear(tmp_path, sklog):
                 await sup.start("alice", mute)
             assert "within startup_timeout 0.6s" in e.value.message
             assert "/services/cloudtik/sidekicks/alice/mute/health" in e.value.message
-            pid = sup._entries[("alice", "mute")].create_time  # recorded, then killed
-            assert pid and sup.get("alice", "mute").pid is None
+            assert sup.get("alice", "mute").state == "failed"
+            assert sup.get("alice", "mute").pid is None  # it was killed
 
             missing = service_spec("missing", command=["/nonexistent/service-binary"])
             with pytest.raises(SidekickError, match="nonexistent"):
