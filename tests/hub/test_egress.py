@@ -363,7 +363,7 @@ def test_curl_with_session_env(env):
     assert got["x-data-token"] == SECRET_TLS
 
 
-def _raw_tunnel(env, port: int) -> ssl.SSLSocket:
+def _raw_tunnel(env, port: int, cafile: Path | None = None) -> ssl.SSLSocket:
     sock = socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10)
     cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
     sock.sendall(f"CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
@@ -374,7 +374,7 @@ def _raw_tunnel(env, port: int) -> ssl.SSLSocket:
         assert chunk, "proxy closed the CONNECT"
         head += chunk
     assert head.startswith(b"HTTP/1.1 200")
-    ctx = ssl.create_default_context(cafile=str(env["upstream_ca"]))
+    ctx = ssl.create_default_context(cafile=str(cafile or env["upstream_ca"]))
     return ctx.wrap_socket(sock, server_hostname="127.0.0.1")
 
 
@@ -384,11 +384,12 @@ def _raw_get(tls: ssl.SSLSocket, path: str) -> dict:
     while b"\r\n\r\n" not in data:
         data += tls.recv(65536)
     head, body = data.split(b"\r\n\r\n", 1)
+    status = int(head.split(b" ")[1])
     length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
                       if line.lower().startswith(b"content-length")))
     while len(body) < length:
         body += tls.recv(65536)
-    return json.loads(body)
+    return json.loads(body) if status == 200 else {"status": status, "text": body.decode()}
 
 
 def test_hot_reload_adds_and_removes_rules_without_dropping_tunnels(env):
@@ -527,3 +528,65 @@ def test_killed_proxy_is_restarted_with_its_rules(env):
         r = s.get(f"https://127.0.0.1:{env['ruled']}/x", verify=str(sup.bundle_path),
                   timeout=10)
         assert _headers(r)["x-data-token"] == [SECRET_TLS]
+
+
+def test_upgrade_is_relayed_with_rule_headers(env):
+    """An ``Upgrade`` (as WebSocket does) gets its rule headers, then bytes flow both ways."""
+    seen: dict[str, bytes] = {}
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+
+    def upstream() -> None:
+        conn, _ = srv.accept()
+        with conn:
+            conn.settimeout(10)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            seen["head"] = head
+            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
+                         b"Upgrade: echo\r\n\r\n")
+            data = conn.recv(1024)
+            conn.sendall(data.upper())
+
+    t = threading.Thread(target=upstream, daemon=True)
+    t.start()
+    rule = {"id": "ws", "host": "127.0.0.1", "port": port, "header": "X-WS-Key",
+            "value": SECRET, "users": ["alice"]}
+    _update(env, _rules(env, rule))
+    cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
+    try:
+        with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
+            sock.sendall(f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: x\r\n"
+                         "Connection: Upgrade\r\nUpgrade: echo\r\n"
+                         f"Proxy-Authorization: Basic {cred}\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += sock.recv(4096)
+            assert head.startswith(b"HTTP/1.1 101")
+            sock.sendall(b"hello")
+            assert sock.recv(1024) == b"HELLO"
+        t.join(10)
+        lines = seen["head"].decode().split("\r\n")
+        assert f"X-WS-Key: {SECRET}" in lines and "Upgrade: echo" in lines
+        assert not any(line.lower().startswith("proxy-authorization") for line in lines)
+    finally:
+        srv.close()
+        _update(env, _rules(env))
+
+
+def test_revoked_token_stops_an_open_intercepted_connection(env):
+    _update(env, _rules(env))
+    tls = _raw_tunnel(env, env["ruled"], env["sup"].bundle_path)  # intercepted: our CA
+    try:
+        got = _raw_get(tls, "/one")
+        assert [v for k, v in got["headers"] if k.lower() == "x-data-token"] == [SECRET_TLS]
+        env["loop"].run(env["sup"].update([c for c in CLIENTS if c["user"] != "alice"],
+                                          _rules(env)))
+        got = _raw_get(tls, "/two")
+        assert got["status"] == 403 and SECRET_TLS not in got["text"]
+    finally:
+        tls.close()
+        _update(env, _rules(env))

@@ -301,6 +301,15 @@ def _parse_authority(authority: str, default_port: int | None) -> tuple[str, int
     return host, port
 
 
+def _same_origin(host_header: str, host: str, port: int) -> bool:
+    """The Host names the connected host; a port, if given, must be the connected port."""
+    try:
+        h, p = _parse_authority(host_header, port)
+    except HTTPError:
+        return False
+    return h == host and p == port
+
+
 def _host_header(host: str, port: int, default: int) -> str:
     h = f"[{host}]" if ":" in host else host
     return h if port == default else f"{h}:{port}"
@@ -544,8 +553,15 @@ class _Connection:
             return
         # interception: the session must trust the deployment CA; we verify the upstream
         self.mode = "mitm"
-        await self._send(b"HTTP/1.1 200 Connection established\r\n\r\n")
         ctx = self.proxy.ca.server_context(host)
+        # the ClientHello follows our 200 at once: it must reach the TLS layer, not land in
+        # the plain reader's buffer while we await the write (start_tls resumes reading)
+        self.writer.transport.pause_reading()
+        await self._send(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        if getattr(self.reader, "_buffer", b""):
+            log.info("user=%s CONNECT %s:%s mode=mitm client sent data before the CONNECT "
+                     "response: closed", ident.name, host, port)
+            return
         try:
             await _start_tls(self.writer, ctx, self.limits.handshake_timeout)
         except (ssl.SSLError, ConnectionError, asyncio.TimeoutError, OSError) as e:
@@ -582,7 +598,7 @@ class _Connection:
                 # a different Host could reach another tenant of the same server with our
                 # credential: the Host must be the host the session connected to
                 hh = req.headers.get_all("host")
-                if len(hh) > 1 or (hh and _parse_authority(hh[0], 443) != (host, port)):
+                if len(hh) > 1 or (hh and not _same_origin(hh[0], host, port)):
                     raise HTTPError(400, "Host header differs from the CONNECT host")
                 current = self.proxy.config.identify(ident.user, ident.token) \
                     if ident.token is not None else self.proxy.config.identify(None, None)
