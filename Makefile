@@ -43,7 +43,12 @@ labextension: $(LAB_DEPS) $(LAB_BUILT)
 js-test: $(LAB_DEPS)
 	cd labextension && $(JLPM) test
 
-install: system-deps $(VENV)/.installed
+# configurable-http-proxy (npm) for the real JupyterHub of the hub sidekick's tests
+CHP := $(VENV)/hub-proxy/node_modules/.bin/configurable-http-proxy
+$(CHP): | $(VENV)/.installed
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@4.6.3
+
+install: system-deps $(VENV)/.installed $(CHP)
 
 demo: install
 	$(BIN)/python examples/run_demo.py

@@ -32,6 +32,7 @@ FEATURE_CLIS: tuple[str, ...] = (
     "jupyter_cloudtik.emulator_cli",
     "jupyter_cloudtik.hpc.cli",
     "jupyter_cloudtik.storage.cli",
+    "jupyter_cloudtik.hub.cli",
 )
 
 

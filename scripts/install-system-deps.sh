@@ -14,6 +14,7 @@ declare -A PACKAGES=(
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
+  [npm]=/usr/bin/npm                    # configurable-http-proxy for the JupyterHub tests
 )
 
 missing=()
@@ -27,6 +28,10 @@ fi
 # any node >= 18 on PATH will do (e.g. from nodesource)
 if command -v node >/dev/null; then
   missing=("${missing[@]/nodejs}")
+fi
+# any npm on PATH will do (nodesource's nodejs ships one)
+if command -v npm >/dev/null; then
+  missing=("${missing[@]/npm}")
 fi
 missing=($(printf '%s\n' "${missing[@]}" | grep -v '^$' || true))
 

@@ -54,6 +54,7 @@ from .errors import (
     OperationTimeout,
     error_from_dict,
 )
+from .identity import ActsForUser
 from .models import ClusterInfo, NodeInfo
 from .operations import Event, OperationContext, OperationInfo, Operations
 from .settings import CloudTik, default_settings
@@ -120,7 +121,7 @@ class OperationHandle:
         return await self.manager.cancel(self.op_id)
 
 
-class ClusterManager:
+class ClusterManager(ActsForUser):
     """Creates, changes, observes and removes clusters; one per process is typical."""
 
     def __init__(self, settings: CloudTik | None = None, store: Store | None = None,
@@ -223,6 +224,7 @@ class ClusterManager:
             updated_at=row["updated_at"],
             last_operation=dict(last) if last else None,
             placement=self.placement.summary(row["name"]),
+            owner=row["owner"],
         )
 
     def _connect_blob(self, name: str) -> str | None:
@@ -270,7 +272,13 @@ class ClusterManager:
         name: str | None = None,
         workers: int | None = None,
         provider: str | None = None,
+        template: str | None = None,
     ) -> OperationHandle:
+        if template:
+            raise ConfigError(
+                f"template: '{template}' — cluster templates are offered by a JupyterHub "
+                "sidekick's catalogue; here, give a config, provider and workers instead",
+                field="template", value=template)
         cfg = cfgmod.build_config(
             config, name=name, workers=workers, provider=provider, settings=self.settings
         )
@@ -318,6 +326,8 @@ class ClusterManager:
                 " config = excluded.config, config_hash = excluded.config_hash,"
                 " state = 'starting', reason = NULL, target_workers = excluded.target_workers,"
                 " updated_at = excluded.updated_at,"
+                " owner = CASE WHEN clusters.state = 'stopped' THEN excluded.owner"
+                " ELSE clusters.owner END,"
                 " created_at = CASE WHEN clusters.state = 'stopped' THEN excluded.created_at"
                 " ELSE clusters.created_at END",
                 (name, cfg["provider"]["type"], dumps(cfg), chash, dumps(target), self.user,

@@ -51,6 +51,8 @@ class ClusterInfo:
     last_operation: dict[str, Any] | None = None
     #: reservation_id, reservation_state, cost_per_hour, currency (placement)
     placement: dict[str, Any] | None = None
+    #: who started it (the hub user through a sidekick, else the account running the core)
+    owner: str | None = None
 
     # derived figures -----------------------------------------------------------------
     @property

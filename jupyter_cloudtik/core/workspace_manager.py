@@ -33,6 +33,7 @@ from .errors import (
     OperationTimeout,
     error_from_dict,
 )
+from .identity import ActsForUser
 from .operations import OperationContext, OperationInfo, Operations
 from .secrets import SecretStore
 from .settings import CloudTik, default_settings
@@ -108,7 +109,7 @@ def workspace_provider_class(provider_type: str) -> type[WorkspaceProvider]:
                         what="workspace provider")
 
 
-class WorkspaceManager:
+class WorkspaceManager(ActsForUser):
     """Creates and deletes workspaces; one per process is typical."""
 
     def __init__(self, settings: CloudTik | None = None, store: Store | None = None,

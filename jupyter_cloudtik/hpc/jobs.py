@@ -39,6 +39,7 @@ from ..core.errors import (
     NotFoundError,
     ProviderError,
 )
+from ..core.identity import ActsForUser
 from ..core.operations import OperationContext, Operations, owner_alive
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik, default_settings
@@ -126,7 +127,7 @@ def _target(job_id: str) -> str:
     return f"job:{job_id}"
 
 
-class JobManager:
+class JobManager(ActsForUser):
     """Jobs of one state folder; one per process is typical (faces share it)."""
 
     def __init__(self, settings: CloudTik | None = None, hpc: HPC | None = None,

@@ -88,7 +88,10 @@ class CloudTikHandler(APIHandler):
     # who is calling --------------------------------------------------------------------
     @property
     def ctx(self):
-        return self.settings["cloudtik"]
+        """The server's context; in the hub sidekick, the calling user's view of it."""
+        ctx = self.settings["cloudtik"]
+        for_request = getattr(ctx, "for_request", None)
+        return for_request(self) if for_request is not None else ctx
 
     @property
     def manager(self):
@@ -102,7 +105,9 @@ class CloudTikHandler(APIHandler):
         return None
 
     async def prepare(self) -> None:
-        self._kernel_request = self.ctx.is_kernel_token(self._bearer_token())
+        # the server's own context: the hub's per-user view needs the user, known only
+        # after authentication (in super().prepare())
+        self._kernel_request = self.settings["cloudtik"].is_kernel_token(self._bearer_token())
         await super().prepare()
         length = self.request.headers.get("Content-Length")
         limit = self.ctx.server.max_body_bytes
@@ -124,6 +129,16 @@ class CloudTikHandler(APIHandler):
         if self._kernel_request:
             return _KernelAuthorizer(real)
         return real
+
+    def check_xsrf_cookie(self) -> None:
+        """Checked once the caller is known (``prepare``), not before.
+
+        jupyter_server does the same, but JupyterHub's service auth replaces its check with
+        one that cannot tell "too early" from "not token-authenticated"; deferring here
+        keeps token-authenticated API calls free of XSRF and browser calls checked."""
+        if not hasattr(self, "_jupyter_current_user"):
+            return
+        super().check_xsrf_cookie()
 
     def on_connection_close(self) -> None:
         closed = getattr(self, "_stream_closed", None)

@@ -17,7 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from traitlets import Bool, Float, Int
+from jupyter_server.utils import url_path_join
+from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from ..core.cluster_manager import ClusterManager
@@ -48,6 +49,21 @@ class CloudTikServer(Configurable):
 
     event_keepalive = Float(
         15.0, help="Seconds between keep-alive comments on idle event streams."
+    ).tag(config=True)
+
+    hub_service_url = Unicode(
+        "",
+        help="""URL of the JupyterHub cloudtik sidekick service (e.g.
+        http://127.0.0.1:10101/services/cloudtik/); default $CLOUDTIK_HUB_SERVICE_URL.
+        When set, clusters, operations, storage, jobs and hub/ routes are answered by the
+        sidekick for this server's hub user (see docs/hub.md).""",
+    ).tag(config=True)
+
+    hub_egress = Bool(
+        True,
+        help="""With a hub sidekick: give kernels the sidekick's egress proxy settings
+        (HTTP(S)_PROXY with this user's proxy credential, and a CA bundle that trusts the
+        deployment CA), so requests to ruled hosts get their credentials injected.""",
     ).tag(config=True)
 
 
@@ -112,7 +128,48 @@ class ServerContext:
         url = self.api_url()
         if not self.server.kernel_access or url is None:
             return {}
-        return {API_URL_ENV: url, API_TOKEN_ENV: self.kernel_token}
+        return {API_URL_ENV: url, API_TOKEN_ENV: self.kernel_token, **self.egress_env()}
+
+    def egress_env(self) -> dict[str, str]:
+        """The hub's egress proxy settings for kernels (asked once, then cached)."""
+        from .delegate import hub_service_url
+
+        target = hub_service_url(self.server.hub_service_url)
+        if not target or not self.server.hub_egress:
+            return {}
+        cached = getattr(self, "_egress_env", None)
+        if cached is not None:
+            return cached
+        import os
+        from pathlib import Path
+
+        import requests
+
+        try:
+            resp = requests.get(f"{target}cloudtik/api/hub/egress/session", timeout=10,
+                                headers={"Authorization": "token "
+                                         + os.environ.get("JUPYTERHUB_API_TOKEN", "")})
+            resp.raise_for_status()
+            data = resp.json()
+        except Exception as e:  # kernels still start; requests just go out directly
+            log.warning("jupyter_cloudtik: no egress proxy settings from the hub: %s",
+                        type(e).__name__)
+            return {}
+        from jupyter_core.paths import jupyter_runtime_dir
+
+        bundle_src = data["env"].get("REQUESTS_CA_BUNDLE")
+        bundle = Path(jupyter_runtime_dir()) / "cloudtik-egress-ca-bundle.pem"
+        bundle.parent.mkdir(parents=True, exist_ok=True)
+        system = ""
+        for candidate in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
+            if os.path.exists(candidate):
+                system = Path(candidate).read_text()
+                break
+        bundle.write_text(system + "\n" + data["ca_pem"])
+        env = {k: (str(bundle) if v == bundle_src else v) for k, v in data["env"].items()}
+        env.pop("NODE_EXTRA_CA_CERTS", None)
+        self._egress_env = env
+        return env
 
     def after_up(self, op_id: str) -> None:
         """Start the idle reaper when a cluster asks for idle shutdown."""
@@ -151,7 +208,16 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     ctx = ServerContext(serverapp)
     web_app = serverapp.web_app
     web_app.settings[SETTINGS_KEY] = ctx
-    web_app.add_handlers(".*$", build_routes(web_app.settings["base_url"]))
+    base_url = web_app.settings["base_url"]
+    from .delegate import delegated_routes, hub_service_url
+    from .routes import API_PREFIX
+
+    target = hub_service_url(ctx.server.hub_service_url)
+    delegated = delegated_routes(url_path_join(base_url, API_PREFIX), target) if target else []
+    web_app.add_handlers(".*$", delegated + build_routes(base_url))
+    if target:
+        serverapp.log.info("jupyter_cloudtik: clusters, storage and jobs are delegated to "
+                           "the hub sidekick at %s", target)
     if ctx.server.kernel_access:
         _give_kernels_access(serverapp, ctx)
     for hook in lifecycle_hooks("startup"):

@@ -46,9 +46,10 @@ class ClustersHandler(CloudTikHandler):
     async def post(self) -> None:
         """Start a cluster (or repair one to match its config): 202 with the operation."""
         body = self.json_body("ClusterCreate")
+        extra = {"template": body["template"]} if body.get("template") else {}
         handle = await self.manager.start_up(
             body.get("config"), name=body.get("name"), workers=_whole(body.get("workers")),
-            provider=body.get("provider"))
+            provider=body.get("provider"), **extra)
         self.ctx.after_up(handle.op_id)
         _accepted(self, handle.info)
 

@@ -38,6 +38,7 @@ from ..core.errors import (
     PermissionDeniedError,
     error_from_dict,
 )
+from ..core.identity import ActsForUser
 from ..core.operations import OperationContext, OperationInfo, Operations
 from ..core.secrets import KEY_ENV, RedactingFilter, Redactor, SecretStore, open_secret_store
 from ..core.settings import CloudTik, default_settings
@@ -100,7 +101,7 @@ def _current_user() -> str:
         return "unknown"
 
 
-class StorageManager:
+class StorageManager(ActsForUser):
     """Storages, transfers and mounts of one state folder."""
 
     def __init__(self, settings: CloudTik | None = None, store: Store | None = None,

@@ -1,0 +1,151 @@
+"""Starting and stopping what the sidekick runs beside its API.
+
+* the catalogue file (``c.CloudTikHub.catalog_file``), applied at start-up, so a hub's
+  admin can keep the catalogue in configuration management;
+* the egress proxy (``egress.supervisor.EgressSupervisor``), fed with the rules in the
+  state DB and one proxy credential per user that asked for session settings;
+* the side-kick supervisor (``sidekick_supervisor.SidekickSupervisor``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets as pysecrets
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..core.errors import ConfigError
+from ..core.store import loads
+from .catalog import Caller
+
+log = logging.getLogger("jupyter_cloudtik.hub")
+
+
+def load_catalog_file(ctx: Any) -> None:
+    path = ctx.hub.catalog_file
+    if not path:
+        return
+    try:
+        data = yaml.safe_load(Path(path).read_text()) or {}
+    except (OSError, yaml.YAMLError) as e:
+        raise ConfigError(f"c.CloudTikHub.catalog_file: cannot read {path!r}: {e}",
+                          field="catalog_file") from None
+    for i, item in enumerate(data.get("resources") or []):
+        where = f"{path}: resources[{i}]"
+        if not isinstance(item, dict):
+            raise ConfigError(f"{where}: expected a mapping", field="resources")
+        body = dict(item)
+        secrets_in = body.get("secrets") or {}
+        resolved = {}
+        for key, value in secrets_in.items():
+            if isinstance(value, dict) and set(value) == {"env"}:
+                if value["env"] not in os.environ:
+                    raise ConfigError(f"{where}.secrets.{key}: environment variable "
+                                      f"{value['env']} is not set", field=f"secrets.{key}")
+                resolved[key] = os.environ[value["env"]]
+            elif isinstance(value, str):
+                resolved[key] = value
+            else:
+                raise ConfigError(f"{where}.secrets.{key}: expected text or {{env: NAME}}",
+                                  field=f"secrets.{key}")
+        body["secrets"] = resolved
+        kind, name = body.pop("kind", None), body.pop("name", None)
+        ctx.catalog.put(kind, name, body, actor="catalog-file")
+    for subject, limits in (data.get("quotas") or {}).items():
+        ctx.catalog.set_quota(subject, limits or {}, actor="catalog-file")
+
+
+def start_services(ctx: Any) -> None:
+    """Start the egress proxy and the side-kick supervisor on the server's loop."""
+    from .sidekick_supervisor import SidekickSupervisor
+
+    state = Path(ctx.settings.state_dir) / "hub"
+    state.mkdir(parents=True, exist_ok=True, mode=0o700)
+    ctx.sidekicks = SidekickSupervisor(state, secret_resolver=lambda ref: _sidekick_secret(
+        ctx, ref), log=log)
+    ctx.egress_clients = {}
+    loop = asyncio.get_event_loop()
+
+    async def start() -> None:
+        ctx.sidekicks.start_background()  # stops side-kicks orphaned by a previous run
+        if ctx.hub.egress_enabled:
+            from .egress.supervisor import EgressSupervisor
+
+            ctx.egress = EgressSupervisor(
+                state, port=ctx.hub.egress_port,
+                upstream_ca_bundle=ctx.hub.egress_upstream_ca_bundle or None,
+                no_proxy=ctx.hub.egress_no_proxy,
+                deny_networks=ctx.hub.egress_deny_networks)
+            await ctx.egress.start()
+            await push_egress(ctx)
+
+    ctx.services_ready = loop.create_task(start())
+
+
+async def stop_services(ctx: Any) -> None:
+    if ctx.sidekicks is not None:
+        await ctx.sidekicks.shutdown()
+        await ctx.sidekicks.stop_background()
+    if ctx.egress is not None:
+        await ctx.egress.stop()
+    for name in ("storage", "hpc"):
+        manager = ctx.started(name)
+        if manager is not None and hasattr(manager, "shutdown"):
+            try:
+                manager.shutdown()
+            except Exception:
+                log.exception("stopping %s failed", name)
+
+
+def _sidekick_secret(ctx: Any, ref: str) -> str:
+    """``{"secret": "NAME"}`` in a side-kick's env names a secret of its catalogue entry;
+    the catalogue turns it into ``"<sidekick>/NAME"``."""
+    sidekick, _, name = ref.partition("/")
+    values = ctx.catalog.secret_values("sidekick", sidekick)
+    if name not in values:
+        raise ConfigError(f"env: side-kick '{sidekick}' has no secret named '{name}'",
+                          field="env")
+    return values[name]
+
+
+# egress --------------------------------------------------------------------------------
+def rules_for_proxy(ctx: Any) -> list[dict[str, Any]]:
+    out = []
+    for r in ctx.store.query("SELECT * FROM hub_egress_rules ORDER BY id"):
+        value = ctx.secrets.get_all(f"hub:egress:{r['id']}").get("value")
+        if value is None:
+            continue
+        out.append({"id": r["id"], "host": r["host"], "port": r["port"],
+                    "path_prefix": r["path_prefix"], "header": r["header"], "value": value,
+                    "users": loads(r["users"], []), "groups": loads(r["groups"], []),
+                    "owner": r["owner"]})
+    return out
+
+
+async def push_egress(ctx: Any) -> None:
+    if ctx.egress is None:
+        return
+    clients = [{"user": c.name, "token": token, "groups": list(c.groups)}
+               for c, token in ctx.egress_clients.values()]
+    await ctx.egress.update(clients, rules_for_proxy(ctx))
+
+
+async def session_env_for(ctx: Any, caller: Caller) -> dict[str, Any]:
+    """Proxy settings for ``caller``'s sessions: a proxy credential of their own (not any
+    secret of a rule), the proxy URL and the deployment CA to trust."""
+    if ctx.egress is None:
+        raise ConfigError("egress: the egress proxy is not enabled on this hub "
+                          "(c.CloudTikHub.egress_enabled)", field="egress")
+    await asyncio.wait_for(asyncio.shield(ctx.services_ready), 30)
+    entry = ctx.egress_clients.get(caller.name)
+    if entry is None or entry[0] != caller:
+        token = entry[1] if entry else pysecrets.token_urlsafe(24)
+        ctx.egress_clients[caller.name] = (caller, token)
+        await push_egress(ctx)
+    token = ctx.egress_clients[caller.name][1]
+    env = ctx.egress.session_env(caller.name, token)
+    return {"env": env, "ca_pem": Path(ctx.egress.ca_cert_path).read_text()}

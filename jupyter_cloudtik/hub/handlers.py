@@ -1,0 +1,435 @@
+"""The sidekick's own routes, beside the shared cluster/storage/job ones.
+
+Under ``{prefix}cloudtik/api/hub/``: who am I, the catalogue (users see what they may use;
+admins change it), quotas, the audit log, egress rules and session settings, side-kicks.
+Under ``{prefix}sidekicks/{user}/{name}/``: the user's running side-kicks, proxied with
+hub auth (only their owner, or an admin, gets through).  ``{prefix}admin`` is a small admin
+page over the same API.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from jupyter_server.utils import url_path_join
+from tornado import httpclient, web
+
+from ..core.errors import ConfigError, NotFoundError, PermissionDeniedError
+from ..core.store import dumps
+from ..server.base import CloudTikHandler
+from . import bootstrap
+from .catalog import KINDS, Caller
+from .context import caller_of
+
+KIND = r"(?P<kind>[a-z]+)"
+NAME = r"(?P<name>[^/]+)"
+
+
+class HubHandler(CloudTikHandler):
+    @property
+    def hub(self) -> Any:
+        return self.settings["cloudtik"]
+
+    @property
+    def caller(self) -> Caller:
+        return caller_of(self)
+
+    def require_admin(self) -> Caller:
+        caller = self.caller
+        if not caller.admin:
+            raise PermissionDeniedError(
+                "only sidekick admins may do this (hub admins, holders of "
+                "custom:cloudtik:admin or members of c.CloudTikHub.admin_groups)",
+                field="user")
+        return caller
+
+
+class WhoAmIHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        c = self.caller
+        self.write_json({"name": c.name, "groups": list(c.groups), "admin": c.admin,
+                         "quota": self.hub.catalog.quota_for(c)})
+
+
+class CatalogHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        kind = self.str_arg("kind")
+        if kind is not None and kind not in KINDS:
+            raise ConfigError(f"kind: {kind!r} is not one of {', '.join(KINDS)}",
+                              field="kind", value=kind)
+        c = self.caller
+        items = self.hub.catalog.visible(c, kind)
+        self.write_json({"resources": [r.to_dict(admin=c.admin) for r in items]})
+
+
+class CatalogItemHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, kind: str, name: str) -> None:
+        c = self.caller
+        res = self.hub.catalog.get(kind, name) if c.admin else \
+            self.hub.catalog.usable(c, kind, name)
+        self.write_json(res.to_dict(admin=c.admin))
+
+    @web.authenticated
+    @authorized
+    async def put(self, kind: str, name: str) -> None:
+        c = self.require_admin()
+        body = self.json_body("HubResource")
+        res = self.hub.catalog.put(kind, name, body, actor=c.name)
+        if kind == "storage":
+            await self._sync_storage(res, replace=True)
+        self.write_json(res.to_dict(admin=True))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, kind: str, name: str) -> None:
+        c = self.require_admin()
+        if kind == "storage":
+            storage = self.hub.storage_manager()
+            try:
+                await storage.remove(name)
+            except NotFoundError:
+                pass
+        self.hub.catalog.delete(kind, name, actor=c.name)
+        self.set_status(204)
+        self.finish()
+
+    async def _sync_storage(self, res: Any, replace: bool) -> None:
+        """A catalogue storage is a storage of the sidekick's storage manager, whose
+        catalogue checks the options against rclone's schema and keeps the sensitive ones
+        in the secret store."""
+        storage = self.hub.storage_manager()
+        options = dict(res.spec.get("options") or {})
+        options.update(self.hub.catalog.secret_values("storage", res.name))
+        try:
+            storage.add(res.name, backend=res.spec["type"], options=options,
+                        source=res.spec.get("source"),
+                        read_only=bool(res.spec.get("read_only", True)),
+                        description=res.description or None, replace=replace)
+        except Exception:
+            self.hub.catalog.delete("storage", res.name, actor="rollback")
+            raise
+
+
+class QuotasHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        c = self.caller
+        if c.admin:
+            self.write_json({"quotas": self.hub.catalog.quotas()})
+        else:
+            self.write_json({"quotas": [self.hub.catalog.quota_for(c)]})
+
+
+class QuotaHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def put(self, name: str) -> None:
+        c = self.require_admin()
+        body = self.json_body("HubQuota")
+        self.write_json(self.hub.catalog.set_quota(name, body, actor=c.name))
+
+
+class AuditHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.require_admin()
+        self.write_json({"entries": self.hub.catalog.audit_log(
+            limit=self.int_arg("limit", 200, 1, 5000), after=self.int_arg("after", 0))})
+
+
+# egress --------------------------------------------------------------------------------
+_RULE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
+
+
+def _rule_public(row: Any) -> dict[str, Any]:
+    from ..core.store import loads
+
+    return {"id": row["id"], "host": row["host"], "port": row["port"],
+            "path_prefix": row["path_prefix"], "header": row["header"], "value": "<secret>",
+            "users": loads(row["users"], []), "groups": loads(row["groups"], []),
+            "owner": row["owner"], "updated_at": row["updated_at"]}
+
+
+class EgressRulesHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Rules the caller owns (admins: all); values never shown."""
+        c = self.caller
+        rows = self.hub.store.query("SELECT * FROM hub_egress_rules ORDER BY id")
+        self.write_json({"rules": [_rule_public(r) for r in rows
+                                   if c.admin or r["owner"] == c.name]})
+
+
+class EgressRuleHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def put(self, name: str) -> None:
+        """Create or replace a rule.  Any user may rule their own projects' hosts; the
+        secret is theirs to give and others they allow use it without seeing it."""
+        from .egress.rules import Rule
+
+        c = self.caller
+        if not _RULE_ID.match(name):
+            raise ConfigError(f"id: {name!r} is not a rule id (1-128 letters, digits, "
+                              "'_', '.', ':' or '-')", field="id", value=name)
+        body = self.json_body("HubEgressRule")
+        row = self.hub.store.query_one("SELECT owner FROM hub_egress_rules WHERE id = ?",
+                                       (name,))
+        if row is not None and row["owner"] != c.name and not c.admin:
+            raise NotFoundError(f"no egress rule '{name}' of yours", field="id")
+        scope = f"hub:egress:{name}"
+        value = body.get("value")
+        if value in (None, "", "<secret>"):
+            value = self.hub.secrets.get_all(scope).get("value")
+            if value is None:
+                raise ConfigError("value: a new rule needs the header value to inject",
+                                  field="value")
+        owner = row["owner"] if row is not None else c.name
+        try:
+            rule = Rule(id=name, host=body["host"], header=body["header"], value=value,
+                        port=body.get("port"), path_prefix=body.get("path_prefix") or "/",
+                        users=tuple(body.get("users") or ()),
+                        groups=tuple(body.get("groups") or ()), owner=owner)
+        except ValueError as e:
+            raise ConfigError(str(e), field="body") from None
+        self.hub.secrets.put(scope, "value", value)
+        with self.hub.store.transaction() as conn:
+            conn.execute(
+                "INSERT INTO hub_egress_rules (id, host, port, path_prefix, header, users,"
+                " groups, owner, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT(id) DO UPDATE SET host = excluded.host, port = excluded.port,"
+                " path_prefix = excluded.path_prefix, header = excluded.header,"
+                " users = excluded.users, groups = excluded.groups,"
+                " updated_at = excluded.updated_at",
+                (name, rule.host, rule.port, rule.path_prefix, rule.header,
+                 dumps(list(rule.users)), dumps(list(rule.groups)), owner, time.time()))
+        self.hub.catalog.audit(c.name, "egress.put", f"egress:{name}",
+                               {"host": rule.host, "header": rule.header,
+                                "users": list(rule.users), "groups": list(rule.groups)})
+        await bootstrap.push_egress(self.hub)
+        self.write_json(_rule_public(self.hub.store.query_one(
+            "SELECT * FROM hub_egress_rules WHERE id = ?", (name,))))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        c = self.caller
+        row = self.hub.store.query_one("SELECT owner FROM hub_egress_rules WHERE id = ?",
+                                       (name,))
+        if row is None or (row["owner"] != c.name and not c.admin):
+            raise NotFoundError(f"no egress rule '{name}' of yours", field="id")
+        with self.hub.store.transaction() as conn:
+            conn.execute("DELETE FROM hub_egress_rules WHERE id = ?", (name,))
+        self.hub.secrets.delete(f"hub:egress:{name}")
+        self.hub.catalog.audit(c.name, "egress.delete", f"egress:{name}", {})
+        await bootstrap.push_egress(self.hub)
+        self.set_status(204)
+        self.finish()
+
+
+class EgressSessionHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The proxy settings a session of the caller should have (env + CA)."""
+        self.write_json(await bootstrap.session_env_for(self.hub, self.caller))
+
+
+# side-kicks ----------------------------------------------------------------------------
+def _spec_for(hub: Any, caller: Caller, name: str) -> Any:
+    from .sidekick_specs import SidekickSpec
+
+    res = hub.catalog.usable(caller, "sidekick", name)
+    spec = dict(res.spec)
+    env = {}
+    for key, value in (spec.pop("env", None) or {}).items():
+        if isinstance(value, dict) and "secret" in value:
+            value = {"secret": f"{name}/{value['secret']}"}
+        env[key] = value
+    spec.pop("allowed_users", None)
+    spec.pop("allowed_groups", None)
+    return SidekickSpec.from_dict({**spec, "env": env, "name": name,
+                                   "description": res.description or spec.get(
+                                       "description", "")})
+
+
+class SidekicksHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The side-kicks the caller may start, with the state of theirs."""
+        c = self.caller
+        mine = {i.name: i for i in self.hub.sidekicks.list(c.name)}
+        out = []
+        for res in self.hub.catalog.visible(c, "sidekick"):
+            info = mine.get(res.name)
+            out.append({"name": res.name, "description": res.description,
+                        "state": info.state if info else "stopped",
+                        "instance": info.to_dict() if info else None})
+        self.write_json({"sidekicks": out})
+
+
+class SidekickHandler(HubHandler):
+    def prefix(self, user: str, name: str) -> str:
+        from .sidekick_supervisor import sidekick_prefix
+
+        return sidekick_prefix(user, name, url_path_join(self.base_url, "sidekicks"))
+
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        c = self.caller
+        self.hub.catalog.usable(c, "sidekick", name)
+        self.write_json(self.hub.sidekicks.get(c.name, name).to_dict())
+
+    @web.authenticated
+    @authorized
+    async def post(self, name: str) -> None:
+        """Start (idempotent); answers once the side-kick passes its health check."""
+        c = self.caller
+        spec = _spec_for(self.hub, c, name)
+        info = await self.hub.sidekicks.start(c.name, spec, prefix=self.prefix(c.name, name))
+        self.write_json(info.to_dict(), status=201)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str) -> None:
+        c = self.caller
+        self.hub.catalog.usable(c, "sidekick", name)
+        info = await self.hub.sidekicks.stop(c.name, name)
+        self.write_json(info.to_dict() if info is not None else {"name": name,
+                                                                  "state": "stopped"})
+
+
+class SidekickLogsHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, name: str) -> None:
+        c = self.caller
+        self.hub.catalog.usable(c, "sidekick", name)
+        text = await self.hub.sidekicks.logs(c.name, name, self.int_arg("tail", 200, 0,
+                                                                          100_000))
+        self.write_json({"name": name, "logs": text})
+
+
+class SidekickStopUserHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Stop every side-kick of the caller (the single-user server calls this when it
+        stops, so side-kicks end with the session)."""
+        await self.hub.sidekicks.stop_user(self.caller.name)
+        self.write_json({"stopped": True})
+
+
+_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
+        "trailer", "transfer-encoding", "upgrade", "host", "content-length", "cookie",
+        "authorization"}
+
+
+class SidekickProxyHandler(HubHandler):
+    """``{prefix}sidekicks/{user}/{name}/...`` → the side-kick, for its owner only."""
+
+    async def _proxy(self, user: str, name: str, rest: str) -> None:
+        c = self.caller
+        if c.name != user and not c.admin:
+            raise web.HTTPError(404, "no such side-kick")
+        target, extra = self.hub.sidekicks.proxy_target(user, name)
+        url = target + self.request.path
+        if self.request.query:
+            url += "?" + self.request.query
+        headers = {k: v for k, v in self.request.headers.get_all()
+                   if k.lower() not in _HOP}
+        headers.update(extra)
+        headers["X-Forwarded-User"] = c.name
+        body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
+        req = httpclient.HTTPRequest(url, method=self.request.method, headers=headers,
+                                     body=body, follow_redirects=False,
+                                     request_timeout=300,
+                                     allow_nonstandard_methods=True)
+        resp = await httpclient.AsyncHTTPClient().fetch(req, raise_error=False)
+        if resp.code == 599:
+            raise web.HTTPError(502, f"side-kick '{name}' did not answer")
+        self.set_status(resp.code, resp.reason)
+        self._headers = {}  # type: ignore[assignment]
+        for k, v in resp.headers.get_all():
+            if k.lower() not in _HOP and k.lower() != "set-cookie":
+                self.add_header(k, v)
+        self.finish(resp.body or b"")
+
+    @web.authenticated
+    @authorized
+    async def get(self, user: str, name: str, rest: str) -> None:
+        await self._proxy(user, name, rest)
+
+    @web.authenticated
+    @authorized
+    async def post(self, user: str, name: str, rest: str) -> None:
+        await self._proxy(user, name, rest)
+
+    @web.authenticated
+    @authorized
+    async def put(self, user: str, name: str, rest: str) -> None:
+        await self._proxy(user, name, rest)
+
+    @web.authenticated
+    @authorized
+    async def delete(self, user: str, name: str, rest: str) -> None:
+        await self._proxy(user, name, rest)
+
+    def check_xsrf_cookie(self) -> None:
+        # API clients with a token; browsers get XSRF checks from the side-kick itself
+        if self.request.headers.get("Authorization"):
+            return
+        return super().check_xsrf_cookie()
+
+
+class AdminPageHandler(HubHandler):
+    """A small admin page over the same API (catalogue, quotas, audit)."""
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        from importlib.resources import files
+
+        self.require_admin()
+        html = (files("jupyter_cloudtik.hub") / "admin.html").read_text()
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Content-Security-Policy", "default-src 'self'; "
+                        "script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
+        self.finish(html.replace("{{API}}", url_path_join(self.base_url,
+                                                          "cloudtik/api/hub/")))
+
+
+def hub_routes(base_url: str) -> list[tuple[str, Any]]:
+    api = url_path_join(base_url, "cloudtik/api/hub")
+    return [
+        (api + r"/whoami", WhoAmIHandler),
+        (api + r"/catalog", CatalogHandler),
+        (api + rf"/catalog/{KIND}/{NAME}", CatalogItemHandler),
+        (api + r"/quotas", QuotasHandler),
+        (api + rf"/quotas/{NAME}", QuotaHandler),
+        (api + r"/audit", AuditHandler),
+        (api + r"/egress/rules", EgressRulesHandler),
+        (api + rf"/egress/rules/{NAME}", EgressRuleHandler),
+        (api + r"/egress/session", EgressSessionHandler),
+        (api + r"/sidekicks", SidekicksHandler),
+        (api + r"/sidekicks/_stop-mine", SidekickStopUserHandler),
+        (api + rf"/sidekicks/{NAME}", SidekickHandler),
+        (api + rf"/sidekicks/{NAME}/logs", SidekickLogsHandler),
+        (url_path_join(base_url, "sidekicks") + r"/(?P<user>[^/]+)/(?P<name>[^/]+)(?P<rest>/.*)?",
+         SidekickProxyHandler),
+        (url_path_join(base_url, "admin"), AdminPageHandler),
+    ]

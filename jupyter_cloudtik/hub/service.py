@@ -1,0 +1,122 @@
+"""``jupyter cloudtik hub-service``: the sidekick, a JupyterHub managed service.
+
+It is a jupyter_server application (so the REST handlers of the server extension serve it
+unchanged, with the same paths under the service's prefix) whose identity comes from the
+hub (``auth.HubIdentityProvider``) and whose only authorized resource is ``cloudtik``.
+Kernels, contents and terminals are not offered.  Its state (clusters, catalogue, secrets,
+audit) is its own folder: ``c.CloudTik.state_dir`` or ``$CLOUDTIK_STATE_DIR`` in the
+service's environment, never a user's.
+
+Register it in ``jupyterhub_config.py`` (docs/hub.md has the whole snippet)::
+
+    c.JupyterHub.services = [{
+        "name": "cloudtik",
+        "url": "http://127.0.0.1:10101",
+        "command": ["jupyter-cloudtik", "hub-service", "--config", "/etc/cloudtik/hub.py"],
+        "oauth_no_confirm": True,
+    }]
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from ..server.routes import build_routes
+from .context import HubContext
+
+log = logging.getLogger("jupyter_cloudtik.hub")
+SETTINGS_KEY = "cloudtik"
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "jupyter_cloudtik.hub.service"}]
+
+
+def _load_jupyter_server_extension(serverapp: Any) -> None:
+    from . import bootstrap
+    from .handlers import hub_routes
+
+    ctx = HubContext(serverapp)
+    web_app = serverapp.web_app
+    web_app.settings[SETTINGS_KEY] = ctx
+    base_url = web_app.settings["base_url"]
+    web_app.add_handlers(".*$", hub_routes(base_url) + build_routes(base_url))
+    bootstrap.load_catalog_file(ctx)
+    bootstrap.start_services(ctx)
+    _stop_on_cleanup(serverapp, ctx)
+    serverapp.log.info("jupyter_cloudtik hub sidekick: API at %scloudtik/api/ (state: %s)",
+                       base_url, ctx.settings.state_dir)
+
+
+def _stop_on_cleanup(serverapp: Any, ctx: HubContext) -> None:
+    from . import bootstrap
+
+    original = serverapp.cleanup_extensions
+
+    async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
+        try:
+            await bootstrap.stop_services(ctx)
+        except Exception:
+            serverapp.log.exception("jupyter_cloudtik hub sidekick: stopping failed")
+        return await original(*args, **kwargs)
+
+    serverapp.cleanup_extensions = cleanup_extensions
+
+
+def server_argv(config: str | None, env: dict[str, str] | None = None) -> list[str]:
+    """The jupyter_server command line of the sidekick, from the hub's service env."""
+    env = dict(os.environ if env is None else env)
+    url = urlparse(env.get("JUPYTERHUB_SERVICE_URL") or "http://127.0.0.1:10101")
+    prefix = env.get("JUPYTERHUB_SERVICE_PREFIX") or "/services/cloudtik/"
+    argv = [
+        f"--ServerApp.ip={url.hostname or '127.0.0.1'}",
+        f"--ServerApp.port={url.port or 10101}",
+        "--ServerApp.port_retries=0",
+        f"--ServerApp.base_url={prefix}",
+        "--ServerApp.open_browser=False",
+        "--ServerApp.terminals_enabled=False",
+        "--ServerApp.identity_provider_class=jupyter_cloudtik.hub.auth.HubIdentityProvider",
+        "--ServerApp.authorizer_class=jupyter_cloudtik.hub.auth.HubAuthorizer",
+        # the hub's proxy is the only way in; its host name is not ours
+        "--ServerApp.allow_remote_access=True",
+        "--ServerApp.trust_xheaders=True",
+    ]
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        argv.append("--ServerApp.allow_root=True")  # containers often run services as root
+    if config:
+        argv.append(f"--config={config}")
+    return argv
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="jupyter cloudtik hub-service",
+        description="Run the cloudtik sidekick as a JupyterHub managed service "
+                    "(the hub sets JUPYTERHUB_* in its environment).")
+    parser.add_argument("--config", help="a Python config file (c.CloudTikHub.*, "
+                                         "c.CloudTik.*, c.HPC.*, c.Storage.*)")
+    args = parser.parse_args(argv)
+    if args.config and not Path(args.config).is_file():
+        print(f"--config: {args.config!r} is not a file", file=sys.stderr)
+        return 2
+    if not os.environ.get("JUPYTERHUB_API_TOKEN"):
+        print("JUPYTERHUB_API_TOKEN is not set: run this as a JupyterHub managed service "
+              "(c.JupyterHub.services, see docs/hub.md)", file=sys.stderr)
+        return 2
+    from jupyter_server.serverapp import ServerApp
+
+    root = Path(os.environ.get("CLOUDTIK_STATE_DIR") or Path.cwd()) / "hub-root"
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    app = ServerApp()
+    # only the sidekick: no notebook UI or other server extensions in this process
+    app.jpserver_extensions = {"jupyter_cloudtik.hub.service": True}
+    app.initialize([*server_argv(args.config), f"--ServerApp.root_dir={root}"],
+                   find_extensions=False)
+    app.start()
+    return 0

@@ -1,0 +1,498 @@
+"""One hub user's view of the sidekick's shared managers: what they own, what they may use.
+
+The REST handlers of the server extension are reused unchanged: they call
+``self.ctx.manager``, ``ctx.feature("storage")`` and ``ctx.feature("hpc")``; in the sidekick
+those are these views, made per request for the calling user.  Every view method either
+checks ownership (another user's cluster, job or operation is a 404, exactly like a missing
+one, so nothing can be probed) or the catalogue's access lists, and runs the core call
+``acting_as`` the caller so what it creates is recorded as theirs.  Whatever a view does
+not define is refused: a new core method is not reachable through the hub until a view
+decides who may call it.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from ..core import config as cfgmod
+from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
+from ..core.identity import acting_as
+from ..core.store import loads
+from .catalog import Caller, Resource
+
+if TYPE_CHECKING:
+    from .context import HubContext
+
+
+class _Denied:
+    """Refuse any manager method the view does not define."""
+
+    _what = "this call"
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        raise PermissionDeniedError(
+            f"{self._what}.{name} is not available through the hub sidekick")
+
+
+class OperationsView(_Denied):
+    _what = "operations"
+
+    def __init__(self, ops: Any, caller: Caller) -> None:
+        self._ops = ops
+        self.caller = caller
+
+    def _mine(self, op: Any) -> bool:
+        return self.caller.admin or op.user == self.caller.name
+
+    def get(self, op_id: str) -> Any:
+        op = self._ops.get(op_id)
+        if not self._mine(op):
+            raise NotFoundError(f"no operation '{op_id}'", field="op_id", value=op_id)
+        return op
+
+    def list(self, target: str | None = None, active_only: bool = False,
+             limit: int = 50) -> list[Any]:
+        ops = self._ops.list(target=target, active_only=active_only, limit=limit * 4)
+        return [o for o in ops if self._mine(o)][:limit]
+
+    def events(self, op_id: str | None = None, after: int = 0, limit: int = 500) -> list[Any]:
+        if op_id is not None:
+            self.get(op_id)
+            return self._ops.events(op_id, after=after)
+        return [e for e in self._ops.events(after=after, limit=limit)
+                if self._event_mine(e)]
+
+    def _event_mine(self, event: Any) -> bool:
+        try:
+            return self._mine(self._ops.get(event.op_id))
+        except NotFoundError:
+            return False
+
+    def last_event_id(self) -> int:
+        return self._ops.last_event_id()
+
+    def watch(self, op_id: str, after: int = 0) -> AsyncIterator[Any]:
+        self.get(op_id)
+        return self._ops.watch(op_id, after=after)
+
+    async def watch_all(self, after: int = 0) -> AsyncIterator[Any]:
+        owners: dict[str, bool] = {}
+        async for event in self._ops.watch_all(after=after):
+            if event.op_id not in owners:
+                owners[event.op_id] = self._event_mine(event)
+            if owners[event.op_id]:
+                yield event
+
+    def emit(self, *args: Any, **kwargs: Any) -> Any:
+        return self._ops.emit(*args, **kwargs)
+
+
+class ClustersView(_Denied):
+    """``ClusterManager`` for one hub user: their clusters, the catalogue's providers."""
+
+    _what = "clusters"
+
+    def __init__(self, hub: HubContext, caller: Caller) -> None:
+        self.hub = hub
+        self._m = hub.manager
+        self.caller = caller
+        self.ops = OperationsView(self._m.ops, caller)
+        self.store = self._m.store
+        self.settings = self._m.settings
+
+    # ownership ------------------------------------------------------------------------
+    def _owned(self, name: str) -> Any:
+        row = self.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
+                                   (name,))
+        if row is None or not (self.caller.admin or row["owner"] == self.caller.name):
+            raise NotFoundError(f"no cluster named '{name}'", field="name", value=name)
+        return row
+
+    def get(self, name: str) -> Any:
+        self._owned(name)
+        return self._m.get(name)
+
+    async def status(self, name: str) -> Any:
+        self._owned(name)
+        return await self._m.status(name)
+
+    def list(self, include_stopped: bool = False) -> list[Any]:
+        return [c for c in self._m.list(include_stopped=include_stopped)
+                if self.caller.admin or c.owner == self.caller.name]
+
+    def logs(self, name: str, node_id: str | None = None, tail: int = 200) -> Any:
+        self._owned(name)
+        return self._m.logs(name, node_id, tail)
+
+    def connect_info(self, name: str) -> Any:
+        self._owned(name)
+        return self._m.connect_info(name)
+
+    async def start_down(self, name: str, reason: str | None = None) -> Any:
+        self._owned(name)
+        with acting_as(self.caller.name):
+            return await self._m.start_down(name, reason)
+
+    async def start_scale(self, name: str, workers: int, node_type: str | None = None) -> Any:
+        self._owned(name)
+        self._check_scale_limits(name, workers)
+        with acting_as(self.caller.name):
+            return await self._m.start_scale(name, workers, node_type)
+
+    async def cancel(self, op_id: str) -> Any:
+        self.ops.get(op_id)
+        return await self._m.cancel(op_id)
+
+    def providers(self) -> list[dict[str, Any]]:
+        """What the New form offers: the templates and providers this user may use."""
+        installed = {p["type"]: p for p in self._m.providers()}
+        out = []
+        for res in self.hub.catalog.visible(self.caller, "template"):
+            out.append({"type": res.name, "kind": "template", "description": res.description,
+                        "provider": res.spec.get("provider"),
+                        "limits": res.spec.get("limits", {})})
+        for res in self.hub.catalog.visible(self.caller, "provider"):
+            ptype = res.spec.get("type")
+            out.append({"type": res.name, "kind": "provider", "provider_type": ptype,
+                        "description": res.description,
+                        "config_schema": installed.get(ptype, {}).get("config_schema")})
+        return out
+
+    # starting -------------------------------------------------------------------------
+    async def start_up(self, config: Any = None, *, name: str | None = None,
+                       workers: int | None = None, provider: str | None = None,
+                       template: str | None = None) -> Any:
+        cfg, prov_res, limits = self._config_for(config, name, workers, provider, template)
+        cname = cfg["cluster_name"]
+        row = self.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
+                                   (cname,))
+        if row is not None and row["state"] != "stopped" and row["owner"] != self.caller.name:
+            raise ConflictError(f"cluster name '{cname}' is in use; choose another name",
+                                field="name", value=cname)
+        self._check_quota(cfg, prov_res, replacing=cname)
+        self.hub.deliver_provider_credentials(prov_res, cfg)
+        self.hub.audit_use(self.caller, "cluster.up", cname,
+                           {"provider": prov_res.name, "limits": limits})
+        with acting_as(self.caller.name):
+            return await self._m.start_up(cfg)
+
+    def _config_for(self, config: Any, name: str | None, workers: int | None,
+                    provider: str | None, template: str | None
+                    ) -> tuple[dict[str, Any], Resource, dict[str, Any]]:
+        catalog = self.hub.catalog
+        if config is not None and not isinstance(config, dict):
+            raise ConfigError("config: through the hub a cluster config is a JSON object "
+                              "(files are read on the user's side)", field="config")
+        tmpl = None
+        if template:
+            tmpl = catalog.usable(self.caller, "template", template)
+        elif provider:
+            # a name from the New form may be a template or a provider
+            try:
+                tmpl = catalog.usable(self.caller, "template", provider)
+            except NotFoundError:
+                tmpl = None
+        if tmpl is not None:
+            prov_res = catalog.usable(self.caller, "provider", tmpl.spec["provider"]) \
+                if not self.caller.admin else catalog.get("provider", tmpl.spec["provider"])
+            base = copy.deepcopy(tmpl.spec.get("config") or {})
+            if config:
+                base = _merge(base, {k: v for k, v in config.items() if k != "provider"})
+            limits = dict(tmpl.spec.get("limits") or {})
+        else:
+            if provider:
+                prov_res = catalog.usable(self.caller, "provider", provider)
+            else:
+                choices = catalog.visible(self.caller, "template") or \
+                    catalog.visible(self.caller, "provider")
+                if len(choices) != 1:
+                    names = ", ".join(r.name for r in choices) or "none: ask an admin"
+                    raise ConfigError(f"template: say which template or provider to use "
+                                      f"(you may use: {names})", field="template")
+                if choices[0].kind == "template":
+                    return self._config_for(config, name, workers, None, choices[0].name)
+                prov_res = choices[0]
+            base = copy.deepcopy(config or {})
+            base.pop("provider", None)
+            limits = {}
+        ptype = prov_res.spec["type"]
+        base["provider"] = {**copy.deepcopy(prov_res.spec.get("config") or {}),
+                            "type": ptype}
+        if name:
+            base["cluster_name"] = name
+        if not base.get("cluster_name"):
+            raise ConfigError("name: a cluster started through the hub needs a name",
+                              field="name")
+        cfg = cfgmod.build_config(base, workers=workers, settings=self.settings)
+        self._apply_limits(cfg, limits, workers)
+        return cfg, prov_res, limits
+
+    def _apply_limits(self, cfg: dict[str, Any], limits: dict[str, Any],
+                      workers: int | None) -> None:
+        max_workers = limits.get("max_workers")
+        if max_workers is not None:
+            asked = workers if workers is not None else sum(
+                t.get("min_workers", 0) for k, t in cfg["available_node_types"].items()
+                if k != cfg["head_node_type"])
+            if asked > max_workers:
+                raise PermissionDeniedError(
+                    f"workers: {asked} is more than this template allows ({max_workers})",
+                    field="workers", value=asked)
+            cfg["max_workers"] = min(cfg.get("max_workers", max_workers), int(max_workers))
+            for k, t in cfg["available_node_types"].items():
+                if k != cfg["head_node_type"]:
+                    t["max_workers"] = min(t.get("max_workers", max_workers),
+                                           int(max_workers))
+        idle = limits.get("idle_timeout_minutes")
+        if idle is not None:
+            current = cfg.get("idle_timeout_minutes") or 0
+            cfg["idle_timeout_minutes"] = min(current, idle) if current else idle
+        if limits.get("max_price") is not None:
+            placement = cfg.setdefault("placement", {})
+            placement["max_price"] = min(placement.get("max_price", limits["max_price"]),
+                                         limits["max_price"])
+
+    def _check_scale_limits(self, name: str, workers: int) -> None:
+        quota = self.hub.catalog.quota_for(self.caller)
+        if quota.get("max_cores") is None:
+            return
+        full = loads(self.store.query_one("SELECT config FROM clusters WHERE name = ?",
+                                          (name,))["config"], {})
+        per = _worker_cpu(full)
+        others = self._cores_in_use(exclude=name)
+        mine = _head_cpu(full) + per * workers
+        if others + mine > quota["max_cores"]:
+            raise PermissionDeniedError(
+                f"workers: {workers} workers would use {others + mine:g} cores; your quota "
+                f"is {quota['max_cores']:g} ({quota['subject']})", field="workers",
+                value=workers)
+
+    # quotas ---------------------------------------------------------------------------
+    def _active_rows(self, exclude: str | None = None) -> list[Any]:
+        rows = self.store.query(
+            "SELECT name, config, target_workers, created_at, updated_at, state FROM clusters"
+            " WHERE owner = ? AND state != 'stopped'", (self.caller.name,))
+        return [r for r in rows if r["name"] != exclude]
+
+    def _cores_in_use(self, exclude: str | None = None) -> float:
+        total = 0.0
+        for r in self._active_rows(exclude):
+            cfg = loads(r["config"], {})
+            target = loads(r["target_workers"], {})
+            types = cfg.get("available_node_types", {})
+            total += _head_cpu(cfg)
+            for t, n in target.items():
+                total += float(types.get(t, {}).get("resources", {}).get("CPU", 1)) * n
+        return total
+
+    def _check_quota(self, cfg: dict[str, Any], prov_res: Resource, replacing: str) -> None:
+        quota = self.hub.catalog.quota_for(self.caller)
+        existing = {r["name"] for r in self._active_rows()}
+        if quota.get("max_clusters") is not None and replacing not in existing \
+                and len(existing) >= quota["max_clusters"]:
+            raise PermissionDeniedError(
+                f"quota: you have {len(existing)} clusters; your quota allows "
+                f"{quota['max_clusters']:g} ({quota['subject']})", field="quota")
+        new_cores = _head_cpu(cfg) + sum(
+            float(t.get("resources", {}).get("CPU", 1)) * t.get("min_workers", 0)
+            for k, t in cfg["available_node_types"].items() if k != cfg["head_node_type"])
+        if quota.get("max_cores") is not None:
+            used = self._cores_in_use(exclude=replacing)
+            if used + new_cores > quota["max_cores"]:
+                raise PermissionDeniedError(
+                    f"quota: this cluster needs {new_cores:g} cores and you use {used:g}; "
+                    f"your quota is {quota['max_cores']:g} cores ({quota['subject']})",
+                    field="quota")
+        if quota.get("max_spend_per_day") is not None:
+            spent = self.hub.spend_today(self.caller.name)
+            if spent >= quota["max_spend_per_day"]:
+                raise PermissionDeniedError(
+                    f"quota: you have spent {spent:.2f} today; your daily limit is "
+                    f"{quota['max_spend_per_day']:.2f} ({quota['subject']})", field="quota")
+
+
+def _head_cpu(cfg: dict[str, Any]) -> float:
+    head = cfg.get("available_node_types", {}).get(cfg.get("head_node_type"), {})
+    return float(head.get("resources", {}).get("CPU", 1))
+
+
+def _worker_cpu(cfg: dict[str, Any]) -> float:
+    for k, t in cfg.get("available_node_types", {}).items():
+        if k != cfg.get("head_node_type"):
+            return float(t.get("resources", {}).get("CPU", 1))
+    return 1.0
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+class StorageView(_Denied):
+    """The sidekick's storages a user may use: browse, test, copy between storages.
+
+    Credentials stay in the sidekick; what a user gets is listings and copies, never the
+    options marked secret.  Local paths would be the sidekick's own disk, so they are
+    refused; mounts are made in the user's own server."""
+
+    _what = "storage"
+
+    def __init__(self, hub: HubContext, caller: Caller) -> None:
+        self.hub = hub
+        self._s = hub.storage_manager()
+        self.caller = caller
+        self.catalog = self  # handlers call ``storage.catalog.get(name)`` as an existence check
+
+    def _allowed(self, name: str) -> None:
+        if not self.caller.admin:
+            self.hub.catalog.usable(self.caller, "storage", name)
+        self._s.catalog.get(name)
+
+    def get(self, name: str) -> Any:
+        self._allowed(name)
+        return self._s.get(name)
+
+    def list(self) -> list[Any]:
+        if self.caller.admin:
+            return self._s.list()
+        names = {r.name for r in self.hub.catalog.visible(self.caller, "storage")}
+        return [s for s in self._s.list() if s.name in names]
+
+    async def ls(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        self._allowed(name)
+        return await self._s.ls(name, *args, **kwargs)
+
+    async def test(self, name: str) -> Any:
+        self._allowed(name)
+        return await self._s.test(name)
+
+    def location(self, where: Any) -> Any:
+        loc = self._s.location(where)
+        if loc.storage is None:
+            raise PermissionDeniedError(
+                f"location: {where!r} is a local path; through the hub, copies go between "
+                "storages (NAME:path)", field="location", value=str(where))
+        self._allowed(loc.storage)
+        return loc
+
+    def check_local(self, path: str, field: str = "path") -> Any:
+        raise PermissionDeniedError(f"{field}: local paths are not available through the "
+                                    "hub", field=field)
+
+    async def start_copy(self, src: Any, dst: Any, mode: str = "copy") -> Any:
+        s, d = self.location(src), self.location(dst)
+        if not self.caller.admin:
+            info = self._s.get(d.storage)
+            if getattr(info, "read_only", False):
+                raise PermissionDeniedError(f"dst: storage '{d.storage}' is read-only",
+                                            field="dst")
+        with acting_as(self.caller.name):
+            return await self._s.start_copy(s, d, mode=mode)
+
+    def backends(self) -> Any:
+        return self._s.backends()
+
+    def backend_schema(self, backend: str, provider: str | None = None) -> Any:
+        return self._s.backend_schema(backend, provider)
+
+    def add(self, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionDeniedError("storages of a hub are defined by its admins "
+                                    "(catalogue kind 'storage')", field="name")
+
+    async def remove(self, name: str) -> Any:
+        raise PermissionDeniedError("storages of a hub are removed by its admins",
+                                    field="name")
+
+    async def start_mount(self, name: str, mode: str = "fuse") -> Any:
+        raise PermissionDeniedError(
+            f"mount: storage '{name}' belongs to the hub; mounts through the sidekick are "
+            "not supported (browse and copy it instead)", field="name", value=name)
+
+    async def start_unmount(self, name: str) -> Any:
+        return await self.start_mount(name)
+
+
+class JobsView(_Denied):
+    """HPC jobs of one user, on the backends the catalogue lets them use."""
+
+    _what = "jobs"
+
+    def __init__(self, hub: HubContext, caller: Caller) -> None:
+        self.hub = hub
+        self._j = hub.job_manager()
+        self.caller = caller
+        self.hpc = self._j.hpc
+        self.ops = OperationsView(self._j.ops, caller)
+
+    def _may_backend(self, name: str | None) -> None:
+        if self.caller.admin:
+            return
+        self.hub.catalog.usable(self.caller, "hpc", name or self.hpc.default_backend)
+
+    def get(self, job_id: str) -> Any:
+        job = self._j.get(job_id)
+        if not (self.caller.admin or job.user == self.caller.name):
+            raise NotFoundError(f"no job '{job_id}'", field="job_id", value=job_id)
+        return job
+
+    def list(self, active_only: bool = False, backend: str | None = None,
+             limit: int = 100, **kwargs: Any) -> list[Any]:
+        jobs = self._j.list(active_only=active_only, backend=backend, limit=limit * 4,
+                            **kwargs)
+        return [j for j in jobs if self.caller.admin or j.user == self.caller.name][:limit]
+
+    def backends(self) -> list[Any]:
+        allowed = None if self.caller.admin else {
+            r.name for r in self.hub.catalog.visible(self.caller, "hpc")}
+        return [b for b in self._j.backends()
+                if allowed is None or _backend_name(b) in allowed]
+
+    async def submit(self, spec: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        self._may_backend(backend)
+        with acting_as(self.caller.name):
+            return await self._j.submit(spec, backend, **kwargs)
+
+    async def refresh(self, job_id: str) -> Any:
+        self.get(job_id)
+        return await self._j.refresh(job_id)
+
+    async def cancel(self, job_id: str) -> Any:
+        self.get(job_id)
+        with acting_as(self.caller.name):
+            return await self._j.cancel(job_id)
+
+    async def logs(self, job_id: str, *args: Any) -> Any:
+        self.get(job_id)
+        return await self._j.logs(job_id, *args)
+
+    async def outputs(self, job_id: str) -> Any:
+        self.get(job_id)
+        return await self._j.outputs(job_id)
+
+    async def read_file(self, job_id: str, *args: Any) -> Any:
+        self.get(job_id)
+        return await self._j.read_file(job_id, *args)
+
+    async def fetch(self, job_id: str, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionDeniedError("fetch: results of hub jobs are read through "
+                                    "jobs/{id}/files (the sidekick's disk is not yours)",
+                                    field="dest")
+
+
+def _backend_name(b: Any) -> str:
+    return b.get("name") if isinstance(b, dict) else getattr(b, "name", str(b))
+
+
+def started_today() -> float:
+    t = time.localtime()
+    return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))

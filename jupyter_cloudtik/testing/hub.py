@@ -1,0 +1,259 @@
+"""A real JupyterHub with the cloudtik sidekick as a managed service, for tests and the
+load benchmark.
+
+The hub runs as a subprocess (``python -m jupyterhub``) behind the npm
+``configurable-http-proxy`` (``make install`` puts it in ``.venv/hub-proxy``), with
+``DummyAuthenticator``, ``SimpleLocalProcessSpawner`` and three users: ``alice`` (group
+``physics``), ``bob`` (group ``chemistry``) and ``admin`` (hub admin, sidekick admin).
+A ``tester`` service holds a token that can mint user tokens and start servers.
+Everything listens on 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import requests
+
+PASSWORD = "cloudtik-test-password"
+TESTER_TOKEN = "tester-" + "0123456789abcdef" * 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def chp_path() -> str:
+    """The configurable-http-proxy of ``make install`` (or one on PATH)."""
+    here = Path(sys.prefix) / "hub-proxy" / "node_modules" / ".bin" / "configurable-http-proxy"
+    if here.exists():
+        return str(here)
+    found = shutil.which("configurable-http-proxy")
+    if not found:
+        raise RuntimeError("configurable-http-proxy is not installed (make install puts it "
+                           "in .venv/hub-proxy)")
+    return found
+
+
+@dataclass
+class Hub:
+    base: Path
+    url: str               # the public (proxy) URL, e.g. http://127.0.0.1:PORT/
+    service_url: str       # the sidekick's own URL (direct, not through the proxy)
+    state_dir: Path        # the sidekick's state folder
+    proc: subprocess.Popen
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def api(self) -> str:
+        return self.url + "hub/api/"
+
+    @property
+    def sidekick_api(self) -> str:
+        return self.url + "services/cloudtik/cloudtik/api/"
+
+    def admin_request(self, method: str, path: str, **kw: Any) -> requests.Response:
+        return requests.request(method, self.api + path, timeout=30,
+                                headers={"Authorization": f"token {TESTER_TOKEN}"}, **kw)
+
+    def token(self, user: str) -> str:
+        """A token of ``user`` with all of their permissions."""
+        if user not in self.tokens:
+            r = self.admin_request("POST", f"users/{user}/tokens",
+                                   json={"note": "cloudtik tests", "expires_in": 7200})
+            r.raise_for_status()
+            self.tokens[user] = r.json()["token"]
+        return self.tokens[user]
+
+    def session(self, user: str) -> requests.Session:
+        s = requests.Session()
+        s.headers["Authorization"] = f"token {self.token(user)}"
+        s.trust_env = False
+        return s
+
+    def start_server(self, user: str, timeout: float = 90) -> str:
+        """Start ``user``'s single-user server; returns its URL through the proxy."""
+        r = self.admin_request("POST", f"users/{user}/server")
+        if r.status_code not in (201, 202, 400):
+            r.raise_for_status()
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            model = self.admin_request("GET", f"users/{user}").json()
+            server = (model.get("servers") or {}).get("")
+            if server and server.get("ready"):
+                return self.url.rstrip("/") + server["url"]
+            time.sleep(0.3)
+        raise TimeoutError(f"{user}'s server did not become ready in {timeout:.0f} s; "
+                           f"log: {self.log_tail()}")
+
+    def stop_server(self, user: str, timeout: float = 60) -> None:
+        self.admin_request("DELETE", f"users/{user}/server")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            model = self.admin_request("GET", f"users/{user}").json()
+            if not (model.get("servers") or {}).get(""):
+                return
+            time.sleep(0.3)
+
+    def log_tail(self, lines: int = 60) -> str:
+        path = self.base / "hub.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) \
+            if path.exists() else ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        # anything of the hub's process group still around (proxy, servers, sidekick)
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
+                 service_port: int, sidekick_config: str = "") -> Path:
+    state = base / "sidekick-state"
+    state.mkdir(parents=True, exist_ok=True)
+    users_home = base / "homes"
+    users_home.mkdir(exist_ok=True)
+    sk_cfg = base / "sidekick_config.py"
+    sk_cfg.write_text(textwrap.dedent("""
+        c.LocalProvider.cpu_overcommit = 8.0
+        c.LocalProvider.memory_overcommit = 4.0
+        c.LocalProvider.terminate_grace = 2.0
+        c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
+        c.CloudTikHub.egress_no_proxy = ""
+    """) + sidekick_config)
+    service_url = f"http://127.0.0.1:{service_port}"
+    user_env = {
+        "CLOUDTIK_HUB_SERVICE_URL": f"{service_url}/services/cloudtik/",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "CLOUDTIK_LAUNCHER_IDLE": "3",
+    }
+    cfg = base / "jupyterhub_config.py"
+    cfg.write_text(textwrap.dedent(f"""
+        import os
+        import sys
+        c.JupyterHub.ip = "127.0.0.1"
+        c.JupyterHub.port = {proxy_port}
+        c.JupyterHub.hub_ip = "127.0.0.1"
+        c.JupyterHub.hub_port = {hub_port}
+        c.ConfigurableHTTPProxy.api_url = "http://127.0.0.1:{api_port}"
+        c.ConfigurableHTTPProxy.command = [{chp_path()!r}]
+        c.ConfigurableHTTPProxy.should_start = True
+        c.JupyterHub.db_url = "sqlite:///{base / 'hub.sqlite'}"
+        c.JupyterHub.cookie_secret_file = {str(base / 'cookie_secret')!r}
+        c.JupyterHub.pid_file = {str(base / 'hub.pid')!r}
+        c.JupyterHub.cleanup_servers = True
+        c.JupyterHub.authenticator_class = "dummy"
+        c.DummyAuthenticator.password = {PASSWORD!r}
+        c.Authenticator.allow_all = True
+        c.Authenticator.admin_users = {{"admin"}}
+        c.JupyterHub.spawner_class = "simple"
+        c.SimpleLocalProcessSpawner.home_dir_template = {str(users_home) + '/{username}'!r}
+        c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
+        c.Spawner.default_url = "/lab"
+        c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
+        c.Spawner.start_timeout = 90
+        c.Spawner.http_timeout = 90
+        c.Spawner.environment = {user_env!r}
+        c.JupyterHub.load_groups = {{
+            "physics": {{"users": ["alice"]}},
+            "chemistry": {{"users": ["bob"]}},
+        }}
+        c.JupyterHub.custom_scopes = {{
+            "custom:cloudtik:use": {{"description": "use the cloudtik sidekick"}},
+            "custom:cloudtik:admin": {{"description": "administer the cloudtik sidekick"}},
+        }}
+        c.JupyterHub.load_roles = [
+            {{"name": "user", "scopes": ["self", "custom:cloudtik:use",
+                                         "access:services!service=cloudtik"]}},
+            {{"name": "cloudtik-admins", "users": ["admin"],
+              "scopes": ["custom:cloudtik:admin"]}},
+            {{"name": "cloudtik-service", "services": ["cloudtik"],
+              "scopes": ["read:users:groups", "read:users:name"]}},
+            {{"name": "server", "scopes": ["inherit"]}},
+            {{"name": "tester", "services": ["tester"],
+              "scopes": ["admin:users", "tokens", "admin:servers", "read:users",
+                         "admin:groups", "access:servers"]}},
+        ]
+        c.JupyterHub.services = [
+            {{
+                "name": "cloudtik",
+                "url": {service_url!r},
+                "command": [sys.executable, "-m", "jupyter_cloudtik", "hub-service",
+                            "--config", {str(sk_cfg)!r}],
+                "environment": {{"CLOUDTIK_STATE_DIR": {str(state)!r},
+                                 "JUPYTER_PLATFORM_DIRS": "1",
+                                 "CLOUDTIK_LAUNCHER_IDLE": "3"}},
+                "oauth_no_confirm": True,
+                "oauth_client_allowed_scopes": ["custom:cloudtik:use",
+                                                "custom:cloudtik:admin"],
+            }},
+            {{"name": "tester", "api_token": {TESTER_TOKEN!r}}},
+        ]
+    """))
+    return cfg
+
+
+def start_hub(base: Path, *, sidekick_config: str = "", timeout: float = 90) -> Hub:
+    base.mkdir(parents=True, exist_ok=True)
+    ports = [free_port() for _ in range(4)]
+    cfg = write_config(base, hub_port=ports[0], proxy_port=ports[1], api_port=ports[2],
+                       service_port=ports[3], sidekick_config=sidekick_config)
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("JUPYTERHUB_", "CLOUDTIK_API", "HTTP_PROXY", "HTTPS_PROXY",
+                                "http_proxy", "https_proxy"))}
+    env["CONFIGPROXY_AUTH_TOKEN"] = "proxy-" + os.urandom(16).hex()
+    log = open(base / "hub.log", "ab")  # noqa: SIM115 - the hub writes it while it runs
+    proc = subprocess.Popen([sys.executable, "-m", "jupyterhub", "-f", str(cfg)],
+                            cwd=base, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    hub = Hub(base=base, url=f"http://127.0.0.1:{ports[1]}/",
+              service_url=f"http://127.0.0.1:{ports[3]}/services/cloudtik/",
+              state_dir=base / "sidekick-state", proc=proc)
+    deadline = time.monotonic() + timeout
+    ready = {"hub": False, "sidekick": False}
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"JupyterHub exited ({proc.returncode}):\n{hub.log_tail()}")
+        try:
+            if not ready["hub"]:
+                ready["hub"] = requests.get(hub.api, timeout=2).status_code == 200
+            if ready["hub"] and not ready["sidekick"]:
+                r = requests.get(hub.sidekick_api + "hub/whoami", timeout=2,
+                                 headers={"Authorization": f"token {hub.token('admin')}"})
+                ready["sidekick"] = r.status_code == 200
+            if all(ready.values()):
+                return hub
+        except requests.RequestException:
+            pass
+        time.sleep(0.3)
+    hub.stop()
+    raise TimeoutError(f"JupyterHub + sidekick not ready in {timeout:.0f} s: {ready}\n"
+                       f"{hub.log_tail()}")
+
+
+def pretty(resp: requests.Response) -> str:
+    try:
+        return json.dumps(resp.json())[:400]
+    except ValueError:
+        return resp.text[:400]
