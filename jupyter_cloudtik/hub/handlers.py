@@ -363,7 +363,7 @@ class SidekickProxyHandler(HubHandler):
         if resp.code == 599:
             raise web.HTTPError(502, f"side-kick '{name}' did not answer")
         self.set_status(resp.code, resp.reason)
-        self._headers = {}  # type: ignore[assignment]
+        self.clear_header("Content-Type")
         for k, v in resp.headers.get_all():
             if k.lower() not in _HOP and k.lower() != "set-cookie":
                 self.add_header(k, v)

@@ -149,19 +149,36 @@ class ClustersView(_Denied):
         return await self._m.cancel(op_id)
 
     def providers(self) -> list[dict[str, Any]]:
-        """What the New form offers: the templates and providers this user may use."""
-        installed = {p["type"]: p for p in self._m.providers()}
+        """What the New form offers, in the shape of the server's provider list: the
+        templates and providers of the catalogue this user may use, each with the form
+        schema of the provider type behind it."""
+        installed = {p["name"]: p for p in self._m.providers() if p.get("available")}
+        catalog = self.hub.catalog
         out = []
-        for res in self.hub.catalog.visible(self.caller, "template"):
-            out.append({"type": res.name, "kind": "template", "description": res.description,
-                        "provider": res.spec.get("provider"),
-                        "limits": res.spec.get("limits", {})})
-        for res in self.hub.catalog.visible(self.caller, "provider"):
-            ptype = res.spec.get("type")
-            out.append({"type": res.name, "kind": "provider", "provider_type": ptype,
-                        "description": res.description,
-                        "config_schema": installed.get(ptype, {}).get("config_schema")})
+        for res in catalog.visible(self.caller, "template") + \
+                catalog.visible(self.caller, "provider"):
+            if res.kind == "template":
+                try:
+                    ptype = catalog.get("provider", res.spec["provider"]).spec.get("type")
+                except NotFoundError:
+                    continue
+            else:
+                ptype = res.spec.get("type")
+            base = installed.get(ptype)
+            if base is None:
+                continue
+            out.append({**base, "name": res.name, "default": False, "kind": res.kind,
+                        "provider_type": ptype, "title": f"{res.name} ({ptype} {res.kind})",
+                        "description": res.description or base.get("description", ""),
+                        "limits": res.spec.get("limits", {}) if res.kind == "template"
+                        else {}})
+        if len(out) == 1:
+            out[0]["default"] = True
         return out
+
+    def default_provider(self) -> str | None:
+        offered = self.providers()
+        return offered[0]["name"] if len(offered) == 1 else None
 
     # starting -------------------------------------------------------------------------
     async def start_up(self, config: Any = None, *, name: str | None = None,

@@ -21,7 +21,8 @@ from tornado import httpclient, web
 from .base import CloudTikHandler
 
 HUB_SERVICE_ENV = "CLOUDTIK_HUB_SERVICE_URL"
-DELEGATED = ("clusters", "operations", "events", "providers", "storage", "jobs", "hub")
+DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-transfers",
+             "storage-backends", "jobs", "hpc", "hub")
 _SKIP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
          "trailer", "transfer-encoding", "upgrade", "host", "content-length", "cookie",
          "authorization", "x-xsrftoken", "origin", "referer"}

@@ -207,8 +207,10 @@ class ProvidersHandler(CloudTikHandler):
     async def get(self) -> None:
         """Installed providers with their config schemas (what the New form is made of)."""
         providers = self.manager.providers()
+        offered = getattr(self.manager, "default_provider", None)  # a hub user's catalogue
         self.write_json({"providers": providers,
-                         "default_provider": self.ctx.settings.default_provider,
+                         "default_provider": offered() if offered else
+                         self.ctx.settings.default_provider,
                          "limits": {
                              "max_clusters": self.ctx.settings.max_clusters,
                              "max_workers_per_cluster":

@@ -1,0 +1,253 @@
+"""The sidekick behind a real JupyterHub: catalogue, delegation, isolation, egress, side-kicks.
+
+One hub per module (``jupyter_cloudtik.testing.hub``): real JupyterHub, real
+configurable-http-proxy, the sidekick as a managed service, real single-user servers.
+Users: alice (group physics), bob (group chemistry), admin (hub admin).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+
+from jupyter_cloudtik.testing.hub import start_hub
+from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
+
+pytestmark = pytest.mark.slow
+
+PROVIDER_SECRET = f"prov-secret-{uuid.uuid4().hex}"
+STORAGE_SECRET = f"stor-secret-{uuid.uuid4().hex}"
+EGRESS_SECRET = f"Bearer egress-{uuid.uuid4().hex}"
+ALL_SECRETS = (PROVIDER_SECRET, STORAGE_SECRET, EGRESS_SECRET)
+
+
+@pytest.fixture(scope="module")
+def upstreams(tmp_path_factory):
+    base = tmp_path_factory.mktemp("upstreams")
+    ca_path, ctx = make_test_ca(base)
+    http_srv, _ = serve(None)
+    https_srv, _ = serve(ctx)
+    yield {"ca": ca_path, "http": http_srv.server_address[1],
+           "https": https_srv.server_address[1]}
+    http_srv.shutdown()
+    https_srv.shutdown()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, upstreams):
+    base = tmp_path_factory.mktemp("hub")
+    h = start_hub(base, sidekick_config=(
+        f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
+    admin = h.session("admin")
+    api = h.sidekick_api
+    r = admin.put(api + "hub/catalog/provider/local-pool", json={
+        "spec": {"type": "local"}, "secrets": {"access_key": PROVIDER_SECRET},
+        "groups": ["physics"], "description": "machines of the physics department"})
+    assert r.status_code == 200, r.text
+    r = admin.put(api + "hub/catalog/storage/physics-data", json={
+        "spec": {"type": "s3", "options": {"provider": "Minio", "access_key_id": "AKIDPHYS",
+                                           "endpoint": "http://127.0.0.1:9"},
+                 "source": "bucket"},
+        "secrets": {"secret_access_key": STORAGE_SECRET}, "groups": ["physics"]})
+    assert r.status_code == 200, r.text
+    yield h
+    for user in ("alice", "bob"):
+        try:
+            h.stop_server(user, timeout=30)
+        except Exception:
+            pass
+    h.stop()
+    log = (base / "hub.log").read_text(errors="replace")
+    leaked = [s for s in ALL_SECRETS if s in log]
+    assert not leaked, "a secret value reached the hub/sidekick log"
+
+
+def _wait_op(session: requests.Session, api: str, op_id: str, timeout: float = 60) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        op = session.get(api + f"operations/{op_id}").json()
+        if op["state"] not in ("pending", "running"):
+            return op
+        time.sleep(0.3)
+    raise AssertionError(f"operation {op_id} still running after {timeout} s")
+
+
+def _no_secret(text: str) -> None:
+    for s in ALL_SECRETS:
+        assert s not in text
+
+
+def test_catalogue_is_admin_only_and_filtered_by_group(hub):
+    api = hub.sidekick_api
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    r = alice.put(api + "hub/catalog/provider/mine", json={"spec": {"type": "local"}})
+    assert r.status_code == 403 and r.json()["field"] == "user"
+    r = admin.put(api + "hub/catalog/widget/x", json={"spec": {}})
+    assert r.status_code == 400 and "kind" in r.json()["message"]
+    r = admin.put(api + "hub/catalog/template/t1", json={"spec": {"provider": 5}})
+    assert r.status_code == 400 and r.json()["field"] == "spec.provider"
+
+    seen_a = alice.get(api + "hub/catalog").json()["resources"]
+    assert {(x["kind"], x["name"]) for x in seen_a} == {("provider", "local-pool"),
+                                                         ("storage", "physics-data")}
+    assert all("users" not in x for x in seen_a)  # who else may use it is the admins' business
+    assert bob.get(api + "hub/catalog").json()["resources"] == []
+    assert bob.get(api + "hub/catalog/provider/local-pool").status_code == 404
+    for resp in (alice.get(api + "hub/catalog"), admin.get(api + "hub/catalog")):
+        _no_secret(resp.text)
+        assert "<secret>" in resp.text
+
+    # storages: alice lists the physics one, bob none; bob cannot reach it by name either
+    names_a = [s["name"] for s in alice.get(api + "storages").json()["storages"]]
+    assert names_a == ["physics-data"]
+    assert bob.get(api + "storages").json()["storages"] == []
+    assert bob.get(api + "storages/physics-data").status_code == 404
+    assert bob.get(api + "storages/physics-data/ls").status_code == 404
+    detail = alice.get(api + "storages/physics-data")
+    assert detail.status_code == 200
+    _no_secret(detail.text)
+    r = alice.post(api + "storages", json={"name": "own", "url": "s3://b"})
+    assert r.status_code == 403
+
+    audit = admin.get(api + "hub/audit").json()["entries"]
+    actions = {(e["actor"], e["action"], e["target"]) for e in audit}
+    assert ("admin", "provider.put", "provider:local-pool") in actions
+    _no_secret(admin.get(api + "hub/audit").text)
+    assert alice.get(api + "hub/audit").status_code == 403
+
+
+def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
+    api = hub.sidekick_api
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    server = hub.start_server("alice")
+    local_api = server + "cloudtik/api/"
+
+    # alice, through her own server: the request goes to the sidekick
+    providers = alice.get(local_api + "providers").json()["providers"]
+    assert [p["name"] for p in providers] == ["local-pool"]
+    r = alice.post(local_api + "clusters", json={"name": "alice-c1", "provider": "local-pool",
+                                                 "workers": 1})
+    assert r.status_code == 202, r.text
+    op = _wait_op(alice, local_api, r.json()["operation"]["id"])
+    assert op["state"] == "succeeded", op
+    listed = alice.get(local_api + "clusters").json()["clusters"]
+    assert [(c["name"], c["owner"], c["state"]) for c in listed] == [
+        ("alice-c1", "alice", "running")]
+    _no_secret(alice.get(local_api + "clusters/alice-c1").text)
+
+    # bob sees nothing, cannot read, scale, stop it or watch its operations
+    assert bob.get(api + "clusters").json()["clusters"] == []
+    assert bob.get(api + "clusters/alice-c1").status_code == 404
+    assert bob.delete(api + "clusters/alice-c1").status_code == 404
+    assert bob.patch(api + "clusters/alice-c1", json={"workers": 0}).status_code == 404
+    assert bob.get(api + f"operations/{op['id']}").status_code == 404
+    assert bob.get(api + "operations").json()["operations"] == []
+    # bob has no provider: he is told what he may use (nothing), not given alice's
+    r = bob.post(api + "clusters", json={"name": "bob-c1", "workers": 0})
+    assert r.status_code == 400 and r.json()["field"] == "template"
+    r = bob.post(api + "clusters", json={"name": "bob-c1", "provider": "local-pool"})
+    assert r.status_code == 404
+    # the admin sees everyone's
+    assert [c["name"] for c in admin.get(api + "clusters").json()["clusters"]] == ["alice-c1"]
+
+    # quota: one cluster for alice
+    r = admin.put(api + "hub/quotas/user:alice", json={"max_clusters": 1})
+    assert r.status_code == 200, r.text
+    r = alice.post(local_api + "clusters", json={"name": "alice-c2", "provider": "local-pool",
+                                                 "workers": 0})
+    assert r.status_code == 403 and r.json()["field"] == "quota", r.text
+    assert "quota" in r.json()["message"]
+    admin.put(api + "hub/quotas/user:alice", json={"max_clusters": None})
+
+    # the single-user server's processes hold no admin secret in their environment
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        cmd = " ".join(proc.info["cmdline"] or [])
+        if "jupyterhub.singleuser" in cmd:
+            env = "\n".join(f"{k}={v}" for k, v in (proc.info["environ"] or {}).items())
+            _no_secret(env)
+            _no_secret(cmd)
+
+    r = alice.delete(local_api + "clusters/alice-c1")
+    assert r.status_code == 202
+    assert _wait_op(alice, local_api, r.json()["operation"]["id"])["state"] == "succeeded"
+
+
+def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
+    api = hub.sidekick_api
+    alice, bob = hub.session("alice"), hub.session("bob")
+    for rid, port in (("plain", upstreams["http"]), ("tls", upstreams["https"])):
+        r = alice.put(api + f"hub/egress/rules/{rid}", json={
+            "host": "127.0.0.1", "port": port, "header": "Authorization",
+            "value": EGRESS_SECRET, "users": ["alice"]})
+        assert r.status_code == 200, r.text
+        assert r.json()["value"] == "<secret>"
+    assert bob.get(api + "hub/egress/rules").json()["rules"] == []
+    assert bob.delete(api + "hub/egress/rules/plain").status_code == 404
+
+    def session_for(user: requests.Session, tmp: Path) -> tuple[dict, requests.Session]:
+        data = user.get(api + "hub/egress/session").json()
+        bundle = tmp / "bundle.pem"
+        bundle.write_text(data["ca_pem"])
+        s = requests.Session()
+        s.trust_env = False
+        s.proxies = {"http": data["env"]["HTTP_PROXY"], "https": data["env"]["HTTPS_PROXY"]}
+        s.verify = str(bundle)
+        return data, s
+
+    tmp = Path(hub.base)
+    data, s = session_for(alice, tmp)
+    _no_secret(repr(data))
+    got = s.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
+    assert ["Authorization", EGRESS_SECRET] in got["headers"]
+    got = s.get(f"https://127.0.0.1:{upstreams['https']}/y", timeout=10).json()
+    assert ["Authorization", EGRESS_SECRET] in got["headers"]
+
+    # bob's proxy credential works, but no rule is his: requests go out untouched
+    (tmp / "bob").mkdir(exist_ok=True)
+    _, sb = session_for(bob, tmp / "bob")
+    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
+    assert all(k.lower() != "authorization" for k, _ in got["headers"])
+
+
+def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
+    api = hub.sidekick_api
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    r = admin.put(api + "hub/catalog/sidekick/jobgw", json={
+        "spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway", "health_interval": 0.3,
+                 "unhealthy_after": 2, "startup_timeout": 60},
+        "groups": ["physics"], "description": "HTTP to HPC jobs"})
+    assert r.status_code == 200, r.text
+    assert [x["name"] for x in alice.get(api + "hub/sidekicks").json()["sidekicks"]] == [
+        "jobgw"]
+    assert bob.post(api + "hub/sidekicks/jobgw").status_code == 404
+
+    r = alice.post(api + "hub/sidekicks/jobgw")
+    assert r.status_code == 201, r.text
+    info = r.json()
+    assert info["state"] == "running" and info["pid"]
+    proxied = hub.url.rstrip("/") + info["url"]
+    assert alice.get(proxied + "health").status_code == 200
+    assert bob.get(proxied + "health").status_code == 404  # only its owner gets through
+
+    os.kill(info["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        now = alice.get(api + "hub/sidekicks/jobgw").json()
+        if now["restarts"] >= 1 and now["state"] == "running" and now["pid"] != info["pid"]:
+            break
+        time.sleep(0.3)
+    else:
+        raise AssertionError(f"side-kick not restarted: {now}")
+    assert alice.get(proxied + "health").status_code == 200
+
+    r = alice.delete(api + "hub/sidekicks/jobgw")
+    assert r.status_code == 200 and r.json()["state"] == "stopped"
+    assert not psutil.pid_exists(now["pid"]) or psutil.Process(now["pid"]).status() == \
+        psutil.STATUS_ZOMBIE
