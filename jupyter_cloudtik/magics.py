@@ -102,6 +102,7 @@ class CloudTikMagics(Magics):
 FEATURE_MAGICS: tuple[tuple[str, str], ...] = (
     ("jupyter_cloudtik.storage.magics", "StorageMagics"),
     ("jupyter_cloudtik.hpc.magics", "HPCMagics"),
+    ("jupyter_cloudtik.hub.magics", "SidekickMagics"),
 )
 
 

@@ -84,9 +84,51 @@ def start_services(ctx: Any) -> None:
             await push_egress(ctx)
 
     ctx.services_ready = loop.create_task(start())
+    if ctx.hub.session_check_interval > 0:
+        ctx.session_watch = loop.create_task(_watch_sessions(ctx))
+
+
+async def _watch_sessions(ctx: Any) -> None:
+    """Side-kicks end with their user's session, however it ended (stopped from the hub's
+    page, culled, crashed): ask the hub which users still have a running server."""
+    import json
+
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+
+    auth = None
+    while True:
+        await asyncio.sleep(ctx.hub.session_check_interval)
+        try:
+            if auth is None:
+                from jupyterhub.services.auth import HubAuth
+
+                auth = HubAuth()
+            users = {i.user for i in ctx.sidekicks.list() if i.active}
+            for user in users:
+                req = HTTPRequest(f"{auth.api_url}/users/{user}",
+                                  headers={"Authorization": f"token {auth.api_token}"},
+                                  request_timeout=10)
+                resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+                if resp.code != 200:
+                    continue  # the hub does not say: leave them (idle timeouts still apply)
+                model = json.loads(resp.body)
+                servers = model.get("servers")
+                if servers is None:
+                    log.warning("the sidekick may not read servers (scope read:servers); "
+                                "side-kicks will not stop with sessions")
+                    continue
+                if not any(s.get("ready") or s.get("pending") for s in servers.values()):
+                    await ctx.sidekicks.stop_user(user, reason="the user's server stopped")
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("checking users' sessions failed")
 
 
 async def stop_services(ctx: Any) -> None:
+    watch = getattr(ctx, "session_watch", None)
+    if watch is not None:
+        watch.cancel()
     if ctx.sidekicks is not None:
         await ctx.sidekicks.shutdown()
         await ctx.sidekicks.stop_background()

@@ -1,10 +1,11 @@
-"""``jupyter cloudtik hub-service``: run the sidekick (a JupyterHub managed service)."""
+"""``jupyter cloudtik hub-service`` (run the sidekick) and ``jupyter cloudtik sidekick``
+(start and stop its side-kick services from a terminal of a hub session)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-COMMANDS = {"hub-service"}
+COMMANDS = {"hub-service", "sidekick"}
 
 
 def add_commands(sub: Any) -> None:
@@ -14,7 +15,30 @@ def add_commands(sub: Any) -> None:
                                     "c.HPC.*, c.Storage.*)")
 
 
+    from .commands import sidekick_parser
+
+    template = sidekick_parser("jupyter cloudtik sidekick")
+    p = sub.add_parser("sidekick", help="start and stop the hub's side-kick services",
+                       parents=[template], add_help=False,
+                       description=template.description)
+    del p
+
+
 def run(args: Any) -> int:
+    if args.command == "sidekick":
+        import sys
+
+        from ..core.errors import CloudTikError
+        from .client import HubClient
+        from .commands import run_sidekick
+
+        try:
+            text, _ = run_sidekick(HubClient.from_environment(), args)
+        except CloudTikError as e:
+            print(f"error: {e.message}", file=sys.stderr)
+            return 1
+        print(text)
+        return 0
     from .service import main
 
     return main(["--config", args.config] if args.config else [])

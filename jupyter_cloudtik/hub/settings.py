@@ -27,6 +27,13 @@ class CloudTikHub(Configurable):
              "of custom:cloudtik:admin).",
     ).tag(config=True)
 
+    session_check_interval = Float(
+        15.0,
+        help="""Seconds between checks that users with running side-kicks still have a
+        running server (asked of the hub; needs scope read:servers for the service).  The
+        side-kicks of a user whose server stopped are stopped.  0 disables the check.""",
+    ).tag(config=True)
+
     egress_enabled = Bool(
         True, help="Start the egress proxy (credential-injecting forward proxy)."
     ).tag(config=True)

@@ -385,9 +385,9 @@ class StorageView(_Denied):
         names = {r.name for r in self.hub.catalog.visible(self.caller, "storage")}
         return [s for s in self._s.list() if s.name in names]
 
-    async def ls(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        self._allowed(name)
-        return await self._s.ls(name, *args, **kwargs)
+    async def ls(self, where: Any, *args: Any, **kwargs: Any) -> Any:
+        self._allowed(getattr(where, "storage", None) or where)
+        return await self._s.ls(where, *args, **kwargs)
 
     async def test(self, name: str) -> Any:
         self._allowed(name)

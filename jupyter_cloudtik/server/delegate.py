@@ -124,3 +124,17 @@ class DelegatingHandler(CloudTikHandler):
 def delegated_routes(prefix: str, target: str) -> list[tuple[str, Any, dict[str, Any]]]:
     pattern = prefix + r"/(?P<path>(?:" + "|".join(DELEGATED) + r")(?:/.*)?)"
     return [(pattern, DelegatingHandler, {"target": target})]
+
+
+def stop_my_sidekicks(target: str | None) -> None:
+    """The server is stopping: the user's side-kicks end with their session."""
+    if not target:
+        return
+    import requests
+
+    try:
+        requests.post(f"{target}cloudtik/api/hub/sidekicks/_stop-mine", timeout=10,
+                      headers={"Authorization": "token "
+                               + os.environ.get("JUPYTERHUB_API_TOKEN", "")})
+    except requests.RequestException:
+        pass  # the sidekick stops idle side-kicks by itself

@@ -240,6 +240,9 @@ def _shutdown_features_on_stop(serverapp: Any, ctx: ServerContext) -> None:
     original = serverapp.cleanup_extensions
 
     async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
+        from .delegate import hub_service_url, stop_my_sidekicks
+
+        stop_my_sidekicks(hub_service_url(ctx.server.hub_service_url))
         for hook in lifecycle_hooks("shutdown"):
             try:
                 hook(ctx)

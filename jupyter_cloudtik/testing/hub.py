@@ -141,6 +141,7 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
         c.LocalProvider.terminate_grace = 2.0
         c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
         c.CloudTikHub.egress_no_proxy = ""
+        c.CloudTikHub.session_check_interval = 0.5
     """) + sidekick_config)
     service_url = f"http://127.0.0.1:{service_port}"
     user_env = {
@@ -189,7 +190,7 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
             {{"name": "cloudtik-admins", "users": ["admin"],
               "scopes": ["custom:cloudtik:admin"]}},
             {{"name": "cloudtik-service", "services": ["cloudtik"],
-              "scopes": ["read:users:groups", "read:users:name"]}},
+              "scopes": ["read:users:groups", "read:users:name", "read:servers"]}},
             {{"name": "server", "scopes": ["inherit"]}},
             {{"name": "tester", "services": ["tester"],
               "scopes": ["admin:users", "tokens", "admin:servers", "read:users",

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -17,6 +19,7 @@ import psutil
 import pytest
 import requests
 
+from jupyter_cloudtik.storage.servers import start_server
 from jupyter_cloudtik.testing.hub import start_hub
 from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
 
@@ -24,8 +27,9 @@ pytestmark = pytest.mark.slow
 
 PROVIDER_SECRET = f"prov-secret-{uuid.uuid4().hex}"
 STORAGE_SECRET = f"stor-secret-{uuid.uuid4().hex}"
+SCRATCH_SECRET = f"scratch-secret-{uuid.uuid4().hex}"
 EGRESS_SECRET = f"Bearer egress-{uuid.uuid4().hex}"
-ALL_SECRETS = (PROVIDER_SECRET, STORAGE_SECRET, EGRESS_SECRET)
+ALL_SECRETS = (PROVIDER_SECRET, STORAGE_SECRET, SCRATCH_SECRET, EGRESS_SECRET)
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +45,23 @@ def upstreams(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory, upstreams):
+def webdav(tmp_path_factory):
+    """Two real WebDAV servers (rclone serve) whose passwords only the admin knows."""
+    base = tmp_path_factory.mktemp("webdav")
+    data = base / "data"
+    (data / "results").mkdir(parents=True)
+    (data / "results" / "run1.csv").write_text("x,y\n1,2\n")
+    servers = {"data": start_server("webdav", data, workdir=base / "w1",
+                                    password=STORAGE_SECRET),
+               "scratch": start_server("webdav", base / "scratch", workdir=base / "w2",
+                                       password=SCRATCH_SECRET)}
+    yield servers
+    for srv in servers.values():
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, upstreams, webdav):
     base = tmp_path_factory.mktemp("hub")
     h = start_hub(base, sidekick_config=(
         f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
@@ -51,12 +71,14 @@ def hub(tmp_path_factory, upstreams):
         "spec": {"type": "local"}, "secrets": {"access_key": PROVIDER_SECRET},
         "groups": ["physics"], "description": "machines of the physics department"})
     assert r.status_code == 200, r.text
-    r = admin.put(api + "hub/catalog/storage/physics-data", json={
-        "spec": {"type": "s3", "options": {"provider": "Minio", "access_key_id": "AKIDPHYS",
-                                           "endpoint": "http://127.0.0.1:9"},
-                 "source": "bucket"},
-        "secrets": {"secret_access_key": STORAGE_SECRET}, "groups": ["physics"]})
-    assert r.status_code == 200, r.text
+    for name, srv, read_only in (("physics-data", webdav["data"], True),
+                                 ("physics-scratch", webdav["scratch"], False)):
+        options = srv.storage_options()
+        password = options.pop("pass")
+        r = admin.put(api + f"hub/catalog/storage/{name}", json={
+            "spec": {"type": "webdav", "options": options, "read_only": read_only},
+            "secrets": {"pass": password}, "groups": ["physics"]})
+        assert r.status_code == 200, r.text
     yield h
     for user in ("alice", "bob"):
         try:
@@ -95,8 +117,8 @@ def test_catalogue_is_admin_only_and_filtered_by_group(hub):
     assert r.status_code == 400 and r.json()["field"] == "spec.provider"
 
     seen_a = alice.get(api + "hub/catalog").json()["resources"]
-    assert {(x["kind"], x["name"]) for x in seen_a} == {("provider", "local-pool"),
-                                                         ("storage", "physics-data")}
+    assert {(x["kind"], x["name"]) for x in seen_a} == {
+        ("provider", "local-pool"), ("storage", "physics-data"), ("storage", "physics-scratch")}
     assert all("users" not in x for x in seen_a)  # who else may use it is the admins' business
     assert bob.get(api + "hub/catalog").json()["resources"] == []
     assert bob.get(api + "hub/catalog/provider/local-pool").status_code == 404
@@ -106,7 +128,7 @@ def test_catalogue_is_admin_only_and_filtered_by_group(hub):
 
     # storages: alice lists the physics one, bob none; bob cannot reach it by name either
     names_a = [s["name"] for s in alice.get(api + "storages").json()["storages"]]
-    assert names_a == ["physics-data"]
+    assert names_a == ["physics-data", "physics-scratch"]
     assert bob.get(api + "storages").json()["storages"] == []
     assert bob.get(api + "storages/physics-data").status_code == 404
     assert bob.get(api + "storages/physics-data/ls").status_code == 404
@@ -116,6 +138,40 @@ def test_catalogue_is_admin_only_and_filtered_by_group(hub):
     r = alice.post(api + "storages", json={"name": "own", "url": "s3://b"})
     assert r.status_code == 403
 
+
+def test_storage_is_used_on_the_users_behalf(hub, webdav):
+    """Alice browses and copies the admin's WebDAV storages: the sidekick holds the
+    passwords; alice gets listings and copies, never the credentials."""
+    api = hub.sidekick_api
+    alice, bob = hub.session("alice"), hub.session("bob")
+    r = alice.get(api + "storages/physics-data/ls", params={"path": "results"})
+    assert r.status_code == 200, r.text
+    assert [e["name"] for e in r.json()["entries"]] == ["run1.csv"]
+    _no_secret(r.text)
+    r = alice.post(api + "storage-transfers", json={
+        "src": "physics-data:results/run1.csv", "dst": "physics-scratch:in"})
+    assert r.status_code == 202, r.text
+    op = _wait_op(alice, api, r.json()["operation"]["id"])
+    assert op["state"] == "succeeded", op
+    assert (webdav["scratch"].root / "in" / "run1.csv").read_text() == "x,y\n1,2\n"
+    # read-only storages stay read-only, local paths are the sidekick's disk: refused
+    r = alice.post(api + "storage-transfers", json={
+        "src": "physics-scratch:in/run1.csv", "dst": "physics-data:results/x.csv"})
+    assert r.status_code == 403 and r.json()["field"] == "dst"
+    r = alice.post(api + "storage-transfers", json={
+        "src": "physics-data:results/run1.csv", "dst": "/tmp/stolen.csv"})
+    assert r.status_code == 403
+    r = alice.post(api + "storages/physics-data/mount", json={})
+    assert r.status_code == 403
+    # bob: not his storages; he cannot copy out of them either
+    r = bob.post(api + "storage-transfers", json={
+        "src": "physics-data:results/run1.csv", "dst": "physics-scratch:bob.csv"})
+    assert r.status_code == 404
+
+
+def test_admin_actions_are_audited_without_secrets(hub):
+    api = hub.sidekick_api
+    alice, admin = hub.session("alice"), hub.session("admin")
     audit = admin.get(api + "hub/audit").json()["entries"]
     actions = {(e["actor"], e["action"], e["target"]) for e in audit}
     assert ("admin", "provider.put", "provider:local-pool") in actions
@@ -228,6 +284,7 @@ def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
         "jobgw"]
     assert bob.post(api + "hub/sidekicks/jobgw").status_code == 404
 
+    hub.start_server("alice")  # side-kicks live as long as their user's session
     r = alice.post(api + "hub/sidekicks/jobgw")
     assert r.status_code == 201, r.text
     info = r.json()
@@ -247,7 +304,35 @@ def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
         raise AssertionError(f"side-kick not restarted: {now}")
     assert alice.get(proxied + "health").status_code == 200
 
-    r = alice.delete(api + "hub/sidekicks/jobgw")
-    assert r.status_code == 200 and r.json()["state"] == "stopped"
-    assert not psutil.pid_exists(now["pid"]) or psutil.Process(now["pid"]).status() == \
-        psutil.STATUS_ZOMBIE
+    # the command line of a hub session (a terminal has the server's hub token)
+    env = {**os.environ, "CLOUDTIK_HUB_SERVICE_URL": hub.service_url,
+           "JUPYTERHUB_API_TOKEN": hub.token("alice")}
+    env.pop("CLOUDTIK_API_URL", None)
+    cli = [sys.executable, "-m", "jupyter_cloudtik", "sidekick"]
+    out = subprocess.run([*cli, "status", "jobgw"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "jobgw: running, restarts 1" in out.stdout, out
+    out = subprocess.run([*cli, "stop", "jobgw"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and "stopped" in out.stdout, out
+    assert not _alive(now["pid"])
+    out = subprocess.run([*cli, "start", "nope"], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 1 and "no sidekick named 'nope'" in out.stderr, out
+
+    # a side-kick ends with its user's session
+    info = alice.post(api + "hub/sidekicks/jobgw").json()
+    assert info["state"] == "running"
+    hub.stop_server("alice")
+    deadline = time.monotonic() + 20
+    while alice.get(api + "hub/sidekicks/jobgw").json()["state"] != "stopped":
+        assert time.monotonic() < deadline, "side-kick still running after its session"
+        time.sleep(0.2)
+    assert not _alive(info["pid"])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

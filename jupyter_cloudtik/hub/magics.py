@@ -1,0 +1,40 @@
+"""``%sidekick``: start and stop the hub's side-kick services from a notebook."""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from IPython.core.error import UsageError
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from ..commands import UsageProblem
+from ..core.errors import CloudTikError
+from .commands import run_sidekick, sidekick_parser
+
+
+@magics_class
+class SidekickMagics(Magics):
+    @line_magic
+    def sidekick(self, line: str) -> Any:
+        """Side-kick services of the JupyterHub cloudtik sidekick.
+
+        Sub-commands::
+
+          %sidekick list              what you may start, and the state of yours
+          %sidekick start NAME        start it; returns once it passes its health check
+          %sidekick stop NAME         stop it
+          %sidekick status NAME       state, restarts, last health check
+          %sidekick logs NAME [--tail N]
+        """
+        from .client import HubClient
+
+        try:
+            args = sidekick_parser("%sidekick").parse_args(shlex.split(line))
+            text, value = run_sidekick(HubClient.from_environment(), args)
+        except UsageProblem as e:
+            raise UsageError(str(e)) from None
+        except CloudTikError as e:
+            raise UsageError(e.message) from None
+        print(text)
+        return value if args.action in ("start", "status") else None
