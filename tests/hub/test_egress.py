@@ -26,6 +26,8 @@ import requests
 from cryptography import x509
 
 from jupyter_cloudtik.hub.egress import DeploymentCA, EgressSupervisor, Rule, RuleSet
+from jupyter_cloudtik.testing.upstreams import make_test_ca as _test_ca
+from jupyter_cloudtik.testing.upstreams import serve as _serve
 
 SECRET = f"Bearer sekret-{uuid.uuid4().hex}"
 SECRET_TLS = f"tls-sekret-{uuid.uuid4().hex}"
@@ -35,10 +37,6 @@ ALL_SECRETS = (SECRET, SECRET_TLS, TOKEN_ALICE, TOKEN_BOB)
 
 CLIENTS = [{"user": "alice", "token": TOKEN_ALICE, "groups": ["physics"]},
            {"user": "bob", "token": TOKEN_BOB, "groups": []}]
-
-
-from jupyter_cloudtik.testing.upstreams import serve as _serve  # noqa: E402
-from jupyter_cloudtik.testing.upstreams import make_test_ca as _test_ca  # noqa: E402
 
 
 class Loop:
