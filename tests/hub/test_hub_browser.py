@@ -1,0 +1,208 @@
+"""The Clusters side panel behind a real JupyterHub, driven in Debian's Chromium.
+
+alice logs in through the hub's login form, the hub spawns her single-user JupyterLab, and
+the panel's cluster requests go to her server, which delegates them to the hub's cloudtik
+sidekick.  The cluster she starts from the New form therefore belongs to the sidekick (owner
+alice), runs with the catalogue provider an admin defined for her group, and is invisible
+to bob.  The provider's secret must never reach her page.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import requests
+
+from jupyter_cloudtik.testing.hub import PASSWORD, Hub, start_hub
+from jupyter_cloudtik.testing.processes import (
+    cloudtik_processes,
+    describe,
+    kill_all,
+    stop_launcher,
+)
+
+CHROMIUM = "/usr/bin/chromium"  # Debian's; scripts/install-system-deps.sh installs it
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+PROVIDER = "local-pool"
+OTHER = "local-spare"
+SECRET = "pool-secret-" + secrets.token_hex(8)  # a value that must never be on the page
+
+
+def _clusters(hub: Hub, user: str) -> list[dict]:
+    r = hub.session(user).get(hub.sidekick_api + "clusters", timeout=30)
+    r.raise_for_status()
+    return r.json()["clusters"]
+
+
+def _down_all(hub: Hub) -> list[str]:
+    """Stop every cluster the sidekick still runs (as admin, who sees them all)."""
+    problems = []
+    admin = hub.session("admin")
+    try:
+        rows = admin.get(hub.sidekick_api + "clusters", timeout=30).json()["clusters"]
+    except (requests.RequestException, ValueError, KeyError) as e:
+        return [f"listing clusters failed: {e}"]
+    for c in rows:
+        if c.get("state") == "stopped":
+            continue
+        r = admin.delete(hub.sidekick_api + f"clusters/{c['name']}", timeout=60)
+        if r.status_code != 202:
+            problems.append(f"down {c['name']}: {r.status_code} {r.text[:200]}")
+            continue
+        op_id = r.json()["operation"]["id"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            op = admin.get(hub.sidekick_api + f"operations/{op_id}", timeout=30).json()
+            if op["state"] in ("succeeded", "failed", "cancelled"):
+                break
+            time.sleep(0.3)
+    return problems
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory) -> Iterator[Hub]:
+    base = tmp_path_factory.mktemp("hub-browser")
+    hub = start_hub(base)
+    problems: list[str] = []
+    try:
+        r = hub.session("admin").put(
+            hub.sidekick_api + f"hub/catalog/provider/{PROVIDER}", timeout=30,
+            json={"spec": {"type": "local"}, "secrets": {"token": SECRET},
+                  "groups": ["physics"]})
+        assert r.status_code in (200, 201), r.text
+        # a second choice, so that the form's choice has to reach the sidekick
+        r = hub.session("admin").put(
+            hub.sidekick_api + f"hub/catalog/provider/{OTHER}", timeout=30,
+            json={"spec": {"type": "local"}, "groups": ["physics"]})
+        assert r.status_code in (200, 201), r.text
+        yield hub
+    finally:
+        problems += _down_all(hub)
+        for user in ("alice", "bob"):
+            hub.stop_server(user)
+        hub.stop()
+        stop_launcher(hub.state_dir)
+        left = cloudtik_processes(base)
+        if left:
+            problems.append(f"processes left behind:\n{describe(left)}")
+            kill_all(left)
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "hub-browser.log").write_text(hub.log_tail(400))
+    assert not problems, problems
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(
+            executable_path=CHROMIUM, headless=True,
+            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--no-first-run", "--disable-dev-shm-usage"])
+        yield b
+        b.close()
+
+
+@pytest.mark.slow
+def test_alice_starts_and_stops_a_cluster_through_the_hub(hub, browser):
+    name = "br1"
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    seen: list[str] = []  # every API answer the page got, to look for the secret
+
+    def on_response(resp) -> None:
+        if "/cloudtik/api/" in resp.url:
+            try:
+                seen.append(resp.url + " " + resp.text())
+            except Exception:  # streams and redirects have no body to read
+                seen.append(resp.url)
+
+    page.on("response", on_response)
+    try:
+        page.goto(f"{hub.url}hub/login", timeout=30_000)
+        page.fill("input[name='username']", "alice")
+        page.fill("input[name='password']", PASSWORD)
+        page.click("input[type='submit'], button[type='submit']")
+        page.wait_for_url("**/user/alice/lab**", timeout=90_000)
+        page.wait_for_selector("li[data-id='jupyter-cloudtik-panel']", timeout=90_000)
+        page.click("li[data-id='jupyter-cloudtik-panel']")
+        page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live",
+                               timeout=30_000)
+
+        page.click(".jp-CloudTik-new")
+        page.wait_for_selector(".jp-CloudTik-form", timeout=15_000)
+        form = page.locator(".jp-CloudTik-form")
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator(".jp-CloudTik-panel").screenshot(path=str(ARTIFACTS / "hub-form.png"))
+        select = form.locator("select[name='provider']")
+        assert select.count() == 1, (
+            "the New form offers no provider select; it shows: "
+            f"{form.inner_text()!r}; the sidekick's providers answer: "
+            f"{json.dumps(_providers(hub, 'alice'))}")
+        offered = select.locator("option").evaluate_all("os => os.map(o => o.value)")
+        assert sorted(offered) == [PROVIDER, OTHER], offered
+        select.select_option(PROVIDER)
+        form.locator("input[name='name']").fill(name)
+        form.locator("input[name='workers']").fill("1")
+        form.locator(".jp-CloudTik-start").click()
+
+        item = page.locator(f".jp-CloudTik-cluster[data-name='{name}']")
+        running = f".jp-CloudTik-cluster[data-name='{name}'] " \
+            ".jp-CloudTik-badge[data-state='running']"
+        page.wait_for_selector(f"{running}, .jp-CloudTik-formError", timeout=90_000)
+        error = page.locator(".jp-CloudTik-formError")
+        assert not error.count(), f"starting {name} with {PROVIDER}: {error.inner_text()!r}"
+        item.locator(".jp-CloudTik-badge[data-state='running']").wait_for(timeout=90_000)
+        assert _audit_provider(hub, name) == PROVIDER
+        page.locator(".jp-CloudTik-panel").screenshot(path=str(ARTIFACTS / "hub-panel.png"))
+
+        # the sidekick owns it, for alice; bob does not see it
+        mine = {c["name"]: c for c in _clusters(hub, "alice")}
+        assert name in mine and mine[name]["state"] == "running", mine
+        assert mine[name].get("owner") == "alice", mine[name]
+        assert name not in [c["name"] for c in _clusters(hub, "bob")]
+
+        item.locator(".jp-CloudTik-shutdown").click()
+        dialog = page.locator(".jp-Dialog")
+        dialog.wait_for()
+        assert name in dialog.inner_text()
+        dialog.locator("button.jp-mod-warn").click()
+        item.wait_for(state="detached", timeout=60_000)
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = {c["name"]: c["state"] for c in _clusters(hub, "alice")}
+            if states.get(name, "stopped") == "stopped":
+                break
+            time.sleep(0.3)
+        assert states.get(name, "stopped") == "stopped", states
+
+        assert SECRET not in page.content()
+        leaked = [s.split(" ", 1)[0] for s in seen if SECRET in s]
+        assert not leaked, f"the provider secret reached the page from: {leaked}"
+        # the page spoke only to alice's own server, which delegated to the sidekick
+        assert any("/user/alice/cloudtik/api/clusters" in s for s in seen), seen[:5]
+        assert not [s for s in seen if "/services/cloudtik/" in s.split(" ", 1)[0]]
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "hub-last.png"))
+        context.close()
+
+
+def _providers(hub: Hub, user: str) -> object:
+    r = hub.session(user).get(hub.sidekick_api + "providers", timeout=30)
+    return r.json() if r.ok else {"status": r.status_code, "body": r.text[:300]}
+
+
+def _audit_provider(hub: Hub, cluster: str) -> str | None:
+    """The catalogue provider the sidekick recorded for starting ``cluster``."""
+    r = hub.session("admin").get(hub.sidekick_api + "hub/audit", timeout=30)
+    r.raise_for_status()
+    for entry in r.json()["entries"]:
+        if entry["action"] == "cluster.up" and entry["target"] == cluster:
+            return entry["detail"].get("provider")
+    return None
