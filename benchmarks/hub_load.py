@@ -183,12 +183,37 @@ def clean_up(hub: Hub, sessions: dict[str, requests.Session],
     return found, left
 
 
-def stray_processes(base: Path, skip: set[int]) -> list[str]:
-    """Processes still mentioning the run's folder (command line or environment)."""
+def note_children(sk: psutil.Process | None, seen: dict[int, tuple[float, str]]) -> None:
+    """Remember the sidekick's descendants (launcher, cluster nodes): nodes rename themselves
+    (``cloudtik node ...``, ``dask scheduler [...]``), so after the run they are found by pid."""
+    if sk is None:
+        return
+    try:
+        children = sk.children(recursive=True)
+    except psutil.Error:
+        return
+    for c in children:
+        if c.pid in seen:
+            continue
+        try:
+            seen[c.pid] = (c.create_time(), " ".join(c.cmdline())[:80].strip())
+        except psutil.Error:
+            pass
+
+
+def stray_processes(base: Path, seen: dict[int, tuple[float, str]]) -> list[str]:
+    """Processes of the run still alive: seen descendants, or any mentioning the run's
+    folder (command line or environment)."""
     found = []
+    for pid, (created, cmd) in seen.items():
+        try:
+            if psutil.Process(pid).create_time() == created:
+                found.append(f"{pid} {cmd}")
+        except psutil.Error:
+            pass
     me = os.getpid()
     for p in psutil.process_iter(["pid", "cmdline"]):
-        if p.info["pid"] in skip or p.info["pid"] == me:
+        if p.info["pid"] in seen or p.info["pid"] == me:
             continue
         try:
             cmd = " ".join(p.info["cmdline"] or [])
@@ -220,6 +245,7 @@ def main() -> int:
     t_start = time.monotonic()
     hub = start_hub(base)
     sessions: dict[str, requests.Session] = {}
+    seen: dict[int, tuple[float, str]] = {}
     status = 0
     try:
         print(f"hub + sidekick up in {time.monotonic() - t_start:.1f} s ({base})")
@@ -246,6 +272,7 @@ def main() -> int:
         def sample() -> None:
             while time.monotonic() < stop_at:
                 peak[0] = max(peak[0], rss_mib(sk))
+                note_children(sk, seen)
                 time.sleep(0.5)
 
         threads = [threading.Thread(target=sample, daemon=True)]
@@ -260,6 +287,7 @@ def main() -> int:
             t.join()
         wall = time.perf_counter() - t0
 
+        note_children(sk, seen)
         t_clean = time.monotonic()
         found, left = clean_up(hub, sessions, timeout=120)
         clean_s = time.monotonic() - t_clean
@@ -291,6 +319,9 @@ def main() -> int:
               f"p99 {pct(ours, 99) / pct(theirs, 99):.2f}")
         print(f"sidekick RSS: before {rss_before:.1f} MiB, peak {peak[0]:.1f} MiB, "
               f"after {rss_after:.1f} MiB (pid {sk.pid if sk else '?'})")
+        nodes = [cmd for _, cmd in seen.values() if "launcher" not in cmd and "egress" not in cmd]
+        print(f"cluster node processes seen (sampled every 0.5 s): {len(nodes)} "
+              f"({', '.join(sorted(set(c.split(' [')[0] for c in nodes))) or '-'})")
         print(f"clean-up: {found} cluster(s) listed at the end of the load, deleted; "
               f"{'none left' if not left else 'LEFT: ' + ', '.join(left)} ({clean_s:.1f} s)")
         if stats.errors:
@@ -306,10 +337,20 @@ def main() -> int:
         for s in sessions.values():
             s.close()
         hub.stop()
-        time.sleep(1)
-        strays = stray_processes(base, skip=set())
+        # the launcher and the egress proxy run in their own sessions and leave by themselves
+        # once the sidekick is gone (the launcher after its idle time): give them a while
+        deadline = time.monotonic() + 20
+        strays = stray_processes(base, seen)
+        while strays and time.monotonic() < deadline:
+            time.sleep(0.5)
+            strays = stray_processes(base, seen)
+        print(f"processes of the run after hub stop: {len(strays) or 'none left'}")
         for line in strays:
-            print("STRAY PROCESS: " + line)
+            print("STRAY PROCESS (killed): " + line)
+            try:
+                psutil.Process(int(line.split()[0])).kill()
+            except psutil.Error:
+                pass
         if strays:
             status = 1
         if not args.keep:
