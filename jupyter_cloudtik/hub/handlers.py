@@ -83,6 +83,7 @@ class CatalogItemHandler(HubHandler):
     async def put(self, kind: str, name: str) -> None:
         c = self.require_admin()
         body = self.json_body("HubResource")
+        self._check_local_execution(kind, name, body.get("spec") or {})
         res = self.hub.catalog.put(kind, name, body, actor=c.name)
         if kind == "storage":
             await self._sync_storage(res, replace=True)
@@ -101,6 +102,25 @@ class CatalogItemHandler(HubHandler):
         self.hub.catalog.delete(kind, name, actor=c.name)
         self.set_status(204)
         self.finish()
+
+    def _check_local_execution(self, kind: str, name: str, spec: dict[str, Any]) -> None:
+        if self.hub.hub.allow_local_execution:
+            return
+        if kind == "provider" and spec.get("type") == "local":
+            raise ConfigError(
+                "spec.type: 'local' runs users' clusters on the sidekick's own machine under "
+                "its account, which holds every credential; offer a remote provider, or set "
+                "c.CloudTikHub.allow_local_execution = True for trusted users",
+                field="spec.type", value="local")
+        if kind == "hpc":
+            backends = {b["name"]: b for b in self.hub.job_manager().backends()}
+            btype = (backends.get(name) or {}).get("type")
+            if btype in ("local", "dask"):
+                raise ConfigError(
+                    f"name: HPC backend '{name}' ({btype}) runs users' jobs on the sidekick's "
+                    "own machine; offer a remote backend (slurm, firecrest, arc), or set "
+                    "c.CloudTikHub.allow_local_execution = True for trusted users",
+                    field="name", value=name)
 
     async def _sync_storage(self, res: Any, replace: bool) -> None:
         """A catalogue storage is a storage of the sidekick's storage manager, whose

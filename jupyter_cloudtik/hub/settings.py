@@ -17,6 +17,16 @@ class CloudTikHub(Configurable):
         The API and the admin page change the same catalogue at run time.""",
     ).tag(config=True)
 
+    allow_local_execution = Bool(
+        False,
+        help="""Let the catalogue offer users things that run their code on the sidekick's
+        own machine under its account: the `local` provider and the `local`/`dask` HPC
+        backends.  That account holds the secret store's key, so such users could read
+        every credential: allow it only for trusted users or tests.  Remote providers
+        (huaweicloud, dask-gateway) and HPC systems (slurm, firecrest, arc) are not
+        affected.""",
+    ).tag(config=True)
+
     group_cache_seconds = Float(
         30.0, help="How long a user's hub groups are cached before asking the hub again."
     ).tag(config=True)

@@ -206,6 +206,9 @@ class ClustersView(_Denied):
             raise ConfigError("config: through the hub a cluster config is a JSON object "
                               "(files are read on the user's side)", field="config")
         tmpl = None
+        if not provider and not template and isinstance((config or {}).get("provider"), dict):
+            # the panel's New form names its choice as config.provider.type
+            provider = config["provider"].get("type") or None
         if template:
             tmpl = catalog.usable(self.caller, "template", template)
         elif provider:
@@ -450,6 +453,9 @@ class JobsView(_Denied):
         self.caller = caller
         self.hpc = self._j.hpc
         self.ops = OperationsView(self._j.ops, caller)
+
+    def ensure_poller(self) -> None:
+        self._j.ensure_poller()  # one poller for everybody's jobs, as in a server
 
     def _may_backend(self, name: str | None) -> None:
         if self.caller.admin:

@@ -142,6 +142,8 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
         c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
         c.CloudTikHub.egress_no_proxy = ""
         c.CloudTikHub.session_check_interval = 0.5
+        # tests run clusters and jobs on this machine (production offers remote ones)
+        c.CloudTikHub.allow_local_execution = True
     """) + sidekick_config)
     service_url = f"http://127.0.0.1:{service_port}"
     user_env = {

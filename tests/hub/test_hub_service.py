@@ -336,3 +336,56 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_jobs_through_the_hub_are_the_users_own(hub):
+    api = hub.sidekick_api
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    r = alice.post(api + "jobs", json={"command": ["echo", "hello from the hub"],
+                                       "backend": "local"})
+    assert r.status_code == 404 and r.json()["field"] == "hpc", r.text  # not offered yet
+    r = admin.put(api + "hub/catalog/hpc/local", json={"spec": {}, "groups": ["physics"]})
+    assert r.status_code == 200, r.text
+    assert [b["name"] for b in alice.get(api + "hpc/backends").json()["backends"]] == [
+        "local"]
+    assert bob.get(api + "hpc/backends").json()["backends"] == []
+
+    r = alice.post(api + "jobs", json={"command": ["echo", "hello from the hub"],
+                                       "backend": "local"})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job"]["id"]
+    deadline = time.monotonic() + 60
+    while (job := alice.get(api + f"jobs/{job_id}", params={"refresh": "true"}).json()
+           )["state"] not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert job["state"] == "succeeded", job
+    assert job["user"] == "alice"
+    logs = alice.get(api + f"jobs/{job_id}/logs").json()
+    assert "hello from the hub" in logs["text"]
+    assert bob.get(api + f"jobs/{job_id}").status_code == 404
+    assert bob.get(api + f"jobs/{job_id}/logs").status_code == 404
+    assert bob.delete(api + f"jobs/{job_id}").status_code == 404
+    assert bob.get(api + "jobs").json()["jobs"] == []
+    r = bob.post(api + "jobs", json={"command": ["id"], "backend": "local"})
+    assert r.status_code == 404
+
+
+def test_local_execution_is_refused_unless_allowed(tmp_path):
+    """By default the catalogue will not offer what runs users' code on the sidekick's
+    machine (its account holds every credential)."""
+    hub = start_hub(tmp_path / "hub", sidekick_config=(
+        "c.CloudTikHub.allow_local_execution = False\n"))
+    try:
+        admin = hub.session("admin")
+        r = admin.put(hub.sidekick_api + "hub/catalog/provider/here",
+                      json={"spec": {"type": "local"}, "groups": ["physics"]})
+        assert r.status_code == 400 and r.json()["field"] == "spec.type", r.text
+        r = admin.put(hub.sidekick_api + "hub/catalog/hpc/local", json={"spec": {}})
+        assert r.status_code == 400 and r.json()["field"] == "name", r.text
+        r = admin.put(hub.sidekick_api + "hub/catalog/provider/gw",
+                      json={"spec": {"type": "dask-gateway",
+                                     "config": {"address": "http://127.0.0.1:9"}}})
+        assert r.status_code == 200, r.text
+    finally:
+        hub.stop()
