@@ -320,8 +320,9 @@ def main() -> int:
         print(f"sidekick RSS: before {rss_before:.1f} MiB, peak {peak[0]:.1f} MiB, "
               f"after {rss_after:.1f} MiB (pid {sk.pid if sk else '?'})")
         nodes = [cmd for _, cmd in seen.values() if "launcher" not in cmd and "egress" not in cmd]
+        kinds = [" ".join(c.split()[:2]) for c in nodes]   # "cloudtik head", "dask scheduler"
         print(f"cluster node processes seen (sampled every 0.5 s): {len(nodes)} "
-              f"({', '.join(sorted(set(c.split(' [')[0] for c in nodes))) or '-'})")
+              f"({', '.join(f'{n} {t}' for t, n in Counter(kinds).items()) or '-'})")
         print(f"clean-up: {found} cluster(s) listed at the end of the load, deleted; "
               f"{'none left' if not left else 'LEFT: ' + ', '.join(left)} ({clean_s:.1f} s)")
         if stats.errors:
