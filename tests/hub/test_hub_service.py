@@ -204,7 +204,14 @@ def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
     assert bob.delete(api + "clusters/alice-c1").status_code == 404
     assert bob.patch(api + "clusters/alice-c1", json={"workers": 0}).status_code == 404
     assert bob.get(api + f"operations/{op['id']}").status_code == 404
+    assert bob.get(api + f"operations/{op['id']}/events").status_code == 404
+    assert bob.get(api + "clusters/alice-c1/logs").status_code == 404
+    assert bob.get(api + "clusters/alice-c1/connect").status_code == 404
     assert bob.get(api + "operations").json()["operations"] == []
+    everything = bob.get(api + "events", params={"after": 0}).json()["events"]
+    assert everything == []
+    mine = alice.get(api + "events", params={"after": 0}).json()["events"]
+    assert mine and {e["op_id"] for e in mine} >= {op["id"]}
     # bob has no provider: he is told what he may use (nothing), not given alice's
     r = bob.post(api + "clusters", json={"name": "bob-c1", "workers": 0})
     assert r.status_code == 400 and r.json()["field"] == "template"
