@@ -126,6 +126,14 @@ class Hub:
             os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        # the sidekick's own daemons (launcher, egress proxy, cluster nodes) live in their
+        # own sessions and end by themselves once it is gone: wait for them, then insist
+        from .processes import cloudtik_processes, kill_all
+
+        deadline = time.monotonic() + 15
+        while (left := cloudtik_processes(self.base)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        kill_all(left)
 
 
 def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,

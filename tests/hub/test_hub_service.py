@@ -172,6 +172,9 @@ def test_storage_is_used_on_the_users_behalf(hub, webdav):
 def test_admin_actions_are_audited_without_secrets(hub):
     api = hub.sidekick_api
     alice, admin = hub.session("alice"), hub.session("admin")
+    page = admin.get(hub.url + "services/cloudtik/admin")
+    assert page.status_code == 200 and "cloudtik sidekick" in page.text
+    assert alice.get(hub.url + "services/cloudtik/admin").status_code == 403
     audit = admin.get(api + "hub/audit").json()["entries"]
     actions = {(e["actor"], e["action"], e["target"]) for e in audit}
     assert ("admin", "provider.put", "provider:local-pool") in actions
@@ -271,6 +274,33 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     assert ["Authorization", EGRESS_SECRET] in got["headers"]
     got = s.get(f"https://127.0.0.1:{upstreams['https']}/y", timeout=10).json()
     assert ["Authorization", EGRESS_SECRET] in got["headers"]
+
+    # a kernel of alice's own server gets the proxy settings, and no secret
+    server = hub.start_server("alice")
+    r = alice.post(server + "api/kernels", json={"name": "python3"})
+    assert r.status_code == 201, r.text
+    kernel_id = r.json()["id"]
+    try:
+        deadline = time.monotonic() + 30
+        kenv = None
+        while kenv is None and time.monotonic() < deadline:
+            for proc in psutil.process_iter(["cmdline"]):
+                if kernel_id in " ".join(proc.info["cmdline"] or []):
+                    kenv = proc.environ()
+            time.sleep(0.2)
+        assert kenv is not None, "kernel process not found"
+        assert kenv["HTTPS_PROXY"] == data["env"]["HTTPS_PROXY"]
+        assert data["ca_pem"] in Path(kenv["REQUESTS_CA_BUNDLE"]).read_text()
+        assert kenv["SSL_CERT_FILE"] == kenv["REQUESTS_CA_BUNDLE"]
+        _no_secret("\n".join(f"{k}={v}" for k, v in kenv.items()))
+        ks = requests.Session()
+        ks.trust_env = False
+        ks.proxies = {"https": kenv["HTTPS_PROXY"]}
+        ks.verify = kenv["REQUESTS_CA_BUNDLE"]
+        got = ks.get(f"https://127.0.0.1:{upstreams['https']}/z", timeout=10).json()
+        assert ["Authorization", EGRESS_SECRET] in got["headers"]
+    finally:
+        alice.delete(server + f"api/kernels/{kernel_id}")
 
     # bob's proxy credential works, but no rule is his: requests go out untouched
     (tmp / "bob").mkdir(exist_ok=True)
