@@ -72,6 +72,11 @@ export function workerType(provider: ProviderInfo): [string, any] | null {
   return name ? [name, types[name]] : null;
 }
 
+/** Is this choice a hub catalogue entry (whose provider settings the admin fixed)? */
+export function isCatalogEntry(provider: ProviderInfo): boolean {
+  return typeof provider.kind === 'string' && provider.kind !== '';
+}
+
 export function clusterFields(provider: ProviderInfo, defaultWorkers: number): FieldSpec[] {
   const worker = workerType(provider);
   const maxWorkers = worker ? Number(worker[1].max_workers ?? 10000) : 10000;
@@ -121,6 +126,10 @@ export function clusterFields(provider: ProviderInfo, defaultWorkers: number): F
     default: 0,
     minimum: 0
   });
+  // a hub catalogue entry brings its admin's settings: the sidekick ignores ours
+  if (isCatalogEntry(provider)) {
+    return fields;
+  }
   return [...fields, ...providerFields(provider.config_schema)];
 }
 

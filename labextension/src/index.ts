@@ -21,6 +21,7 @@ import { JobsModel } from './jobs';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
 import { DEFAULT_PREFERENCES, Preferences } from './sections/props';
+import { SidekicksModel } from './sidekicks';
 
 const PLUGIN_ID = 'jupyter-cloudtik:plugin';
 
@@ -50,6 +51,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const model = new ClustersModel(serverApi());
     const jobs = new JobsModel(serverApi());
     model.onEvent(event => jobs.handleEvent(event));
+    const sidekicks = new SidekicksModel(serverApi());
     let preferences: Preferences = { ...DEFAULT_PREFERENCES };
 
     const insertCode = async (code: string) => {
@@ -78,6 +80,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const panel = new CloudTikPanel({
       clusters: model,
       jobs,
+      sidekicks,
       preferences,
       insertCode,
       openPath,
@@ -88,6 +91,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
     panel.title.caption = 'Clusters';
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jupyter-cloudtik-panel');
+    // the side-kick list is polled only while someone can see it
+    sidekicks.isShown = () => panel.isVisible && !document.hidden;
 
     app.commands.addCommand(CommandIDs.open, {
       label: 'Show Clusters',
@@ -111,6 +116,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     }
     void model.start(preferences.refreshInterval);
     void jobs.start(preferences.refreshInterval);
+    void sidekicks.start();
   }
 };
 

@@ -3,7 +3,7 @@
 import { ReactWidget } from '@jupyterlab/ui-components';
 import * as React from 'react';
 
-import { SECTIONS, SectionProps } from './sections';
+import { SECTIONS, SectionProps, SectionSpec } from './sections';
 
 function Section(props: { id: string; title: string; open: boolean; children: React.ReactNode }) {
   const [open, setOpen] = React.useState(props.open);
@@ -14,6 +14,20 @@ function Section(props: { id: string; title: string; open: boolean; children: Re
       </h2>
       {open && <div className="jp-CloudTik-sectionBody">{props.children}</div>}
     </section>
+  );
+}
+
+/** A section that is only there when its hook says so (e.g. Side-kicks under a hub). */
+function Gated(props: { spec: SectionSpec; props: SectionProps }): JSX.Element | null {
+  const { spec } = props;
+  const visible = spec.useVisible!(props.props);
+  if (!visible) {
+    return null;
+  }
+  return (
+    <Section id={spec.id} title={spec.title} open={spec.open}>
+      <spec.component {...props.props} />
+    </Section>
   );
 }
 
@@ -33,11 +47,15 @@ export class CloudTikPanel extends ReactWidget {
   render(): JSX.Element {
     return (
       <div className="jp-CloudTik-sections">
-        {SECTIONS.map(s => (
-          <Section key={s.id} id={s.id} title={s.title} open={s.open}>
-            <s.component {...this.props} />
-          </Section>
-        ))}
+        {SECTIONS.map(s =>
+          s.useVisible ? (
+            <Gated key={s.id} spec={s} props={this.props} />
+          ) : (
+            <Section key={s.id} id={s.id} title={s.title} open={s.open}>
+              <s.component {...this.props} />
+            </Section>
+          )
+        )}
       </div>
     );
   }

@@ -73,6 +73,10 @@ export interface ProviderInfo {
   description?: string;
   config_schema?: JSONSchema;
   default_node_types?: Record<string, any>;
+  /** under JupyterHub: a catalogue entry ("template" | "provider") an admin configured */
+  kind?: string;
+  /** under JupyterHub: the provider type behind the catalogue entry */
+  provider_type?: string;
 }
 
 export interface Accepted {

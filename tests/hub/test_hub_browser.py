@@ -4,7 +4,9 @@ alice logs in through the hub's login form, the hub spawns her single-user Jupyt
 the panel's cluster requests go to her server, which delegates them to the hub's cloudtik
 sidekick.  The cluster she starts from the New form therefore belongs to the sidekick (owner
 alice), runs with the catalogue provider an admin defined for her group, and is invisible
-to bob.  The provider's secret must never reach her page.
+to bob.  The provider's secret must never reach her page.  Her side-kicks (services an
+admin defined in the catalogue) are started, opened and stopped from the panel's Side-kicks
+section, which only hub users see.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import secrets
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 import requests
@@ -31,6 +34,10 @@ ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PROVIDER = "local-pool"
 OTHER = "local-spare"
 SECRET = "pool-secret-" + secrets.token_hex(8)  # a value that must never be on the page
+SIDEKICK = "jobgw"
+SIDEKICK_ENTRY = {"spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway",
+                           "health_interval": 0.5},
+                  "groups": ["physics"], "description": "HTTP to HPC jobs"}
 
 
 def _clusters(hub: Hub, user: str) -> list[dict]:
@@ -109,6 +116,30 @@ def browser():
         b.close()
 
 
+def _login(page, hub: Hub, user: str) -> None:
+    """Log in through the hub's form and open the panel of the user's JupyterLab."""
+    page.goto(f"{hub.url}hub/login", timeout=30_000)
+    page.fill("input[name='username']", user)
+    page.fill("input[name='password']", PASSWORD)
+    page.click("input[type='submit'], button[type='submit']")
+    page.wait_for_url(f"**/user/{user}/lab**", timeout=90_000)
+    tab = page.locator("li[data-id='jupyter-cloudtik-panel']")
+    tab.wait_for(timeout=90_000)
+    # a second login restores the last layout, where the panel may be open already: the
+    # tab toggles it, so click only while it is not shown
+    panel = page.locator(".jp-CloudTik-panel")
+    for _ in range(5):
+        if panel.is_visible():
+            break
+        tab.click()
+        try:
+            panel.wait_for(state="visible", timeout=2_000)
+        except Exception:  # a layout restore may have closed it again: look again
+            continue
+    page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live",
+                           timeout=30_000)
+
+
 @pytest.mark.slow
 def test_alice_starts_and_stops_a_cluster_through_the_hub(hub, browser):
     name = "br1"
@@ -125,15 +156,7 @@ def test_alice_starts_and_stops_a_cluster_through_the_hub(hub, browser):
 
     page.on("response", on_response)
     try:
-        page.goto(f"{hub.url}hub/login", timeout=30_000)
-        page.fill("input[name='username']", "alice")
-        page.fill("input[name='password']", PASSWORD)
-        page.click("input[type='submit'], button[type='submit']")
-        page.wait_for_url("**/user/alice/lab**", timeout=90_000)
-        page.wait_for_selector("li[data-id='jupyter-cloudtik-panel']", timeout=90_000)
-        page.click("li[data-id='jupyter-cloudtik-panel']")
-        page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live",
-                               timeout=30_000)
+        _login(page, hub, "alice")
 
         page.click(".jp-CloudTik-new")
         page.wait_for_selector(".jp-CloudTik-form", timeout=15_000)
@@ -148,6 +171,9 @@ def test_alice_starts_and_stops_a_cluster_through_the_hub(hub, browser):
         offered = select.locator("option").evaluate_all("os => os.map(o => o.value)")
         assert sorted(offered) == [PROVIDER, OTHER], offered
         select.select_option(PROVIDER)
+        # a catalogue entry brings the admin's provider settings: the form has none to offer
+        form.locator(".jp-CloudTik-providerDescription").wait_for(timeout=5_000)
+        assert form.locator("[name^='provider.']").count() == 0, form.inner_text()
         form.locator("input[name='name']").fill(name)
         form.locator("input[name='workers']").fill("1")
         form.locator(".jp-CloudTik-start").click()
@@ -206,3 +232,72 @@ def _audit_provider(hub: Hub, cluster: str) -> str | None:
         if entry["action"] == "cluster.up" and entry["target"] == cluster:
             return entry["detail"].get("provider")
     return None
+
+
+def _sidekick(hub: Hub, user: str, name: str) -> dict:
+    r = hub.session(user).get(hub.sidekick_api + "hub/sidekicks", timeout=30)
+    r.raise_for_status()
+    rows = {s["name"]: s for s in r.json()["sidekicks"]}
+    assert name in rows, rows
+    return rows[name]
+
+
+@pytest.mark.slow
+def test_alice_starts_opens_and_stops_a_sidekick_from_the_panel(hub, browser):
+    r = hub.session("admin").put(hub.sidekick_api + f"hub/catalog/sidekick/{SIDEKICK}",
+                                 json=SIDEKICK_ENTRY, timeout=30)
+    assert r.status_code in (200, 201), r.text
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    item_sel = f".jp-CloudTik-sidekick[data-name='{SIDEKICK}']"
+    try:
+        _login(page, hub, "alice")
+        section = page.locator(".jp-CloudTik-section[data-section='sidekicks']")
+        section.wait_for(timeout=30_000)
+        item = page.locator(item_sel)
+        item.wait_for(timeout=15_000)
+        assert "HTTP to HPC jobs" in item.inner_text()
+        assert item.get_attribute("data-state") == "stopped"
+        assert not item.locator(".jp-CloudTik-sidekickOpen").count()
+
+        item.locator(".jp-CloudTik-sidekickStart").click()
+        page.wait_for_selector(
+            f"{item_sel}[data-state='running'] .jp-CloudTik-sidekickOpen, "
+            ".jp-CloudTik-sidekicks .jp-CloudTik-error", timeout=60_000)
+        error = page.locator(".jp-CloudTik-sidekicks .jp-CloudTik-error")
+        assert not error.count(), f"starting {SIDEKICK}: {error.inner_text()!r}"
+        row = _sidekick(hub, "alice", SIDEKICK)
+        assert row["state"] == "running", row
+        url = row["instance"]["url"]
+        assert url == f"/services/cloudtik/sidekicks/alice/{SIDEKICK}/", url
+        link = item.locator(".jp-CloudTik-sidekickOpen")
+        assert link.get_attribute("href") == url
+        assert link.get_attribute("target") == "_blank"
+        assert "0 restarts" in item.locator(".jp-CloudTik-restarts").inner_text()
+        # health checks every 0.5 s; the panel re-reads the list every few seconds
+        item.locator(".jp-CloudTik-health.jp-mod-ok").wait_for(timeout=15_000)
+        assert "healthy" in item.locator(".jp-CloudTik-health").inner_text()
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.locator(".jp-CloudTik-panel").screenshot(path=str(ARTIFACTS / "hub-sidekick.png"))
+
+        # the link opens a new tab at the side-kick, on the same origin (the hub's proxy)
+        with page.expect_popup(timeout=30_000) as popup_info:
+            link.click()
+        popup = popup_info.value
+        popup.wait_for_load_state(timeout=30_000)
+        assert popup.url.startswith(urljoin(hub.url, url)), popup.url
+        popup.close()
+
+        item.locator(".jp-CloudTik-sidekickStop").click()
+        page.wait_for_selector(f"{item_sel}[data-state='stopped']", timeout=30_000)
+        assert not item.locator(".jp-CloudTik-sidekickOpen").count()
+        assert not page.locator(".jp-CloudTik-sidekicks .jp-CloudTik-error").count()
+        assert _sidekick(hub, "alice", SIDEKICK)["state"] == "stopped"
+    finally:
+        page.screenshot(path=str(ARTIFACTS / "hub-sidekick-last.png"))
+        context.close()
+        s = hub.session("alice")
+        row = s.get(hub.sidekick_api + "hub/sidekicks", timeout=30).json()
+        if any(x["name"] == SIDEKICK and x["state"] != "stopped"
+               for x in row.get("sidekicks", [])):
+            s.delete(hub.sidekick_api + f"hub/sidekicks/{SIDEKICK}", timeout=60)

@@ -9,7 +9,8 @@ import {
   FieldSpec,
   fieldMatches,
   FormValues,
-  initialValues
+  initialValues,
+  isCatalogEntry
 } from '../form';
 import { ApiError, ClustersModel } from '../model';
 import { OperationRow } from '../operations';
@@ -317,6 +318,15 @@ function NewClusterForm(props: {
           ))}
         </select>
       </label>
+      {isCatalogEntry(provider) && (
+        <div className="jp-CloudTik-providerDescription" data-kind={provider.kind}>
+          {provider.description ||
+            `${provider.name}: ${provider.provider_type ?? ''} ${provider.kind} of your hub`}
+          <div className="jp-CloudTik-providerNote">
+            Its provider settings are set by the hub&apos;s administrator.
+          </div>
+        </div>
+      )}
       {fields.map(f => (
         <Field
           key={f.key}

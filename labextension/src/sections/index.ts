@@ -8,6 +8,7 @@ import { ComponentType } from 'react';
 
 import { ClustersSection } from './clusters';
 import { JobsSection } from './jobs';
+import { SidekicksSection, useSidekicksVisible } from './sidekicks';
 import { StorageSection } from './storage';
 import { SectionProps } from './props';
 
@@ -17,10 +18,19 @@ export interface SectionSpec {
   component: ComponentType<SectionProps>;
   /** open when the panel first shows */
   open: boolean;
+  /** a hook: is the section there at all (default: always)? */
+  useVisible?: (props: SectionProps) => boolean;
 }
 
 export const SECTIONS: SectionSpec[] = [
   { id: 'clusters', title: 'Clusters', component: ClustersSection, open: true },
+  {
+    id: 'sidekicks',
+    title: 'Side-kicks',
+    component: SidekicksSection,
+    open: true,
+    useVisible: useSidekicksVisible
+  },
   { id: 'storage', title: 'Storage', component: StorageSection, open: false },
   { id: 'jobs', title: 'Jobs', component: JobsSection, open: false }
 ];

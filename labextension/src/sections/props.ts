@@ -1,5 +1,6 @@
 import { JobsModel } from '../jobs';
 import { ClustersModel } from '../model';
+import { SidekicksModel } from '../sidekicks';
 
 /** User preferences from the settings registry (schema/plugin.json). */
 export interface Preferences {
@@ -20,6 +21,8 @@ export const DEFAULT_PREFERENCES: Preferences = {
 export interface SectionProps {
   clusters: ClustersModel;
   jobs: JobsModel;
+  /** the user's side-kicks (under JupyterHub only) */
+  sidekicks: SidekicksModel;
   preferences: Preferences;
   /** put code into the active notebook (a new cell below the active one) */
   insertCode: (code: string) => Promise<void>;
