@@ -76,19 +76,15 @@ class HubContext:
     def deliver_provider_credentials(self, prov: Resource, cfg: dict[str, Any]) -> None:
         """Put a catalogue provider's credentials where its provider reads them, in the
         sidekick's secret store: never in the cluster config (which is recorded and shown)
-        nor in anything a node receives."""
+        nor in anything a node receives.  Huawei Cloud reads a workspace's keys."""
         values = self.catalog.secret_values("provider", prov.name)
-        if not values:
+        if not values or prov.spec.get("type") != "huaweicloud":
             return
-        if prov.spec.get("type") == "huaweicloud":
-            from ..providers.huaweicloud.credentials import SECRET_SCOPE
+        from ..providers.huaweicloud.credentials import store_workspace_credentials
 
-            workspace = cfg["provider"].get("workspace_name") or cfg["provider"].get(
-                "workspace") or prov.name
-            cfg["provider"].setdefault("workspace_name", workspace)
-            scope = SECRET_SCOPE.format(workspace=workspace)
-            for key, value in values.items():
-                self.secrets.put(scope, key, value)
+        workspace = cfg["provider"].get("workspace_name")
+        if workspace:
+            store_workspace_credentials(self.secrets, workspace, values)
 
     def audit_use(self, caller: Caller, action: str, target: str,
                   detail: dict[str, Any]) -> None:

@@ -14,10 +14,11 @@ import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
+from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import httpclient, web
 
-from ..core.errors import ConfigError, NotFoundError, PermissionDeniedError
+from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
 from ..core.store import dumps
 from ..server.base import CloudTikHandler
 from . import bootstrap
@@ -87,6 +88,10 @@ class CatalogItemHandler(HubHandler):
         res = self.hub.catalog.put(kind, name, body, actor=c.name)
         if kind == "storage":
             await self._sync_storage(res, replace=True)
+        elif kind == "provider":
+            # so the admin can create the provider's workspace with the same account
+            self.hub.deliver_provider_credentials(
+                res, {"provider": dict(res.spec.get("config") or {})})
         self.write_json(res.to_dict(admin=True))
 
     @web.authenticated
@@ -359,7 +364,34 @@ _HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
         "authorization"}
 
 
-class SidekickProxyHandler(HubHandler):
+class BrowserPageHandler(JupyterHandler):
+    """Pages a browser navigates to (not API calls): an unauthenticated visit is sent to
+    the hub's login (OAuth) instead of answered 403."""
+
+    auth_resource = "cloudtik"
+
+    @property
+    def hub(self) -> Any:
+        return self.settings["cloudtik"]
+
+    @property
+    def caller(self) -> Caller:
+        return caller_of(self)
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        if isinstance(exc, CloudTikError):
+            status_code, message = exc.http_status, exc.message
+        elif isinstance(exc, web.HTTPError):
+            message = exc.log_message or "error"
+        else:
+            message = "internal error; the sidekick's log has the details"
+        self.set_status(status_code)
+        self.set_header("Content-Type", "text/plain; charset=utf-8")
+        self.finish(f"{status_code}: {message}\n")
+
+
+class SidekickProxyHandler(BrowserPageHandler):
     """``{prefix}sidekicks/{user}/{name}/...`` → the side-kick, for its owner only."""
 
     async def _proxy(self, user: str, name: str, rest: str) -> None:
@@ -410,13 +442,18 @@ class SidekickProxyHandler(HubHandler):
         await self._proxy(user, name, rest)
 
     def check_xsrf_cookie(self) -> None:
-        # API clients with a token; browsers get XSRF checks from the side-kick itself
-        if self.request.headers.get("Authorization"):
+        """Proxied apps have their own forms and cannot know our XSRF token: token-
+        authenticated calls pass; cookie-authenticated ones must come from this origin."""
+        if not hasattr(self, "_jupyter_current_user"):
             return
-        return super().check_xsrf_cookie()
+        if self.token_authenticated:
+            return
+        if self.request.method not in ("GET", "HEAD", "OPTIONS") and not (
+                self.request.headers.get("Origin") and self.check_origin()):
+            raise web.HTTPError(403, "cross-origin request to a side-kick refused")
 
 
-class AdminPageHandler(HubHandler):
+class AdminPageHandler(BrowserPageHandler):
     """A small admin page over the same API (catalogue, quotas, audit)."""
 
     @web.authenticated
@@ -424,7 +461,8 @@ class AdminPageHandler(HubHandler):
     async def get(self) -> None:
         from importlib.resources import files
 
-        self.require_admin()
+        if not self.caller.admin:
+            raise web.HTTPError(403, "only sidekick admins may open this page")
         html = (files("jupyter_cloudtik.hub") / "admin.html").read_text()
         self.set_header("Content-Type", "text/html; charset=utf-8")
         self.set_header("Content-Security-Policy", "default-src 'self'; "

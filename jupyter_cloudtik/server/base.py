@@ -110,7 +110,7 @@ class CloudTikHandler(APIHandler):
         self._kernel_request = self.settings["cloudtik"].is_kernel_token(self._bearer_token())
         await super().prepare()
         length = self.request.headers.get("Content-Length")
-        limit = self.ctx.server.max_body_bytes
+        limit = self.settings["cloudtik"].server.max_body_bytes
         if (length and length.isdigit() and int(length) > limit) or len(
                 self.request.body or b"") > limit:
             raise web.HTTPError(413, f"body: the request body is larger than {limit} bytes "
@@ -214,7 +214,7 @@ class CloudTikHandler(APIHandler):
             message = exc.log_message % exc.args if exc.log_message and exc.args else (
                 exc.log_message or responses.get(status_code, "error"))
             if status_code == 403 and not getattr(self, "_jupyter_current_user", None):
-                message = ("not authenticated: log in, or send the server's token as "
+                message = ("not authenticated: log in, or send a token as "
                            "'Authorization: token <token>'")
             body = {"message": message, "reason": _REASONS.get(status_code, "error"),
                     "field": "body" if status_code == 413 else None}

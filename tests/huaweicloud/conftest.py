@@ -8,66 +8,19 @@ are its children.  At the end of the session it is stopped and must leave no pro
 from __future__ import annotations
 
 import asyncio
-import json
 import os
-import subprocess
-import sys
-import time
 
-import psutil
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud import EmulatorControl
-
-
-def _emulator_processes(emulator_id: str) -> list[int]:
-    out = []
-    for p in psutil.process_iter(["environ", "status"]):
-        try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
-                continue
-            if (p.info.get("environ") or {}).get("CLOUDTIK_EMULATOR_ID") == emulator_id:
-                out.append(p.pid)
-        except psutil.Error:
-            continue
-    return out
+from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
 
 
 @pytest.fixture(scope="session")
 def hwc(tmp_path_factory):
     """The emulator: ``.ctl`` (admin client), ``.info`` (endpoint, keys), ``.dir``."""
-    root = tmp_path_factory.mktemp("hwc-emulator")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
-    env["HOME"] = str(root)
-    with open(root / "emulator.log", "wb") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
-             "--boot-seconds", "0.1"], stdout=log, stderr=subprocess.STDOUT, env=env)
-    deadline = time.monotonic() + 30
-    while not (root / "emulator.json").exists():
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError("the emulator did not start: "
-                               + (root / "emulator.log").read_text()[-2000:])
-        time.sleep(0.05)
-    info = json.loads((root / "emulator.json").read_text())
-
-    class H:
-        pass
-
-    h = H()
-    h.info, h.dir, h.proc = info, root, proc
-    h.ctl = EmulatorControl(info["endpoint"], info["admin_token"])
+    h = start_emulator(tmp_path_factory.mktemp("hwc-emulator"))
     yield h
-    try:
-        h.ctl.shutdown()
-    except Exception:
-        proc.terminate()
-    try:
-        proc.wait(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    left = _emulator_processes(info["emulator_id"])
+    left = h.stop()
     assert not left, f"emulated server processes left behind: {left}"
 
 

@@ -286,6 +286,9 @@ def test_alice_starts_opens_and_stops_a_sidekick_from_the_panel(hub, browser):
         popup = popup_info.value
         popup.wait_for_load_state(timeout=30_000)
         assert popup.url.startswith(urljoin(hub.url, url)), popup.url
+        # the tab logged in to the sidekick through the hub (OAuth) and reached the service
+        r = popup.goto(urljoin(hub.url, url + "health"))
+        assert r.status == 200 and r.json()["user"] == "alice", r.text()
         popup.close()
 
         item.locator(".jp-CloudTik-sidekickStop").click()
