@@ -263,6 +263,18 @@ def start_hub(base: Path, *, sidekick_config: str = "", timeout: float = 90) -> 
                        f"{hub.log_tail()}")
 
 
+def wait_operation(session: requests.Session, api: str, op_id: str,
+                   timeout: float = 120) -> dict[str, Any]:
+    """Poll ``api``/operations/ID until the operation is final; its last state."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        op = session.get(api + f"operations/{op_id}").json()
+        if op["state"] not in ("pending", "running"):
+            return op
+        time.sleep(0.3)
+    raise AssertionError(f"operation {op_id} still running after {timeout:.0f} s")
+
+
 def pretty(resp: requests.Response) -> str:
     try:
         return json.dumps(resp.json())[:400]

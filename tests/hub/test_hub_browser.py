@@ -21,6 +21,7 @@ from urllib.parse import urljoin
 import pytest
 import requests
 
+from jupyter_cloudtik.testing.browser import chromium
 from jupyter_cloudtik.testing.hub import PASSWORD, Hub, start_hub
 from jupyter_cloudtik.testing.processes import (
     cloudtik_processes,
@@ -29,7 +30,6 @@ from jupyter_cloudtik.testing.processes import (
     stop_launcher,
 )
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; scripts/install-system-deps.sh installs it
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 PROVIDER = "local-pool"
 OTHER = "local-spare"
@@ -105,15 +105,8 @@ def hub(tmp_path_factory) -> Iterator[Hub]:
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--no-first-run", "--disable-dev-shm-usage"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 def _login(page, hub: Hub, user: str) -> None:

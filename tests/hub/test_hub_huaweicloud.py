@@ -8,13 +8,11 @@ template through her own server; the keys are nowhere she can see, nor on the no
 
 from __future__ import annotations
 
-import time
-
 import psutil
 import pytest
 
-from jupyter_cloudtik.testing.hub import start_hub
 from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
+from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 RETRY = {"base_delay": 0.01, "attempts": 6, "budget": 5}
@@ -34,16 +32,6 @@ def hub(tmp_path_factory, emulator):
         "c.CloudTik.operation_timeout = 180\n"))
     yield h
     h.stop()
-
-
-def _wait(session, api, op_id, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op = session.get(api + f"operations/{op_id}").json()
-        if op["state"] not in ("pending", "running"):
-            return op
-        time.sleep(0.3)
-    raise AssertionError(f"operation {op_id} did not finish")
 
 
 def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
@@ -78,7 +66,7 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
         "type": "huaweicloud", "region": region, "endpoint": endpoint,
         "allowed_ssh_sources": ["127.0.0.1/32"], "retry": RETRY}}})
     assert r.status_code == 202, r.text
-    op = _wait(admin, api, r.json()["operation"]["id"])
+    op = wait_operation(admin, api, r.json()["operation"]["id"])
     assert op["state"] == "succeeded", op
 
     server = hub.start_server("alice")
@@ -89,7 +77,7 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
     r = alice.post(local + "clusters", json={"name": "hwc1", "template": "hwc-small",
                                              "workers": 1})
     assert r.status_code == 202, r.text
-    op = _wait(alice, local, r.json()["operation"]["id"])
+    op = wait_operation(alice, local, r.json()["operation"]["id"])
     assert op["state"] == "succeeded", op
     info = alice.get(local + "clusters/hwc1").json()
     assert info["owner"] == "alice" and info["state"] == "running"
@@ -118,8 +106,8 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
             assert value not in str(s.get("user_data", "")) and value not in str(s)
 
     r = alice.delete(local + "clusters/hwc1")
-    assert _wait(alice, local, r.json()["operation"]["id"])["state"] == "succeeded"
+    assert wait_operation(alice, local, r.json()["operation"]["id"])["state"] == "succeeded"
     r = admin.delete(api + "workspaces/research")
     assert r.status_code == 202, r.text
-    assert _wait(admin, api, r.json()["operation"]["id"])["state"] == "succeeded"
+    assert wait_operation(admin, api, r.json()["operation"]["id"])["state"] == "succeeded"
     hub.stop_server("alice")

@@ -20,7 +20,7 @@ import pytest
 import requests
 
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.hub import start_hub
+from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
 
 pytestmark = pytest.mark.slow
@@ -91,16 +91,6 @@ def hub(tmp_path_factory, upstreams, webdav):
     assert not leaked, "a secret value reached the hub/sidekick log"
 
 
-def _wait_op(session: requests.Session, api: str, op_id: str, timeout: float = 60) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        op = session.get(api + f"operations/{op_id}").json()
-        if op["state"] not in ("pending", "running"):
-            return op
-        time.sleep(0.3)
-    raise AssertionError(f"operation {op_id} still running after {timeout} s")
-
-
 def _no_secret(text: str) -> None:
     for s in ALL_SECRETS:
         assert s not in text
@@ -151,7 +141,7 @@ def test_storage_is_used_on_the_users_behalf(hub, webdav):
     r = alice.post(api + "storage-transfers", json={
         "src": "physics-data:results/run1.csv", "dst": "physics-scratch:in"})
     assert r.status_code == 202, r.text
-    op = _wait_op(alice, api, r.json()["operation"]["id"])
+    op = wait_operation(alice, api, r.json()["operation"]["id"])
     assert op["state"] == "succeeded", op
     assert (webdav["scratch"].root / "in" / "run1.csv").read_text() == "x,y\n1,2\n"
     # read-only storages stay read-only, local paths are the sidekick's disk: refused
@@ -194,7 +184,7 @@ def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
     r = alice.post(local_api + "clusters", json={"name": "alice-c1", "provider": "local-pool",
                                                  "workers": 1})
     assert r.status_code == 202, r.text
-    op = _wait_op(alice, local_api, r.json()["operation"]["id"])
+    op = wait_operation(alice, local_api, r.json()["operation"]["id"])
     assert op["state"] == "succeeded", op
     listed = alice.get(local_api + "clusters").json()["clusters"]
     assert [(c["name"], c["owner"], c["state"]) for c in listed] == [
@@ -242,7 +232,7 @@ def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
 
     r = alice.delete(local_api + "clusters/alice-c1")
     assert r.status_code == 202
-    assert _wait_op(alice, local_api, r.json()["operation"]["id"])["state"] == "succeeded"
+    assert wait_operation(alice, local_api, r.json()["operation"]["id"])["state"] == "succeeded"
 
 
 def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):

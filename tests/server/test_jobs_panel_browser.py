@@ -12,10 +12,10 @@ import json
 
 import pytest
 
+from jupyter_cloudtik.testing.browser import chromium
+
 from .conftest import ARTIFACTS
 from .test_jobs_api import LONG, _nb
-
-CHROMIUM = "/usr/bin/chromium"
 
 TICKS = _nb(("n = 8\ndelay = 0.8", ["parameters"]),
             ("import time\nfor i in range(n):\n    print(f'tick {i}', flush=True)\n"
@@ -25,15 +25,8 @@ FAIL = _nb(("x = 1", []), ("y = x / 0", []))
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--no-first-run", "--disable-dev-shm-usage"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ARTIFACTS, unique
+from jupyter_cloudtik.testing.browser import chromium
 
-CHROMIUM = "/usr/bin/chromium"  # Debian's; scripts/install-system-deps.sh installs it
+from .conftest import ARTIFACTS, unique
 
 RECORD_STEPS = """
 () => {
@@ -36,15 +36,8 @@ RECORD_STEPS = """
 
 @pytest.fixture(scope="module")
 def browser():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        b = p.chromium.launch(
-            executable_path=CHROMIUM, headless=True,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--no-first-run", "--disable-dev-shm-usage"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 @pytest.fixture(scope="module")
