@@ -68,6 +68,11 @@ bench: install
 	$(BIN)/python benchmarks/hpc_submit.py
 	$(BIN)/python benchmarks/api_latency.py
 	$(BIN)/python benchmarks/placement.py --baseline-instances 100
+	$(BIN)/python benchmarks/storage_copy.py
+	$(BIN)/python benchmarks/gateway_up.py
+	$(BIN)/python benchmarks/huaweicloud_up.py
+	$(BIN)/python benchmarks/egress_proxy.py
+	$(BIN)/python benchmarks/hub_load.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache test-artifacts \
