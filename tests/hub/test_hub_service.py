@@ -416,3 +416,52 @@ def test_local_execution_is_refused_unless_allowed(tmp_path):
         assert r.status_code == 200, r.text
     finally:
         hub.stop()
+
+
+def _sidekick_routes(prefix: str) -> list[tuple[str, str, str]]:
+    """(method, path, handler) for every method of every route the sidekick serves."""
+    import re
+
+    from jupyter_server.base.handlers import APIHandler, JupyterHandler
+
+    from jupyter_cloudtik.hub.handlers import hub_routes
+    from jupyter_cloudtik.server.routes import build_routes
+
+    fill = {"name": "x", "op_id": "x", "fmt": "yaml", "backend": "s3", "kind": "provider",
+            "reservation_id": "x", "job_id": "x", "user": "alice", "rest": "/health"}
+    out = []
+    for pattern, handler in hub_routes(prefix) + build_routes(prefix):
+        path = re.sub(r"\(\?P<(\w+)>[^)]*\)\??", lambda m: fill[m.group(1)], pattern)
+        path = path.replace(r"(?:/.*)?", "/not-a-route").replace("\\.", ".")
+        for method in ("get", "post", "put", "patch", "delete"):
+            impl = getattr(handler, method)
+            if impl is not getattr(APIHandler, method) and \
+                    impl is not getattr(JupyterHandler, method):
+                out.append((method.upper(), path, handler.__name__))
+    return out
+
+
+def test_every_sidekick_route_needs_a_hub_user_with_the_use_scope(hub):
+    """No login: 403 (API) or a redirect to the hub's login (pages).  A hub token without
+    custom:cloudtik:use: 403 everywhere."""
+    routes = _sidekick_routes("/services/cloudtik/")
+    assert len(routes) >= 50
+    r = hub.admin_request("POST", "users/alice/tokens", json={
+        "note": "no cloudtik scope", "scopes": ["access:services!service=cloudtik"]})
+    assert r.status_code == 201, r.text
+    narrow = {"Authorization": f"token {r.json()['token']}"}
+    base = hub.url.rstrip("/")
+    for method, path, handler in routes:
+        body = b"{}" if method in ("POST", "PUT", "PATCH") else None
+        anon = requests.request(method, base + path, data=body, timeout=30,
+                                allow_redirects=False)
+        if handler in ("AdminPageHandler", "SidekickProxyHandler") and method == "GET":
+            assert anon.status_code == 302 and "/hub/api/oauth2/authorize" in \
+                anon.headers["Location"], (method, path, anon.status_code)
+        else:
+            assert anon.status_code == 403, (method, path, handler, anon.status_code)
+        denied = requests.request(method, base + path, data=body, headers=narrow,
+                                  timeout=30, allow_redirects=False)
+        assert denied.status_code == 403, (method, path, handler, denied.status_code,
+                                           denied.text[:200])
+        _no_secret(anon.text + denied.text)
