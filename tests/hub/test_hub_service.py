@@ -246,6 +246,11 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
         assert r.json()["value"] == "<secret>"
     assert bob.get(api + "hub/egress/rules").json()["rules"] == []
     assert bob.delete(api + "hub/egress/rules/plain").status_code == 404
+    # alice lets bob read one path of her project's host with her key, not see the key
+    r = alice.put(api + "hub/egress/rules/shared", json={
+        "host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/shared",
+        "header": "X-Project-Key", "value": EGRESS_SECRET, "users": ["bob"]})
+    assert r.status_code == 200, r.text
 
     def session_for(user: requests.Session, tmp: Path) -> tuple[dict, requests.Session]:
         data = user.get(api + "hub/egress/session").json()
@@ -296,7 +301,11 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     (tmp / "bob").mkdir(exist_ok=True)
     _, sb = session_for(bob, tmp / "bob")
     got = sb.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
+    assert all(k.lower() not in ("authorization", "x-project-key") for k, _ in got["headers"])
+    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
+    assert ["X-Project-Key", EGRESS_SECRET] in got["headers"]
     assert all(k.lower() != "authorization" for k, _ in got["headers"])
+    assert bob.get(api + "hub/egress/rules").json()["rules"] == []  # not his to see
 
 
 def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
@@ -319,6 +328,18 @@ def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
     proxied = hub.url.rstrip("/") + info["url"]
     assert alice.get(proxied + "health").status_code == 200
     assert bob.get(proxied + "health").status_code == 404  # only its owner gets through
+    # the job gateway turns a plain HTTP request into a job, through the hub's proxy
+    r = alice.post(proxied + "jobs", json={"command": ["echo", "via the gateway"]})
+    assert r.status_code == 201, r.text
+    job_url = hub.url.rstrip("/") + r.json()["url"]
+    deadline = time.monotonic() + 60
+    while (job := alice.get(job_url, params={"refresh": "1"}).json())["state"] not in (
+            "succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert job["state"] == "succeeded" and job["user"] == "alice", job
+    assert "via the gateway" in alice.get(job_url + "/logs").json()["text"]
+    assert bob.post(proxied + "jobs", json={"command": ["id"]}).status_code == 404
 
     os.kill(info["pid"], signal.SIGKILL)
     deadline = time.monotonic() + 60
