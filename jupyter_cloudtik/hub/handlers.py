@@ -85,10 +85,10 @@ class CatalogItemHandler(HubHandler):
         c = self.require_admin()
         body = self.json_body("HubResource")
         self._check_local_execution(kind, name, body.get("spec") or {})
-        res = self.hub.catalog.put(kind, name, body, actor=c.name)
         if kind == "storage":
-            await self._sync_storage(res, replace=True)
-        elif kind == "provider":
+            self._sync_storage(name, body)  # checked by rclone's schema before it is kept
+        res = self.hub.catalog.put(kind, name, body, actor=c.name)
+        if kind == "provider":
             # so the admin can create the provider's workspace with the same account
             self.hub.deliver_provider_credentials(
                 res, {"provider": dict(res.spec.get("config") or {})})
@@ -127,21 +127,23 @@ class CatalogItemHandler(HubHandler):
                     "c.CloudTikHub.allow_local_execution = True for trusted users",
                     field="name", value=name)
 
-    async def _sync_storage(self, res: Any, replace: bool) -> None:
+    def _sync_storage(self, name: str, body: dict[str, Any]) -> None:
         """A catalogue storage is a storage of the sidekick's storage manager, whose
         catalogue checks the options against rclone's schema and keeps the sensitive ones
-        in the secret store."""
-        storage = self.hub.storage_manager()
-        options = dict(res.spec.get("options") or {})
-        options.update(self.hub.catalog.secret_values("storage", res.name))
-        try:
-            storage.add(res.name, backend=res.spec["type"], options=options,
-                        source=res.spec.get("source"),
-                        read_only=bool(res.spec.get("read_only", True)),
-                        description=res.description or None, replace=replace)
-        except Exception:
-            self.hub.catalog.delete("storage", res.name, actor="rollback")
-            raise
+        in the secret store.  Done first: a storage rclone refuses never reaches the
+        catalogue, and a refused change leaves the previous one in place."""
+        from .catalog import validate_spec
+
+        spec = body.get("spec") or {}
+        validate_spec("storage", name, spec)
+        options = dict(spec.get("options") or {})
+        options.update(self.hub.catalog.secret_values("storage", name))
+        options.update({k: v for k, v in (body.get("secrets") or {}).items()
+                        if v and v != "<secret>"})
+        self.hub.storage_manager().add(
+            name, backend=spec["type"], options=options, source=spec.get("source"),
+            read_only=bool(spec.get("read_only", True)),
+            description=body.get("description") or "", replace=True)
 
 
 class QuotasHandler(HubHandler):

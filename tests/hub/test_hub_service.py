@@ -105,6 +105,17 @@ def test_catalogue_is_admin_only_and_filtered_by_group(hub):
     assert r.status_code == 400 and "kind" in r.json()["message"]
     r = admin.put(api + "hub/catalog/template/t1", json={"spec": {"provider": 5}})
     assert r.status_code == 400 and r.json()["field"] == "spec.provider"
+    # rclone's schema checks a storage before the catalogue keeps it
+    r = admin.put(api + "hub/catalog/storage/bad", json={
+        "spec": {"type": "webdav", "options": {"url": "http://x", "no_such_option": "1"}}})
+    assert r.status_code == 400 and "no_such_option" in r.json()["message"], r.text
+    assert admin.get(api + "hub/catalog/storage/bad").status_code == 404
+    r = admin.put(api + "hub/catalog/storage/physics-data", json={
+        "spec": {"type": "webdav", "options": {"url": "http://x", "no_such_option": "1"}},
+        "groups": ["physics"]})
+    assert r.status_code == 400
+    assert admin.get(api + "hub/catalog/storage/physics-data").json()["spec"]["type"] == \
+        "webdav"
 
     seen_a = alice.get(api + "hub/catalog").json()["resources"]
     assert {(x["kind"], x["name"]) for x in seen_a} == {
