@@ -281,13 +281,17 @@ class Operations:
         return _row_to_op(row)
 
     def list(
-        self, target: str | None = None, active_only: bool = False, limit: int = 100
+        self, target: str | None = None, active_only: bool = False, limit: int = 100,
+        user: str | None = None,
     ) -> list[OperationInfo]:
         sql = "SELECT * FROM operations"
         clauses, params = [], []
         if target is not None:
             clauses.append("target = ?")
             params.append(target)
+        if user is not None:
+            clauses.append("user = ?")
+            params.append(user)
         if active_only:
             clauses.append("state IN ('pending', 'running')")
         if clauses:
@@ -335,8 +339,13 @@ class Operations:
             (reason, now, now, op_id),
         )
 
-    def events(self, op_id: str | None = None, after: int = 0, limit: int = 1000) -> list[Event]:
-        if op_id is None:
+    def events(self, op_id: str | None = None, after: int = 0, limit: int = 1000,
+               user: str | None = None) -> list[Event]:
+        if op_id is None and user is not None:  # one user's operations (hub sidekick)
+            rows = self.store.query(
+                "SELECT e.* FROM events e JOIN operations o ON o.id = e.op_id"
+                " WHERE e.id > ? AND o.user = ? ORDER BY e.id LIMIT ?", (after, user, limit))
+        elif op_id is None:
             rows = self.store.query(
                 "SELECT * FROM events WHERE id > ? ORDER BY id LIMIT ?", (after, limit)
             )

@@ -426,9 +426,12 @@ class JobManager(ActsForUser):
         return self._info(self._row(job_id))
 
     def list(self, active_only: bool = False, backend: str | None = None,
-             limit: int = 100) -> list[JobInfo]:
+             limit: int = 100, user: str | None = None) -> list[JobInfo]:
         sql, params = "SELECT * FROM hpc_jobs", []
         clauses = []
+        if user is not None:
+            clauses.append("user = ?")
+            params.append(user)
         if active_only:
             clauses.append(f"state IN ({','.join('?' * len(ACTIVE_STATES))})")
             params += list(ACTIVE_STATES)

@@ -55,17 +55,19 @@ class OperationsView(_Denied):
             raise NotFoundError(f"no operation '{op_id}'", field="op_id", value=op_id)
         return op
 
+    def _user_filter(self) -> str | None:
+        return None if self.caller.admin else self.caller.name
+
     def list(self, target: str | None = None, active_only: bool = False,
              limit: int = 50) -> list[Any]:
-        ops = self._ops.list(target=target, active_only=active_only, limit=limit * 4)
-        return [o for o in ops if self._mine(o)][:limit]
+        return self._ops.list(target=target, active_only=active_only, limit=limit,
+                              user=self._user_filter())
 
     def events(self, op_id: str | None = None, after: int = 0, limit: int = 500) -> list[Any]:
         if op_id is not None:
             self.get(op_id)
             return self._ops.events(op_id, after=after)
-        return [e for e in self._ops.events(after=after, limit=limit)
-                if self._event_mine(e)]
+        return self._ops.events(after=after, limit=limit, user=self._user_filter())
 
     def _event_mine(self, event: Any) -> bool:
         try:
@@ -469,10 +471,9 @@ class JobsView(_Denied):
         return job
 
     def list(self, active_only: bool = False, backend: str | None = None,
-             limit: int = 100, **kwargs: Any) -> list[Any]:
-        jobs = self._j.list(active_only=active_only, backend=backend, limit=limit * 4,
-                            **kwargs)
-        return [j for j in jobs if self.caller.admin or j.user == self.caller.name][:limit]
+             limit: int = 100) -> list[Any]:
+        return self._j.list(active_only=active_only, backend=backend, limit=limit,
+                            user=None if self.caller.admin else self.caller.name)
 
     def backends(self) -> list[Any]:
         allowed = None if self.caller.admin else {
