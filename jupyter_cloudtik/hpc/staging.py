@@ -19,6 +19,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from ..core.errors import ConfigError, NotFoundError
+from ..core.paths import user_path
 
 Progress = Callable[[float, str], None]
 
@@ -51,7 +52,7 @@ def is_local(location: str) -> bool:
 def local_path(location: str) -> Path:
     if location.startswith("file://"):
         return Path(urlparse(location).path)
-    return Path(location).expanduser()
+    return user_path(location, "location")
 
 
 def normalize(location: str) -> str:

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
+from ..core.paths import user_path
 from ..core.secrets import REDACTED, SecretStore
 from ..core.store import Store, dumps, loads
 from .rclone import Backend, BackendOption, Remote, backends, config_value
@@ -297,7 +298,7 @@ class StorageCatalog:
             return str(workdir / self.settings.mount_root / name)
         if "\x00" in mount_path or "\n" in mount_path:
             raise ConfigError("mount_path: must be a single-line path", field="mount_path")
-        p = Path(mount_path).expanduser()
+        p = user_path(mount_path, "mount_path")
         p = (p if p.is_absolute() else workdir / p)
         resolved = Path(os.path.normpath(p))
         if resolved.exists():

@@ -40,6 +40,7 @@ from ..core.errors import (
 )
 from ..core.identity import ActsForUser
 from ..core.operations import OperationContext, OperationInfo, Operations
+from ..core.paths import user_path
 from ..core.secrets import KEY_ENV, RedactingFilter, Redactor, SecretStore, open_secret_store
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store
@@ -236,10 +237,10 @@ class StorageManager(ActsForUser):
             return rel
         return f"{source}/{rel}" if rel else source
 
-    def _local_path(self, path: str) -> str:
+    def _local_path(self, path: str, field: str = "path") -> str:
         if "\x00" in path:
-            raise ConfigError("path: contains a NUL character", field="path")
-        p = Path(path).expanduser()
+            raise ConfigError(f"{field}: contains a NUL character", field=field)
+        p = user_path(path, field)
         if not p.is_absolute():
             p = Path(self.storage_settings.working_dir).expanduser() / p
         return posixpath.normpath(str(p))  # absolute: never read as a flag or a remote
@@ -247,7 +248,7 @@ class StorageManager(ActsForUser):
     def check_local(self, path: str, field: str = "path") -> str:
         """The absolute local path, refused unless it lies inside the working folder (for
         callers that must not reach the rest of the machine, like the REST API)."""
-        full = Path(self._local_path(path))
+        full = Path(self._local_path(path, field))
         root = Path(self.storage_settings.working_dir).expanduser().resolve()
         resolved = full.resolve() if full.exists() else Path(os.path.normpath(full))
         if resolved != root and root not in resolved.parents:
@@ -340,7 +341,7 @@ class StorageManager(ActsForUser):
                 raise PermissionDeniedError(
                     f"storage {info.name!r} is read-only; add it again with read_only=False "
                     "(--read-write) to write to it", field="dst", value=str(d))
-        if s.is_local and not Path(self._local_path(s.path)).exists():
+        if s.is_local and not Path(self._local_path(s.path, "src")).exists():
             raise NotFoundError(f"src: local path {self._local_path(s.path)} does not exist",
                                 field="src")
 

@@ -119,6 +119,15 @@ def test_bad_storages_are_a_4xx_naming_the_field(lab, spec_checker, body, status
     assert resp.json()["field"] == field
 
 
+@pytest.mark.parametrize("where", ["~0", "~no-such-account/data", "~0/x"])
+def test_home_of_an_unknown_account_is_a_400(lab, spec_checker, where):
+    """``~name`` paths of accounts that do not exist (schemathesis found ``~0``)."""
+    resp = checked(spec_checker, lab.request("POST", "storage-transfers",
+                                             json={"src": where, "dst": "0"}))
+    assert resp.status_code == 400, resp.text
+    assert resp.json()["field"] == "src"
+
+
 def test_wrong_credentials_test_result(lab, spec_checker, s3):
     name = unique("bad").replace("-", "_")
     lab.request("POST", "storages", json={
