@@ -95,6 +95,9 @@ def state_dir(tmp_path, monkeypatch) -> Path:
     yield d
     _down_everything(d)
     stop_launcher(d)
+    from jupyter_cloudtik.storage.mounts import stop_supervisor
+
+    stop_supervisor(d)  # the storage mount daemon, if a test started one
     leftovers = cloudtik_processes(d)
     if leftovers:
         text = describe(leftovers)

@@ -403,7 +403,8 @@ def ensure_supervisor(state_dir: str | Path, settings_json: str,
 
 
 def _supervisor_process(state_dir: str | Path) -> psutil.Process | None:
-    """The supervisor process of ``state_dir`` from its pid file, even while it exits."""
+    """The supervisor process of ``state_dir`` from its pid file, even while it exits; or
+    one just spawned that has not written its pid file yet (found by its command line)."""
     try:
         pid = int((Path(state_dir) / "storage" / "mountd.pid").read_text())
         proc = psutil.Process(pid)
@@ -413,6 +414,12 @@ def _supervisor_process(state_dir: str | Path) -> psutil.Process | None:
             return proc
     except (OSError, ValueError, psutil.Error):
         pass
+    wanted = ["-m", "jupyter_cloudtik.storage.mounts", "--state-dir", str(state_dir)]
+    for proc in psutil.process_iter(["cmdline", "status"]):
+        cmd = proc.info["cmdline"] or []
+        if proc.info["status"] != psutil.STATUS_ZOMBIE and any(
+                cmd[i:i + len(wanted)] == wanted for i in range(len(cmd))):
+            return proc
     return None
 
 
