@@ -245,7 +245,9 @@ def start_hub(base: Path, *, sidekick_config: str = "", timeout: float = 90) -> 
     ready = {"hub": False, "sidekick": False}
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"JupyterHub exited ({proc.returncode}):\n{hub.log_tail()}")
+            tail = hub.log_tail()
+            hub.stop()  # its proxy and services may still run in its process group
+            raise RuntimeError(f"JupyterHub exited ({proc.returncode}):\n{tail}")
         try:
             if not ready["hub"]:
                 ready["hub"] = requests.get(hub.api, timeout=2).status_code == 200
