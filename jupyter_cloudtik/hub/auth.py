@@ -14,6 +14,7 @@ the app (kernels, contents, ...) answer 403 to everybody.
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
@@ -31,6 +32,12 @@ _groups_cache: dict[str, tuple[float, tuple[str, ...]]] = {}
 class HubIdentityProvider(JupyterHubIdentityProvider):
     """JupyterHub's identity provider for services, plus the caller's groups and role."""
 
+    @property
+    def hub_settings(self) -> CloudTikHub:
+        if getattr(self, "_hub_settings", None) is None:
+            self._hub_settings = CloudTikHub(parent=self.parent)
+        return self._hub_settings
+
     async def get_user(self, handler: Any) -> Any:
         user = await super().get_user(handler)
         if user is None or getattr(user, "cloudtik_caller", None) is not None:
@@ -40,15 +47,14 @@ class HubIdentityProvider(JupyterHubIdentityProvider):
         groups = model.get("groups")
         if groups is None:
             groups = await self._groups(model["name"])
-        settings = CloudTikHub(parent=self.parent)
         admin = bool(model.get("admin")) or ADMIN_SCOPE in scopes or any(
-            g in settings.admin_groups for g in groups)
+            g in self.hub_settings.admin_groups for g in groups)
         user.cloudtik_caller = Caller(model["name"], tuple(sorted(groups)), admin)
         user.cloudtik_may_use = admin or USE_SCOPE in scopes
         return user
 
     async def _groups(self, name: str) -> tuple[str, ...]:
-        ttl = CloudTikHub(parent=self.parent).group_cache_seconds
+        ttl = self.hub_settings.group_cache_seconds
         hit = _groups_cache.get(name)
         if hit and time.monotonic() - hit[0] < ttl:
             return hit[1]
@@ -58,11 +64,14 @@ class HubIdentityProvider(JupyterHubIdentityProvider):
                           request_timeout=10)
         try:
             resp = await AsyncHTTPClient().fetch(req, raise_error=False)
-            import json
-
             groups = tuple(json.loads(resp.body).get("groups") or []) \
-                if resp.code == 200 else ()
-        except Exception:
+                if resp.code == 200 else None
+        except (OSError, ValueError):
+            groups = None
+        if groups is None:
+            # treated as in no group (only what is offered to the user by name or to
+            # everyone) until the next lookup; the service needs read:users:groups
+            self.log.warning("cloudtik: could not read the hub groups of %s", name)
             groups = ()
         _groups_cache[name] = (time.monotonic(), groups)
         return groups

@@ -54,9 +54,15 @@ def load_catalog_file(ctx: Any) -> None:
                                   field=f"secrets.{key}")
         body["secrets"] = resolved
         kind, name = body.pop("kind", None), body.pop("name", None)
-        ctx.catalog.put(kind, name, body, actor="catalog-file")
+        try:
+            ctx.catalog.put(kind, name, body, actor="catalog-file")
+        except ConfigError as e:
+            raise ConfigError(f"{where}: {e.message}", field=e.field) from None
     for subject, limits in (data.get("quotas") or {}).items():
-        ctx.catalog.set_quota(subject, limits or {}, actor="catalog-file")
+        try:
+            ctx.catalog.set_quota(subject, limits or {}, actor="catalog-file")
+        except ConfigError as e:
+            raise ConfigError(f"{path}: quotas.{subject}: {e.message}", field=e.field) from None
 
 
 def start_services(ctx: Any) -> None:
@@ -67,7 +73,6 @@ def start_services(ctx: Any) -> None:
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     ctx.sidekicks = SidekickSupervisor(state, secret_resolver=lambda ref: _sidekick_secret(
         ctx, ref), log=log)
-    ctx.egress_clients = {}
     loop = asyncio.get_event_loop()
 
     async def start() -> None:

@@ -39,8 +39,12 @@ class HubContext:
         self._storage: Any = None
         self._jobs: Any = None
         self._features: dict[str, Any] = {}
+        # started by bootstrap.start_services on the server's loop
         self.egress: Any = None
         self.sidekicks: Any = None
+        self.egress_clients: dict[str, tuple[Caller, str]] = {}
+        self.services_ready: Any = None
+        self.session_watch: Any = None
 
     # the request's view ------------------------------------------------------------------
     def for_request(self, handler: Any) -> UserContext:
@@ -92,11 +96,16 @@ class HubContext:
 
     def spend_today(self, user: str) -> float:
         """Core-hours of ``user``'s clusters since midnight times their provider's price
-        (``price_per_core_hour`` in the catalogue; 0 when no price is set)."""
+        (``price_per_core_hour`` in the catalogue; 0 when no price is set).  A cluster
+        records its provider type, not the catalogue entry: with several entries of one
+        type, the highest price counts (a spend limit should not be underestimated)."""
         start = started_today()
         now = time.time()
-        prices = {r.spec.get("type"): float(r.spec.get("price_per_core_hour") or 0)
-                  for r in self.catalog.list("provider")}
+        prices: dict[str, float] = {}
+        for r in self.catalog.list("provider"):
+            ptype = r.spec.get("type")
+            prices[ptype] = max(prices.get(ptype, 0.0),
+                                float(r.spec.get("price_per_core_hour") or 0))
         total = 0.0
         for r in self.store.query(
                 "SELECT provider, config, target_workers, created_at, updated_at, state"

@@ -16,11 +16,12 @@ from typing import Any
 from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
-from tornado import httpclient, web
+from tornado import web
 
 from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
 from ..core.store import dumps
 from ..server.base import CloudTikHandler
+from ..server.forward import forward, request_headers
 from . import bootstrap
 from .catalog import KINDS, Caller
 from .context import caller_of
@@ -361,10 +362,6 @@ class SidekickStopUserHandler(HubHandler):
         self.write_json({"stopped": True})
 
 
-_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-        "trailer", "transfer-encoding", "upgrade", "host", "content-length", "cookie",
-        "authorization"}
-
 
 class BrowserPageHandler(JupyterHandler):
     """Pages a browser navigates to (not API calls): an unauthenticated visit is sent to
@@ -401,27 +398,9 @@ class SidekickProxyHandler(BrowserPageHandler):
         if c.name != user and not c.admin:
             raise web.HTTPError(404, "no such side-kick")
         target, extra = self.hub.sidekicks.proxy_target(user, name)
-        url = target + self.request.path
-        if self.request.query:
-            url += "?" + self.request.query
-        headers = {k: v for k, v in self.request.headers.get_all()
-                   if k.lower() not in _HOP}
-        headers.update(extra)
-        headers["X-Forwarded-User"] = c.name
-        body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
-        req = httpclient.HTTPRequest(url, method=self.request.method, headers=headers,
-                                     body=body, follow_redirects=False,
-                                     request_timeout=300,
-                                     allow_nonstandard_methods=True)
-        resp = await httpclient.AsyncHTTPClient().fetch(req, raise_error=False)
-        if resp.code == 599:
-            raise web.HTTPError(502, f"side-kick '{name}' did not answer")
-        self.set_status(resp.code, resp.reason)
-        self.clear_header("Content-Type")
-        for k, v in resp.headers.get_all():
-            if k.lower() not in _HOP and k.lower() != "set-cookie":
-                self.add_header(k, v)
-        self.finish(resp.body or b"")
+        await forward(self, target + self.request.path,
+                      request_headers(self, {**extra, "X-Forwarded-User": c.name}),
+                      unavailable=f"side-kick '{name}' did not answer", timeout=300)
 
     @web.authenticated
     @authorized

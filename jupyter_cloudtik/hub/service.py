@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from ..core.errors import ConfigError
 from ..server.routes import build_routes
 from .context import HubContext
 
@@ -47,7 +48,11 @@ def _load_jupyter_server_extension(serverapp: Any) -> None:
     web_app.settings[SETTINGS_KEY] = ctx
     base_url = web_app.settings["base_url"]
     web_app.add_handlers(".*$", hub_routes(base_url) + build_routes(base_url))
-    bootstrap.load_catalog_file(ctx)
+    try:
+        bootstrap.load_catalog_file(ctx)
+    except ConfigError as e:  # a bad catalogue file: say what is wrong, do not serve
+        serverapp.log.critical("jupyter_cloudtik hub sidekick: %s", e.message)
+        raise SystemExit(2) from None
     bootstrap.start_services(ctx)
     _stop_on_cleanup(serverapp, ctx)
     serverapp.log.info("jupyter_cloudtik hub sidekick: API at %scloudtik/api/ (state: %s)",

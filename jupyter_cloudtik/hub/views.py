@@ -178,10 +178,6 @@ class ClustersView(_Denied):
             out[0]["default"] = True
         return out
 
-    def default_provider(self) -> str | None:
-        offered = self.providers()
-        return offered[0]["name"] if len(offered) == 1 else None
-
     # starting -------------------------------------------------------------------------
     async def start_up(self, config: Any = None, *, name: str | None = None,
                        workers: int | None = None, provider: str | None = None,
@@ -220,8 +216,7 @@ class ClustersView(_Denied):
             except NotFoundError:
                 tmpl = None
         if tmpl is not None:
-            prov_res = catalog.usable(self.caller, "provider", tmpl.spec["provider"]) \
-                if not self.caller.admin else catalog.get("provider", tmpl.spec["provider"])
+            prov_res = catalog.usable(self.caller, "provider", tmpl.spec["provider"])
             base = copy.deepcopy(tmpl.spec.get("config") or {})
             if config:
                 base = _merge(base, {k: v for k, v in config.items() if k != "provider"})

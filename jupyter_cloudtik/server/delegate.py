@@ -12,21 +12,21 @@ as they arrive.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
+from urllib.parse import urlparse
 
 from jupyter_server.auth.decorator import authorized
-from tornado import httpclient, web
+from tornado import web
 
 from .base import CloudTikHandler
+from .forward import forward, request_headers
 
 HUB_SERVICE_ENV = "CLOUDTIK_HUB_SERVICE_URL"
+log = logging.getLogger("jupyter_cloudtik.server")
 DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-transfers",
              "storage-backends", "jobs", "hpc", "hub")
-_SKIP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te",
-         "trailer", "transfer-encoding", "upgrade", "host", "content-length", "cookie",
-         "authorization", "x-xsrftoken", "origin", "referer"}
-
 
 def hub_service_url(configured: str) -> str | None:
     url = configured or os.environ.get(HUB_SERVICE_ENV, "")
@@ -43,57 +43,17 @@ class DelegatingHandler(CloudTikHandler):
 
     async def _forward(self, path: str) -> None:
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
-        url = f"{self.target}cloudtik/api/{path}"
-        if self.request.query:
-            url += "?" + self.request.query
-        headers = {k: v for k, v in self.request.headers.get_all()
-                   if k.lower() not in _SKIP}
-        headers["Authorization"] = f"token {token}"
-        streaming = "text/event-stream" in self.request.headers.get("Accept", "")
-        started = False
+        theirs = urlparse(self.target).path  # the sidekick's base URL, e.g. /services/x/
 
-        def on_chunk(chunk: bytes) -> None:
-            nonlocal started
-            started = True
-            self.write(chunk)
-            self.flush()
+        def here(name: str, value: str) -> str:
+            return value.replace(theirs, self.base_url, 1) if name.lower() == "location" \
+                else value
 
-        def on_header(line: str) -> None:
-            line = line.strip()
-            if line.startswith("HTTP/"):
-                parts = line.split(" ", 2)
-                self.set_status(int(parts[1]), parts[2] if len(parts) > 2 else None)
-            elif ":" in line:
-                k, _, v = line.partition(":")
-                if k.strip().lower() not in _SKIP | {"set-cookie", "server", "date"}:
-                    self.set_header(k.strip(), v.strip())
-
-        body = self.request.body if self.request.method in ("POST", "PUT", "PATCH") else None
-        req = httpclient.HTTPRequest(
-            url, method=self.request.method, headers=headers, body=body,
-            follow_redirects=False, allow_nonstandard_methods=True,
-            request_timeout=0 if streaming else 600, connect_timeout=20,
-            streaming_callback=on_chunk if streaming else None,
-            header_callback=on_header if streaming else None)
-        try:
-            resp = await httpclient.AsyncHTTPClient().fetch(req, raise_error=False)
-        except Exception:
-            resp = None
-        if resp is None or resp.code == 599:
-            if started:
-                self.finish()
-                return
-            raise web.HTTPError(502, "the hub's cloudtik sidekick did not answer")
-        if streaming:
-            self.finish()
-            return
-        self.set_status(resp.code, resp.reason)
-        for k, v in resp.headers.get_all():
-            if k.lower() not in _SKIP | {"set-cookie", "server", "date"}:
-                if k.lower() == "location":
-                    v = v.replace(self.target, self.base_url, 1)
-                self.set_header(k, v)
-        self.finish(resp.body or b"")
+        await forward(self, f"{self.target}cloudtik/api/{path}",
+                      request_headers(self, {"Authorization": f"token {token}"},
+                                      drop=frozenset({"origin", "referer"})),
+                      unavailable="the hub's cloudtik sidekick did not answer",
+                      header_value=here)
 
     @web.authenticated
     @authorized
@@ -126,15 +86,49 @@ def delegated_routes(prefix: str, target: str) -> list[tuple[str, Any, dict[str,
     return [(pattern, DelegatingHandler, {"target": target})]
 
 
-def stop_my_sidekicks(target: str | None) -> None:
-    """The server is stopping: the user's side-kicks end with their session."""
-    if not target:
-        return
-    import requests
+async def _hub_call(method: str, url: str, timeout: float) -> bytes | None:
+    """A call to the sidekick with this server's hub token; None when it did not work."""
+    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
-    try:
-        requests.post(f"{target}cloudtik/api/hub/sidekicks/_stop-mine", timeout=10,
+    req = HTTPRequest(url, method=method, body=b"" if method == "POST" else None,
+                      request_timeout=timeout,
                       headers={"Authorization": "token "
                                + os.environ.get("JUPYTERHUB_API_TOKEN", "")})
-    except requests.RequestException:
-        pass  # the sidekick stops idle side-kicks by itself
+    try:
+        resp = await AsyncHTTPClient().fetch(req, raise_error=False)
+    except OSError:
+        return None
+    return resp.body if resp.code < 300 else None
+
+
+async def stop_my_sidekicks(target: str | None) -> None:
+    """The server is stopping: the user's side-kicks end with their session (if the
+    sidekick does not answer, its session watcher stops them)."""
+    if target:
+        await _hub_call("POST", f"{target}cloudtik/api/hub/sidekicks/_stop-mine", 10)
+
+
+async def egress_session_env(target: str) -> dict[str, str]:
+    """The egress proxy settings for this user's kernels, with a CA bundle file (this
+    system's CAs + the deployment CA) written to the runtime folder; {} when the sidekick
+    has no proxy or does not answer (kernels then go out directly)."""
+    import json
+    from pathlib import Path
+
+    from jupyter_core.paths import jupyter_runtime_dir
+
+    body = await _hub_call("GET", f"{target}cloudtik/api/hub/egress/session", 10)
+    if body is None:
+        log.warning("jupyter_cloudtik: no egress proxy settings from the hub sidekick")
+        return {}
+    data = json.loads(body)
+    bundle = Path(jupyter_runtime_dir()) / "cloudtik-egress-ca-bundle.pem"
+    bundle.parent.mkdir(parents=True, exist_ok=True)
+    system = next((Path(p).read_text() for p in ("/etc/ssl/certs/ca-certificates.crt",
+                                                  "/etc/pki/tls/certs/ca-bundle.crt")
+                   if Path(p).exists()), "")
+    bundle.write_text(system + "\n" + data["ca_pem"])
+    theirs = data["env"].get("REQUESTS_CA_BUNDLE")
+    env = {k: (str(bundle) if v == theirs else v) for k, v in data["env"].items()}
+    env.pop("NODE_EXTRA_CA_CERTS", None)  # a path on the sidekick's machine
+    return env

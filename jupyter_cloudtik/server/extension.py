@@ -83,6 +83,7 @@ class ServerContext:
         self.kernel_token = secrets.token_urlsafe(32)
         self._features: dict[str, Any] = {}
         self._list_cache: dict[bool, tuple[Any, str]] = {}
+        self._egress_env: dict[str, str] | None = None
 
     def feature(self, name: str, factory: Callable[[ServerContext], Any]) -> Any:
         if name not in self._features:
@@ -128,48 +129,18 @@ class ServerContext:
         url = self.api_url()
         if not self.server.kernel_access or url is None:
             return {}
-        return {API_URL_ENV: url, API_TOKEN_ENV: self.kernel_token, **self.egress_env()}
+        return {API_URL_ENV: url, API_TOKEN_ENV: self.kernel_token}
 
-    def egress_env(self) -> dict[str, str]:
+    async def egress_env(self) -> dict[str, str]:
         """The hub's egress proxy settings for kernels (asked once, then cached)."""
-        from .delegate import hub_service_url
+        from .delegate import egress_session_env, hub_service_url
 
         target = hub_service_url(self.server.hub_service_url)
         if not target or not self.server.hub_egress:
             return {}
-        cached = getattr(self, "_egress_env", None)
-        if cached is not None:
-            return cached
-        import os
-        from pathlib import Path
-
-        import requests
-
-        try:
-            resp = requests.get(f"{target}cloudtik/api/hub/egress/session", timeout=10,
-                                headers={"Authorization": "token "
-                                         + os.environ.get("JUPYTERHUB_API_TOKEN", "")})
-            resp.raise_for_status()
-            data = resp.json()
-        except Exception as e:  # kernels still start; requests just go out directly
-            log.warning("jupyter_cloudtik: no egress proxy settings from the hub: %s",
-                        type(e).__name__)
-            return {}
-        from jupyter_core.paths import jupyter_runtime_dir
-
-        bundle_src = data["env"].get("REQUESTS_CA_BUNDLE")
-        bundle = Path(jupyter_runtime_dir()) / "cloudtik-egress-ca-bundle.pem"
-        bundle.parent.mkdir(parents=True, exist_ok=True)
-        system = ""
-        for candidate in ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt"):
-            if os.path.exists(candidate):
-                system = Path(candidate).read_text()
-                break
-        bundle.write_text(system + "\n" + data["ca_pem"])
-        env = {k: (str(bundle) if v == bundle_src else v) for k, v in data["env"].items()}
-        env.pop("NODE_EXTRA_CA_CERTS", None)
-        self._egress_env = env
-        return env
+        if self._egress_env is None:
+            self._egress_env = await egress_session_env(target)
+        return self._egress_env
 
     def after_up(self, op_id: str) -> None:
         """Start the idle reaper when a cluster asks for idle shutdown."""
@@ -194,6 +165,7 @@ def _give_kernels_access(serverapp: Any, ctx: ServerContext) -> None:
     async def start_kernel(*args: Any, **kwargs: Any) -> Any:
         extra = ctx.kernel_env()
         if extra:
+            extra.update(await ctx.egress_env())
             import os
 
             env = dict(kwargs.get("env") or os.environ)
@@ -242,7 +214,7 @@ def _shutdown_features_on_stop(serverapp: Any, ctx: ServerContext) -> None:
     async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
         from .delegate import hub_service_url, stop_my_sidekicks
 
-        stop_my_sidekicks(hub_service_url(ctx.server.hub_service_url))
+        await stop_my_sidekicks(hub_service_url(ctx.server.hub_service_url))
         for hook in lifecycle_hooks("shutdown"):
             try:
                 hook(ctx)

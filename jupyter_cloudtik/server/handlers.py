@@ -207,10 +207,11 @@ class ProvidersHandler(CloudTikHandler):
     async def get(self) -> None:
         """Installed providers with their config schemas (what the New form is made of)."""
         providers = self.manager.providers()
-        offered = getattr(self.manager, "default_provider", None)  # a hub user's catalogue
+        default = self.ctx.settings.default_provider
+        if any("kind" in p for p in providers):  # a hub user's catalogue entries
+            default = next((p["name"] for p in providers if p["default"]), "")
         self.write_json({"providers": providers,
-                         "default_provider": offered() if offered else
-                         self.ctx.settings.default_provider,
+                         "default_provider": default,
                          "limits": {
                              "max_clusters": self.ctx.settings.max_clusters,
                              "max_workers_per_cluster":

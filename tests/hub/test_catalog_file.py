@@ -1,0 +1,73 @@
+"""The catalogue file an admin keeps in configuration management (c.CloudTikHub.catalog_file),
+applied to a real catalogue in a real state DB."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError
+from jupyter_cloudtik.core.secrets import SecretStore
+from jupyter_cloudtik.core.store import Store
+from jupyter_cloudtik.hub.bootstrap import load_catalog_file
+from jupyter_cloudtik.hub.catalog import Caller, Catalog
+
+
+def _ctx(tmp_path, text: str):
+    path = tmp_path / "catalog.yaml"
+    path.write_text(text)
+    store = Store(tmp_path / "state")
+    catalog = Catalog(store, SecretStore(store))
+    return SimpleNamespace(hub=SimpleNamespace(catalog_file=str(path)), catalog=catalog)
+
+
+def test_catalog_file_with_secrets_from_the_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("TEST_OBS_SK", "sk-from-env-123")
+    ctx = _ctx(tmp_path, """
+resources:
+  - kind: storage
+    name: physics-data
+    spec: {type: s3, options: {provider: HuaweiOBS}}
+    secrets: {secret_access_key: {env: TEST_OBS_SK}}
+    groups: [physics]
+  - kind: provider
+    name: pool
+    spec: {type: local}
+    users: ["*"]
+quotas:
+  default: {max_clusters: 2}
+  group:physics: {max_clusters: 4, max_cores: 64}
+""")
+    load_catalog_file(ctx)
+    cat = ctx.catalog
+    assert cat.secret_values("storage", "physics-data") == {
+        "secret_access_key": "sk-from-env-123"}
+    assert "sk-from-env-123" not in str(cat.get("storage", "physics-data").to_dict(admin=True))
+    alice, bob = Caller("alice", ("physics",)), Caller("bob", ("chemistry",))
+    assert [r.name for r in cat.visible(alice)] == ["pool", "physics-data"]
+    assert [r.name for r in cat.visible(bob)] == ["pool"]
+    assert cat.quota_for(alice)["max_clusters"] == 4
+    assert cat.quota_for(bob)["max_clusters"] == 2
+    assert cat.audit_log()[0]["actor"] == "catalog-file"
+    load_catalog_file(ctx)  # applying it again changes nothing
+    assert len(cat.list()) == 2
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("resources:\n  - {kind: widget, name: x}\n", ["resources[0]", "kind", "widget"]),
+    ("resources:\n  - {kind: provider, name: Bad Name, spec: {type: local}}\n",
+     ["resources[0]", "name", "Bad Name"]),
+    ("resources:\n  - {kind: template, name: t, spec: {provider: 3}}\n",
+     ["resources[0]", "spec.provider"]),
+    ("resources:\n  - {kind: storage, name: s, spec: {type: s3},"
+     " secrets: {key: {env: NOT_SET_ANYWHERE_42}}}\n", ["secrets.key", "NOT_SET_ANYWHERE_42"]),
+    ("quotas:\n  user:alice: {max_cores: -1}\n", ["quotas.user:alice", "max_cores", "-1"]),
+    ("quotas:\n  someone: {max_cores: 1}\n", ["subject", "someone"]),
+    ("resources: [\n", ["cannot read"]),
+])
+def test_bad_catalog_files_name_the_entry_and_field(tmp_path, text, words):
+    with pytest.raises(ConfigError) as info:
+        load_catalog_file(_ctx(tmp_path, text))
+    for word in words:
+        assert word in info.value.message, info.value.message
