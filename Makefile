@@ -55,6 +55,7 @@ demo: install
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
@@ -73,6 +74,9 @@ bench: install
 	$(BIN)/python benchmarks/huaweicloud_up.py
 	$(BIN)/python benchmarks/egress_proxy.py
 	$(BIN)/python benchmarks/hub_load.py
+	$(BIN)/python benchmarks/adaptive.py
+	$(BIN)/python benchmarks/slurm_up.py
+	$(BIN)/python benchmarks/spark_up.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .ruff_cache test-artifacts \

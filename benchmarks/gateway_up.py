@@ -40,7 +40,7 @@ def raw_round(address: str, password: str) -> float:
 
 
 def ours_round(address: str, i: int) -> float:
-    from jupyter_cloudtik.cluster import Cluster
+    from jupyter_cloudtik.clusters.api import Cluster
 
     cfg = {"cluster_name": f"bench{i}",
            "provider": {"type": "dask-gateway", "address": address,

@@ -1,27 +1,32 @@
-"""`up` on the emulated Huawei Cloud: API calls for 1, 10, 100 workers, time for 10.
+"""`up` and `down` of N workers on the emulated Huawei Cloud in --no-boot mode.
 
-* End to end (the emulator boots every server's user data as local processes): `up` of 1
-  and 10 workers through the cluster manager, counting the Huawei API requests the
-  emulator received, by action, and timing `up` of 10 workers against the same `up` on
-  the embedded local provider (baseline: same Dask runtime, no cloud).
-* Provider level for 1, 10, 100 workers (the emulator does not boot them: 100 Dask
-  workers do not fit on a small machine): bootstrap + head + workers creation calls.
+The emulator runs as its own process with ``--no-boot``: servers go BUILD -> ACTIVE as on
+the cloud, but their user data is not run, so 1,000 workers need no 1,000 processes.
+Without a running head there is no Dask scheduler to wait for, so "up" here is every
+cloud call `up` makes through the provider: bootstrap (workspace look-ups, key pair,
+image), list the cluster, create the head (with the cluster's TLS object and the
+client's wheels staged in the workspace bucket), create N workers (at most 100 per ECS
+create call), mark them up to date (TMS, 50 servers a call), list again.  "down" is what
+`down` makes: list, delete the workers (up to 1,000 a call) and the head, wait for the ECS
+jobs, list again, delete the cluster's objects from the bucket.  API calls are counted by
+the emulator (every request it received, retries included).
 
-Usage: python benchmarks/huaweicloud_up.py
+"create calls" are those for the workers (the head's create is one more API call).
+Prints, for each N, exactly one line:
+    N=1000 up: create calls 10, API calls 37, 41.2 s; down: API calls 12, 8.3 s
+
+Usage: python benchmarks/huaweicloud_up.py [N ...]    (default: 1 10 100 1000)
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import os
+import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
-
-
-def counts_since(ctl, mark: int) -> Counter:
-    return Counter(r["action"] for r in ctl.requests(mark) if r.get("action"))
 
 
 def cluster_cfg(name: str, workers: int) -> dict:
@@ -34,93 +39,81 @@ def cluster_cfg(name: str, workers: int) -> dict:
             "head_node_type": "head"}
 
 
-def main() -> None:
+def main(sizes: list[int]) -> dict[int, dict[str, float]]:
     root = Path(tempfile.mkdtemp(prefix="hwc-bench-"))
     os.environ["CLOUDTIK_STATE_DIR"] = str(root / "state")
     os.environ["HOME"] = str(root)
-    os.environ.setdefault("CLOUDTIK_LAUNCHER_IDLE", "5")
-    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.clusters.manager import ClusterManager
+    from jupyter_cloudtik.core import config as cfgmod
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.core.workspace_manager import WorkspaceManager
-    from jupyter_cloudtik.testing.huaweicloud import Emulator, EmulatorControl, Options
+    from jupyter_cloudtik.providers.base import (
+        TAG_CLUSTER_NAME,
+        TAG_NODE_KIND,
+        TAG_NODE_STATUS,
+    )
+    from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
+    from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
+    from jupyter_cloudtik.workspaces.manager import WorkspaceManager
 
-    emu = Emulator(root / "emulator", Options(boot_seconds=0.1)).start()
+    (root / "emulator").mkdir()
+    emu = start_emulator(root / "emulator", boot_seconds=0.3, no_boot=True)
+    ctl = emu.ctl
     os.environ["HUAWEICLOUD_CREDENTIALS_FILE"] = str(root / "emulator" / "credentials")
-    ctl = EmulatorControl(emu.endpoint, emu.options.admin_token)
+    ctl.set_options(quotas={"instances": 5000, "cores": 20000, "ram": 50_000_000})
     settings = CloudTik(state_dir=str(root / "state"), start_reaper=False)
     cm = ClusterManager(settings=settings)
     wm = WorkspaceManager(settings=settings, store=cm.store)
-
-    async def run() -> None:
-        mark = ctl.last_request()
-        await wm.create("bench", {"provider": {"type": "huaweicloud", "region": "cn-north-4",
-                                               "endpoint": emu.endpoint,
-                                               "allowed_ssh_sources": ["127.0.0.1/32"]}})
-        ws_calls = counts_since(ctl, mark)
-        print(f"workspace create: {sum(ws_calls.values())} API calls")
-
-        print("\nend to end `up` (servers boot, workers join):")
-        print(f"{'workers':>8} {'API calls':>10} {'create calls':>13} {'tag calls':>10} "
-              f"{'seconds':>8}")
-        times = {}
-        for n in (1, 10):
+    results: dict[int, dict[str, float]] = {}
+    try:
+        asyncio.run(wm.create("bench", {"provider": {
+            "type": "huaweicloud", "region": emu.info["region"],
+            "endpoint": emu.info["endpoint"], "allowed_ssh_sources": ["127.0.0.1/32"]}}))
+        for n in sizes:
+            name = f"bench{n}"
+            cfg = cfgmod.build_config(cluster_cfg(name, n))
+            prov = HuaweiCloudNodeProvider(cfg["provider"], name, cm.context)
             mark = ctl.last_request()
             t0 = time.perf_counter()
-            info = await cm.up(cluster_cfg(f"e2e{n}", n))
-            took = time.perf_counter() - t0
-            assert info.running_workers == n
-            c = counts_since(ctl, mark)
-            times[n] = took
-            print(f"{n:>8} {sum(c.values()):>10} {c['ecs.create_post_paid_servers']:>13} "
-                  f"{c['ecs.batch_create_server_tags']:>10} {took:>8.2f}")
-            if n == 10:
-                print("   by action: " + ", ".join(f"{k} {v}" for k, v in sorted(c.items())))
-            await cm.down(f"e2e{n}")
-
-        local = {"cluster_name": "local10", "provider": {"type": "local"},
-                 "available_node_types": {"head": {"resources": {"CPU": 0}},
-                                          "worker": {"resources": {"CPU": 0,
-                                                                   "memory": "256MiB"},
-                                                     "min_workers": 10, "max_workers": 10}},
-                 "head_node_type": "head"}
-        t0 = time.perf_counter()
-        await cm.up(local)
-        local_took = time.perf_counter() - t0
-        await cm.down("local10")
-        print(f"\n`up` of 10 workers: huaweicloud (emulated) {times[10]:.2f}s, local provider "
-              f"{local_took:.2f}s (baseline) -> ratio {times[10] / local_took:.2f}x")
-
-        print("\nprovider level (emulator not booting): bootstrap + head + N workers")
-        ctl.set_options(boot=False)
-        from jupyter_cloudtik.core import config as cfgmod
-        from jupyter_cloudtik.providers.base import TAG_NODE_KIND
-        from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
-
-        print(f"{'workers':>8} {'API calls':>10} {'create calls':>13}")
-        for n in (1, 10, 100):
-            cfg = cfgmod.build_config(cluster_cfg(f"prov{n}", n))
-            prov = HuaweiCloudNodeProvider(cfg["provider"], f"prov{n}", cm.context)
-            mark = ctl.last_request()
             cfg = prov.bootstrap_config(cfg)
+            prov.non_terminated_nodes({TAG_CLUSTER_NAME: name})
+            made = []
             for kind, count in (("head", 1), ("worker", n)):
                 nc = {**cfg["available_node_types"][kind]["node_config"],
-                      "runtime": {"role": kind, "cluster_name": f"prov{n}",
+                      "runtime": {"role": kind, "cluster_name": name,
                                   "scheduler_address": "tcp://10.0.0.1:8786"}}
-                prov.create_node(nc, {TAG_NODE_KIND: kind}, count)
-            prov.non_terminated_nodes({})
-            c = counts_since(ctl, mark)
-            print(f"{n:>8} {sum(c.values()):>10} {c['ecs.create_post_paid_servers']:>13}")
-            prov.terminate_nodes(prov.non_terminated_nodes({}))
-        ctl.set_options(boot=True)
-        await wm.delete("bench")
-        left = ctl.leftovers()
-        print(f"\nleft at the emulator after down + workspace delete: {left or 'nothing'}")
+                made += list(prov.create_node(nc, {TAG_NODE_KIND: kind}, count))
+            prov.set_nodes_tags(made, {TAG_NODE_STATUS: "up-to-date"})
+            assert len(prov.non_terminated_nodes({TAG_CLUSTER_NAME: name})) == n + 1
+            up_s = time.perf_counter() - t0
+            up = [r for r in ctl.requests(mark) if r.get("action")]
+            # create calls for the workers (the head's own create is one more API call)
+            creates = sum(1 for r in up if r["action"] == "ecs.create_post_paid_servers"
+                          and '"cloudtik-node-kind","value":"worker"' in r["body"]
+                          .replace(" ", ""))
 
-    try:
-        asyncio.run(run())
+            mark = ctl.last_request()
+            t0 = time.perf_counter()
+            nodes = prov.non_terminated_nodes({TAG_CLUSTER_NAME: name})
+            heads = set(prov.non_terminated_nodes({TAG_CLUSTER_NAME: name,
+                                                   TAG_NODE_KIND: "head"}))
+            prov.terminate_nodes([x for x in nodes if x not in heads])
+            prov.terminate_nodes(sorted(heads))
+            assert prov.non_terminated_nodes({TAG_CLUSTER_NAME: name}) == []
+            prov.cleanup()  # as `down` does after the last node: the cluster's OBS objects
+            down_s = time.perf_counter() - t0
+            down = [r for r in ctl.requests(mark) if r.get("action")]
+            results[n] = {"creates": creates, "up_calls": len(up), "up_s": up_s,
+                          "down_calls": len(down), "down_s": down_s}
+            print(f"N={n} up: create calls {creates}, API calls {len(up)}, {up_s:.1f} s; "
+                  f"down: API calls {len(down)}, {down_s:.1f} s", flush=True)
+            assert creates == math.ceil(n / 100), (n, creates)
+        asyncio.run(wm.delete("bench"))
+        left = ctl.leftovers()
+        assert not left, f"left at the emulator: {left}"
     finally:
         emu.stop()
+    return results
 
 
 if __name__ == "__main__":
-    main()
+    main([int(a) for a in sys.argv[1:]] or [1, 10, 100, 1000])

@@ -27,11 +27,11 @@ __all__ = ["Cluster", "Workspace", "__version__", "load_ipython_extension"]
 def __getattr__(name: str):
     # keep `import jupyter_cloudtik` light: Dask and IPython load only when used
     if name == "Cluster":
-        from .cluster import Cluster
+        from .clusters.api import Cluster
 
         return Cluster
     if name == "Workspace":
-        from .workspace import Workspace
+        from .workspaces.api import Workspace
 
         return Workspace
     raise AttributeError(name)
@@ -39,14 +39,17 @@ def __getattr__(name: str):
 
 def load_ipython_extension(ipython) -> None:
     """`%load_ext jupyter_cloudtik`: register the %cluster magics."""
-    from .magics import register
+    from .clusters.magics import register
 
     register(ipython)
 
 
-def _jupyter_server_extension_points() -> list[dict[str, str]]:
-    """The Jupyter server extension (REST API): enabled by etc/jupyter on install."""
-    return [{"module": "jupyter_cloudtik.server.extension"}]
+def _jupyter_server_extension_points() -> list[dict[str, object]]:
+    """The Jupyter server extension (REST API, an ``ExtensionApp``): enabled by etc/jupyter
+    on install."""
+    from .server.extension import CloudTikExtension
+
+    return [{"module": "jupyter_cloudtik.server.extension", "app": CloudTikExtension}]
 
 
 def _jupyter_labextension_paths() -> list[dict[str, str]]:

@@ -24,22 +24,14 @@ from .core.errors import (
 
 USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
-# Features add their own sub-commands: a module with COMMANDS (a set of top-level command
-# names), add_commands(subparsers) and run(args) -> exit code.
-FEATURE_CLIS: tuple[str, ...] = (
-    "jupyter_cloudtik.placement.cli",
-    "jupyter_cloudtik.workspace_cli",
-    "jupyter_cloudtik.emulator_cli",
-    "jupyter_cloudtik.hpc.cli",
-    "jupyter_cloudtik.storage.cli",
-    "jupyter_cloudtik.hub.cli",
-)
-
 
 def _feature_modules():
-    import importlib
+    """Features add their own sub-commands (``jupyter_cloudtik.features`` entry points): a
+    module with COMMANDS (a set of top-level command names), add_commands(subparsers) and
+    run(args) -> exit code."""
+    from .core.features import cli_modules
 
-    return [importlib.import_module(m) for m in FEATURE_CLIS]
+    return cli_modules()
 
 
 def build_parser() -> Parser:
@@ -70,7 +62,32 @@ def _emit(args, data: Any, text: str | None = None) -> None:
         print(text)
 
 
-def _status_text(info) -> str:
+def _dashboard_url(info, backend=None) -> str:
+    """The dashboard as a browser opens it: a server-relative link (the server serves
+    every cluster's dashboard) is joined to the origin of the server the CLI talks to."""
+    link = info.dashboard_link
+    if not link:
+        return "-"
+    url = getattr(backend, "url", None)
+    if link.startswith("/") and url:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        return f"{parts.scheme}://{parts.netloc}{link}"
+    return link
+
+
+def _usage(info, backend) -> dict | None:
+    fn = getattr(backend, "usage", None)
+    if fn is None:
+        return None
+    try:
+        return fn(info.name)
+    except Exception:  # the cost line is extra; the status is what was asked for
+        return None
+
+
+def _status_text(info, backend=None) -> str:
     from .core.units import format_bytes
 
     lines = [
@@ -81,13 +98,29 @@ def _status_text(info) -> str:
         f"cores      {info.cores}",
         f"memory     {format_bytes(info.memory)}",
         f"scheduler  {info.scheduler_address or '-'}",
-        f"dashboard  {info.dashboard_link or '-'}",
+        f"dashboard  {_dashboard_url(info, backend)}",
     ]
+    for n in info.nodes:  # a runtime's own view (Spark's master), from the last status
+        for name, view in ((n.info.get("runtime") or {}) if n.kind == "head" else {}).items():
+            if "error" in view:
+                lines.append(f"{name:10} unreachable: {view['error']}")
+                continue
+            apps = ", ".join(f"{a['name']} ({a['cores']} cores)"
+                             for a in view.get("running_applications") or []) or "none"
+            lines.append(f"{name:10} {view.get('status')} at {view.get('master')}: "
+                         f"{view.get('alive_workers')} alive workers, "
+                         f"{view.get('cores_used')}/{view.get('cores')} cores, "
+                         f"{view.get('memory_used_mb')}/{view.get('memory_mb')} MiB in use; "
+                         f"running applications: {apps}; UI {view.get('ui')}")
     if info.placement:
         p = info.placement
         unit = f" {p['currency']}" if p.get("currency") else ""
         lines.append(f"cost       {p['cost_per_hour']:.3f}{unit} per hour (estimated; "
                      f"reservation {p['reservation_id']})")
+        u = _usage(info, backend)
+        if u is not None:
+            lines.append(f"cost so far {u['cost_so_far']:.3f}{unit} "
+                         f"({len(u['samples'])} size/price samples)")
     if info.nodes:
         lines.append("")
         lines.append(f"{'NODE':34} {'KIND':7} {'TYPE':10} {'STATUS':9} {'IP':15} PLACEMENT")
@@ -104,7 +137,7 @@ def _status_text(info) -> str:
 
 
 def run(argv: list[str]) -> int:
-    from .cluster import Cluster, ClusterList
+    from .clusters.api import Cluster, ClusterList
     from .progress import RichProgress, TextProgress, follow
     from .session import get_backend, resolve_name
 
@@ -126,19 +159,25 @@ def run(argv: list[str]) -> int:
 
     cmd = args.command
     if cmd == "up":
+        from .clusters.api import sized_config
         from .core.config import read_config_file
+        from .core.operations import started_info
+        from .runtime.base import with_runtime
 
         config = read_config_file(Path(args.config)) if args.config else None
+        config = with_runtime(config, getattr(args, "runtime", None),
+                              sync_env=bool(getattr(args, "sync_env", False)))
+        config = sized_config(backend, config, args.provider, args.cores, args.memory)
         op_id = backend.start_up(config, name=args.name, workers=args.workers,
                                  provider=args.provider)
-        name = backend.operation(op_id).target.split(":", 1)[1]
+        name = started_info(backend, op_id).resource.name
         if args.no_wait:
             _emit(args, {"operation": op_id, "cluster": name},
                   f"started operation {op_id} for cluster '{name}'")
             return 0
         follow(backend, op_id, view(f"{name}: up"))
         info = backend.get(name)
-        _emit(args, info.to_dict(), _status_text(info))
+        _emit(args, info.to_dict(), _status_text(info, backend))
         return 0
     if cmd == "down":
         names = [c.name for c in backend.list()] if args.all else [
@@ -150,12 +189,24 @@ def run(argv: list[str]) -> int:
         return 0
     if cmd == "status":
         info = backend.status(resolve_name(backend, args.name))
-        _emit(args, info.to_dict(), _status_text(info))
+        _emit(args, info.to_dict(), _status_text(info, backend))
         return 0
     if cmd == "list":
         infos = backend.list(include_stopped=args.all)
         clusters = ClusterList([Cluster(i.name, backend, i) for i in infos])
         _emit(args, [i.to_dict() for i in infos], repr(clusters))
+        return 0
+    if cmd == "adapt":
+        from IPython.core.error import UsageError
+
+        from .clusters.magics import _adapt
+
+        try:
+            text = _adapt(Cluster(args.name, backend), args)
+        except UsageError as e:
+            print(f"jupyter cloudtik: {e}", file=sys.stderr)
+            return 2
+        _emit(args, {"cluster": args.name, "adapt": text}, text)
         return 0
     if cmd == "scale":
         op_id = backend.start_scale(args.name, args.workers, args.node_type)
@@ -164,7 +215,7 @@ def run(argv: list[str]) -> int:
             return 0
         follow(backend, op_id, view(f"{args.name}: scale"))
         info = backend.get(args.name)
-        _emit(args, info.to_dict(), _status_text(info))
+        _emit(args, info.to_dict(), _status_text(info, backend))
         return 0
     if cmd == "logs":
         logs = backend.logs(resolve_name(backend, args.name), args.node, args.tail)

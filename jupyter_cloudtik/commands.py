@@ -32,6 +32,13 @@ def _non_negative_int(text: str) -> int:
     return value
 
 
+def _positive_int(text: str) -> int:
+    value = _non_negative_int(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError("0 cores: use 1 or more")
+    return value
+
+
 def add_cluster_commands(sub, cli: bool) -> None:
     """Add up/down/status/list/scale/logs (and client for magics) to a subparsers object."""
 
@@ -46,6 +53,15 @@ def add_cluster_commands(sub, cli: bool) -> None:
     p.add_argument("--name", "-n", help="cluster name (default: 'default' or the config's)")
     p.add_argument("--workers", "-w", type=_non_negative_int, help="number of workers")
     p.add_argument("--provider", "-p", help="provider type (default: local)")
+    p.add_argument("--cores", type=_positive_int,
+                   help="cores of each worker (the worker node type's resources.CPU)")
+    p.add_argument("--memory",
+                   help="memory of each worker, e.g. 2GiB (resources.memory)")
+    p.add_argument("--runtime", "-r",
+                   help="what the nodes run: dask (default), spark, or dask,spark")
+    p.add_argument("--sync-env", action="store_true",
+                   help="replicate every package installed here on the nodes, at the "
+                        "exact versions (runtime.sync_env)")
     p.add_argument("--no-wait", action="store_true",
                    help="return once the operation has started")
 
@@ -65,6 +81,17 @@ def add_cluster_commands(sub, cli: bool) -> None:
     p.add_argument("--node-type", "-t", help="worker node type (if the cluster has several)")
     p.add_argument("--no-wait", action="store_true",
                    help="return once the operation has started")
+
+    p = add("adapt", "scale with the scheduler's load between --min and --max workers "
+                     "(run by the Jupyter server, or with no server by the reaper daemon: "
+                     "it goes on when the kernel or this command is gone)")
+    p.add_argument("name", help="cluster name")
+    p.add_argument("--min", dest="minimum", type=_non_negative_int, help="fewest workers")
+    p.add_argument("--max", dest="maximum", type=_non_negative_int, help="most workers")
+    p.add_argument("--interval", type=float, help="seconds between decisions (default 1)")
+    p.add_argument("--wait-count", type=int,
+                   help="lower targets in a row before scaling down (default 3)")
+    p.add_argument("--off", action="store_true", help="stop adaptive scaling")
 
     p = add("logs", "show the logs of a cluster's nodes")
     p.add_argument("name", nargs="?", help="cluster name (default: the only cluster)")

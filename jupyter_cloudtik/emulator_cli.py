@@ -1,4 +1,4 @@
-"""``jupyter cloudtik emulator huaweicloud [run|status|stop]`` (a FEATURE_CLIS module)."""
+"""``jupyter cloudtik emulator huaweicloud [run|status|stop]`` (a feature's ``cli``)."""
 
 from __future__ import annotations
 

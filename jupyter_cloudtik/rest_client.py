@@ -19,13 +19,15 @@ from urllib.parse import quote
 
 import requests
 
-from .core.errors import CloudTikError, OperationCancelled, error_from_dict
+from .core import env
+from .core.errors import CloudTikError, error_from_dict
 from .core.models import ClusterInfo
-from .core.operations import Event, OperationInfo
+from .core.operations import Event, OperationInfo, StartedOperation
+from .core.runner import result_of
 from .providers.base import ConnectInfo
 from .session import API_URL_ENV
 
-API_TOKEN_ENV = "CLOUDTIK_API_TOKEN"
+API_TOKEN_ENV = env.API_TOKEN
 
 
 class ApiUnavailable(CloudTikError):
@@ -52,13 +54,16 @@ class RestBackend:
         self.session.headers["Accept"] = "application/json"
         if token:
             self.session.headers["Authorization"] = f"token {token}"
+        # final states the event streams ended with, for ``wait`` (one entry per stream
+        # followed to its end, taken by the first ``wait``)
+        self._final: dict[str, OperationInfo] = {}
 
     @classmethod
     def from_environment(cls) -> RestBackend:
         url = os.environ.get(API_URL_ENV)
         if not url:
             raise CloudTikError(f"{API_URL_ENV} is not set", field=API_URL_ENV)
-        verify: bool | str = os.environ.get("CLOUDTIK_API_CA_BUNDLE") or True
+        verify: bool | str = os.environ.get(env.API_CA_BUNDLE) or True
         return cls(url, os.environ.get(API_TOKEN_ENV), verify=verify)
 
     def __repr__(self) -> str:  # never show the token
@@ -90,14 +95,19 @@ class RestBackend:
     def start_up(self, config: dict[str, Any] | None = None, *, name: str | None = None,
                  workers: int | None = None, provider: str | None = None) -> str:
         body = {"config": config, "name": name, "workers": workers, "provider": provider}
-        return self._json("POST", "clusters", body=body)["operation"]["id"]
+        return self._started(self._json("POST", "clusters", body=body))
 
     def start_down(self, name: str) -> str:
-        return self._json("DELETE", f"clusters/{_seg(name)}")["operation"]["id"]
+        return self._started(self._json("DELETE", f"clusters/{_seg(name)}"))
 
     def start_scale(self, name: str, workers: int, node_type: str | None = None) -> str:
         body = {"workers": workers, "node_type": node_type}
-        return self._json("PATCH", f"clusters/{_seg(name)}", body=body)["operation"]["id"]
+        return self._started(self._json("PATCH", f"clusters/{_seg(name)}", body=body))
+
+    @staticmethod
+    def _started(answer: dict[str, Any]) -> StartedOperation:
+        """The 202 answer names the operation and what it works on: keep it."""
+        return StartedOperation(OperationInfo.from_dict(answer["operation"]))
 
     # operations ------------------------------------------------------------------------
     def operation(self, op_id: str) -> OperationInfo:
@@ -139,6 +149,9 @@ class RestBackend:
                         last = ev.id
                         yield ev
                     elif kind == "end":
+                        # the final state: ``wait`` needs no request of its own
+                        # (under the id asked for: the server also resolves a prefix)
+                        self._final[str(op_id)] = OperationInfo.from_dict(json.loads(data))
                         ended = True
                         break
             except (requests.RequestException, ValueError):
@@ -149,20 +162,32 @@ class RestBackend:
                 return
 
     def wait(self, op_id: str) -> Any:
-        for _ in self.events(op_id):
-            pass
-        op = self.operation(op_id)
-        if op.state == "succeeded":
-            return op.result
-        if op.state == "cancelled":
-            raise OperationCancelled(f"{op.kind} {op.target} was cancelled")
-        err = (op.result or {}).get("error") if isinstance(op.result, dict) else None
-        raise error_from_dict(err or {"message": op.reason or "failed"})
+        """The operation's result (or its error), from the end of its event stream: a
+        stream already followed to its end (``follow`` does) costs no request more."""
+        op = self._final.pop(op_id, None)
+        if op is None or not op.done:
+            for _ in self.events(op_id):
+                pass
+            op = self._final.pop(op_id, None) or self.operation(op_id)
+        return result_of(op)
 
     def cancel(self, op_id: str) -> OperationInfo:
         return OperationInfo.from_dict(self._json("DELETE", f"operations/{_seg(op_id)}"))
 
     # clusters --------------------------------------------------------------------------
+    def adapt(self, name: str, minimum: int | None, maximum: int | None,
+              interval: float | None = None, wait_count: int | None = None) -> dict[str, Any]:
+        body = {k: v for k, v in {"minimum": minimum, "maximum": maximum,
+                                  "interval": interval, "wait_count": wait_count}.items()
+                if v is not None}
+        return self._json("PUT", f"clusters/{_seg(name)}/adapt", body=body)["adaptive"]
+
+    def usage(self, name: str) -> dict[str, Any]:
+        return self._json("GET", f"clusters/{_seg(name)}/usage")
+
+    def adapt_off(self, name: str) -> None:
+        self._json("DELETE", f"clusters/{_seg(name)}/adapt")
+
     def status(self, name: str) -> ClusterInfo:
         return ClusterInfo.from_dict(
             self._json("GET", f"clusters/{_seg(name)}", params={"refresh": "true"}))
@@ -196,12 +221,12 @@ class RestBackend:
                           )["operation"]["id"]
 
     def workspace_get(self, name: str):
-        from .core.workspace_manager import WorkspaceInfo
+        from .workspaces.manager import WorkspaceInfo
 
         return WorkspaceInfo.from_dict(self._json("GET", f"workspaces/{_seg(name)}"))
 
     def workspace_list(self, include_deleted: bool = False):
-        from .core.workspace_manager import WorkspaceInfo
+        from .workspaces.manager import WorkspaceInfo
 
         data = self._json("GET", "workspaces", params={"all": str(include_deleted).lower()})
         return [WorkspaceInfo.from_dict(w) for w in data["workspaces"]]

@@ -1,52 +1,27 @@
 """How the faces reach the core: a backend with the same calls in every setting.
 
-``CoreBackend`` runs the async core in this process on a background event loop (so it works
-the same from a kernel, whose main thread already runs a loop, and from the CLI).  A
+``CoreBackend`` runs the async core in this process on the process's one loop thread
+(``core.bridge``), so it works the same from a kernel, whose main thread already runs a
+loop, and from the CLI.  A
 backend that talks to a Jupyter server's REST API offers the same methods; ``get_backend``
 picks one from the environment, so magics, widgets and the ``Cluster`` API never care.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import queue
-import threading
-from collections.abc import Coroutine, Iterator
-from typing import Any, Protocol, TypeVar
+from collections.abc import Iterator
+from typing import Any, Protocol
 
+from .core import env
+from .core.bridge import LoopThread, bridge, choose_client
 from .core.errors import ConflictError
 from .core.models import ClusterInfo
-from .core.operations import Event, OperationInfo
+from .core.operations import Event, OperationInfo, StartedOperation, Target
 from .providers.base import ConnectInfo
 
-T = TypeVar("T")
-API_URL_ENV = "CLOUDTIK_API_URL"
-
-
-class LoopThread:
-    """An asyncio loop on a daemon thread, for calling coroutines from sync code."""
-
-    def __init__(self, name: str = "cloudtik-loop") -> None:
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self.thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self.thread.start()
-        self._ready.wait()
-
-    def _run(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        self.loop.call_soon(self._ready.set)
-        self.loop.run_forever()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        if threading.current_thread() is self.thread:
-            raise RuntimeError("LoopThread.run called from its own loop")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
-
-    def stop(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(timeout=5)
+API_URL_ENV = env.API_URL
+__all__ = ["API_URL_ENV", "Backend", "CoreBackend", "LoopThread", "get_backend",
+           "resolve_name"]
 
 
 class Backend(Protocol):
@@ -77,13 +52,13 @@ class CoreBackend:
     kind = "core"
 
     def __init__(self, settings=None, manager=None) -> None:
-        from .core.cluster_manager import ClusterManager
+        from .clusters.manager import ClusterManager
 
-        self.runner = LoopThread()
+        self.runner = bridge()  # the process's one loop thread
         self.manager = manager or ClusterManager(settings=settings)
 
-    def _start(self, coro) -> str:
-        return self.runner.run(coro).op_id
+    def _start(self, coro) -> StartedOperation:
+        return StartedOperation(self.runner.run(coro).info)
 
     def start_up(self, config=None, *, name=None, workers=None, provider=None) -> str:
         op_id = self._start(self.manager.start_up(
@@ -102,35 +77,10 @@ class CoreBackend:
 
     def events(self, op_id: str, after: int = 0) -> Iterator[Event]:
         """Events of an operation as they happen, until it is final (blocking iterator)."""
-        q: queue.Queue = queue.Queue()
-        done = object()
-
-        async def pump() -> None:
-            try:
-                async for ev in self.manager.ops.watch(op_id, after=after):
-                    q.put(ev)
-            except BaseException as e:  # surface it in the caller's thread
-                q.put(e)
-            finally:
-                q.put(done)
-
-        fut = asyncio.run_coroutine_threadsafe(pump(), self.runner.loop)
-        try:
-            while True:
-                try:
-                    item = q.get(timeout=0.1)  # short waits keep Ctrl-C responsive
-                except queue.Empty:
-                    continue
-                if item is done:
-                    return
-                if isinstance(item, BaseException):
-                    raise item
-                yield item
-        finally:
-            fut.cancel()
+        return self.runner.iterate(lambda: self.manager.ops.watch(op_id, after=after))
 
     def wait(self, op_id: str) -> Any:
-        if getattr(self, "_workspaces", None) is not None and op_id in self._workspaces._tasks:
+        if getattr(self, "_workspaces", None) is not None and self._workspaces.runner.runs(op_id):
             return self.runner.run(self._workspaces.wait(op_id))
         return self.runner.run(self.manager.wait(op_id))
 
@@ -139,7 +89,7 @@ class CoreBackend:
 
     def operations(self, cluster: str | None = None, limit: int = 50) -> list[OperationInfo]:
         return self.manager.ops.list(
-            target=f"cluster:{cluster}" if cluster else None, limit=limit)
+            target=str(Target("cluster", cluster)) if cluster else None, limit=limit)
 
     def status(self, name: str) -> ClusterInfo:
         return self.runner.run(self.manager.status(name))
@@ -156,6 +106,39 @@ class CoreBackend:
     def connect_info(self, name: str) -> tuple[str, ConnectInfo]:
         return self.manager.connect_info(name)
 
+    def adapt(self, name: str, minimum: Any, maximum: Any, interval: Any = None,
+              wait_count: Any = None) -> dict[str, Any]:
+        """Record the bounds; the loop runs where the clusters live, not here: a Jupyter
+        server on this state folder if one runs, else the reaper daemon (started now), so
+        it keeps going after this process (a CLI, a plain IPython) exits."""
+        from .clusters.reaper import ensure_reaper, reaper_running
+        from .core import adaptive
+        from .core.errors import ConflictError
+
+        adaptive.validate(self.manager, name, minimum, maximum, interval, wait_count)
+        settings = self.manager.settings
+        if not settings.start_reaper and adaptive.lease_holder(self.manager.store) is None \
+                and not reaper_running(settings.state_dir):
+            raise ConflictError(
+                "adaptive scaling runs in a Jupyter server or the reaper daemon, so that "
+                "it outlives this process; neither runs for this state folder and "
+                "c.CloudTik.start_reaper is False: start a Jupyter server, or turn "
+                "start_reaper on", field="name", value=name)
+        spec = adaptive.adapt(self.manager, name, minimum, maximum, interval, wait_count)
+        ensure_reaper(settings, self.manager.store)
+        return spec.to_dict()
+
+    def usage(self, name: str) -> dict[str, Any]:
+        from .core import usage
+
+        usage.sample(self.manager)
+        return usage.usage(self.manager, name)
+
+    def adapt_off(self, name: str) -> None:
+        from .core import adaptive
+
+        adaptive.adapt_off(self.manager, name)
+
     def providers(self) -> list[dict[str, Any]]:
         return self.manager.providers()
 
@@ -163,7 +146,7 @@ class CoreBackend:
     @property
     def workspaces(self):
         if getattr(self, "_workspaces", None) is None:
-            from .core.workspace_manager import WorkspaceManager
+            from .workspaces.manager import WorkspaceManager
 
             self._workspaces = WorkspaceManager(settings=self.manager.settings,
                                                 store=self.manager.store,
@@ -187,7 +170,7 @@ class CoreBackend:
         return self.runner.run(self.workspaces.status(name))
 
     def _maybe_start_reaper(self, op_id: str) -> None:
-        from .core.reaper import ensure_reaper
+        from .clusters.reaper import ensure_reaper
 
         try:
             ensure_reaper(self.manager.settings, self.manager.store)
@@ -196,30 +179,16 @@ class CoreBackend:
                                   level="warning")
 
 
-_backends: dict[tuple[str, str], Backend] = {}
-_backends_lock = threading.Lock()
-
-
 def get_backend(settings=None) -> Backend:
     """The backend for this process: the server's REST API inside a Jupyter server kernel
     (``CLOUDTIK_API_URL`` set), else the core in process.  Cached per state folder."""
-    url = os.environ.get(API_URL_ENV)
-    if url and settings is None:
-        key = ("rest", url)
-        with _backends_lock:
-            if key not in _backends:
-                from .rest_client import RestBackend
 
-                _backends[key] = RestBackend.from_environment()
-            return _backends[key]
-    from .core.settings import default_settings
+    def rest() -> Backend:
+        from .rest_client import RestBackend
 
-    settings = settings or default_settings()
-    key = ("core", settings.state_dir)
-    with _backends_lock:
-        if key not in _backends:
-            _backends[key] = CoreBackend(settings=settings)
-        return _backends[key]
+        return RestBackend.from_environment()
+
+    return choose_client("clusters", rest, lambda s: CoreBackend(settings=s), settings)
 
 
 def resolve_name(backend: Backend, name: str | None) -> str:

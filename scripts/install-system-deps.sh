@@ -9,12 +9,33 @@ declare -A PACKAGES=(
   # HPC: a real single-node Slurm for the slurm backend's tests and benchmark
   [slurm-wlm]=/usr/sbin/slurmctld
   [munge]=/usr/sbin/munged
+  # HPC: Slurm accounting (sacct answers for finished jobs; FirecREST needs it)
+  [slurmdbd]=/usr/sbin/slurmdbd
+  [mariadb-server]=/usr/sbin/mariadbd
   # HPC: the slurm backend over SSH is tested against a real sshd on loopback
   [openssh-server]=/usr/sbin/sshd
+  # HPC: a real ARC CE (A-REX 6.17, REST 1.0) for the arc backend's tests
+  [nordugrid-arc-arex]=/usr/share/arc/arc-arex-start
+  [nordugrid-arc-client]=/usr/bin/arcsub
+  [nordugrid-arc-plugins-needed]=/usr/share/doc/nordugrid-arc-plugins-needed
+  [nordugrid-arc-plugins-arcrest]=/usr/share/doc/nordugrid-arc-plugins-arcrest
+  [nordugrid-arc-plugins-internal]=/usr/share/doc/nordugrid-arc-plugins-internal
+  [nordugrid-arc-arcctl]=/usr/sbin/arcctl
+  [nordugrid-arc-arcctl-service]=/usr/share/doc/nordugrid-arc-arcctl-service
+  [nordugrid-arc-hed]=/usr/sbin/arched
+  [python3-nordugrid-arc]=/usr/share/doc/python3-nordugrid-arc
+  # ARC 7 (REST 1.1, tokens) runs from Debian 13's packages in a chroot the tests build
+  [debootstrap]=/usr/sbin/debootstrap
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
   [npm]=/usr/bin/npm                    # configurable-http-proxy for the JupyterHub tests
+  # realistic emulated servers (tests -m realistic): network namespaces, veth pairs and
+  # bridges, NAT rules, and a stock Debian root (docs/huaweicloud.md#realistic-mode)
+  [iproute2]=/usr/sbin/ip
+  [iptables]=/usr/sbin/iptables
+  # the Spark runtime: pyspark's JVMs (master, workers, the driver) need Java 17+
+  [openjdk-17-jre-headless]=/usr/lib/jvm/java-17-openjdk-amd64/bin/java
 )
 
 missing=()
@@ -28,6 +49,10 @@ fi
 # any node >= 18 on PATH will do (e.g. from nodesource)
 if command -v node >/dev/null; then
   missing=("${missing[@]/nodejs}")
+fi
+# any Java 17+ on PATH (or JAVA_HOME) will do for Spark
+if command -v java >/dev/null || [ -x "${JAVA_HOME:-/nonexistent}/bin/java" ]; then
+  missing=("${missing[@]/openjdk-17-jre-headless}")
 fi
 # any npm on PATH will do (nodesource's nodejs ships one)
 if command -v npm >/dev/null; then

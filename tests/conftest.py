@@ -71,7 +71,7 @@ def _down_everything(state_dir: Path) -> None:
     """Stop every cluster recorded in ``state_dir`` with the real core."""
     if not (state_dir / "state.db").exists():
         return
-    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.clusters.manager import ClusterManager
 
     settings = CloudTik(config=load_user_config(), state_dir=str(state_dir))
     manager = ClusterManager(settings=settings)
@@ -116,7 +116,7 @@ def settings(state_dir) -> CloudTik:
 
 @pytest.fixture
 def manager(settings):
-    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.clusters.manager import ClusterManager
 
     m = ClusterManager(settings=settings)
     yield m
@@ -136,3 +136,12 @@ def backend(settings):
 def venv_bin() -> Path:
     """The folder with this interpreter's scripts (jupyter-cloudtik, dask, ...)."""
     return Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (jupyter_cloudtik.testing.browser), one a module."""
+    from jupyter_cloudtik.testing.browser import chromium
+
+    with chromium() as b:
+        yield b

@@ -59,6 +59,12 @@ def test_life_cycle_with_json(venv_bin, state_dir):
         (["up", "--provider", "nimbus"], 2, "unknown provider 'nimbus'; installed: "),
         (["up", "/nonexistent.yaml"], 2, "config file /nonexistent.yaml does not exist"),
         (["cancel", "000000000000"], 2, "no operation with id"),
+        (["up", "--cores", "0"], 2, "0 cores: use 1 or more"),
+        (["up", "--cores", "two"], 2, "'two' is not a whole number"),
+        (["up", "--memory", "lots"], 2, "memory: 'lots' is not a size; use bytes or a "
+                                        "number with a unit such as 512MiB"),
+        (["up", "--memory", "1GiB", "--provider", "nimbus"], 2,
+         "unknown provider 'nimbus'; installed: "),
     ],
 )
 def test_bad_input_exit_codes(venv_bin, state_dir, args, code, message):
@@ -132,9 +138,41 @@ def test_idle_cluster_is_reaped_without_any_kernel(venv_bin, state_dir, tmp_path
     assert state["state"] == "stopped"
     assert state["reason"].startswith("idle for ")
     assert find_marked_processes(state_dir) == {}
-    from jupyter_cloudtik.core.reaper import reaper_running
+    from jupyter_cloudtik.clusters.reaper import reaper_running
 
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and reaper_running(state_dir):
         time.sleep(0.2)
     assert not reaper_running(state_dir), "the reaper did not exit with nothing to watch"
+
+
+def test_worker_size_from_the_command_line(venv_bin, state_dir, tmp_path):
+    """`up --cores/--memory`: the worker node type's resources, over the provider's default
+    node types (as the panel's form sends them); the Dask worker really gets them."""
+    from jupyter_cloudtik import Cluster
+
+    up = cli(venv_bin, "up", "--name", "sized", "--workers", "1", "--cores", "1",
+             "--memory", "768MiB", "--json")
+    assert up.returncode == 0, up.stderr
+    cfg = json.loads(up.stdout)["config"]
+    worker = [t for t in cfg["available_node_types"] if t != cfg["head_node_type"]]
+    assert len(worker) == 1
+    res = cfg["available_node_types"][worker[0]]["resources"]  # normalised: bytes
+    assert (res["CPU"], res["memory"]) == (1, 768 * 2**20)
+    client = Cluster.get("sized").client()
+    try:
+        (info,) = client.scheduler_info()["workers"].values()
+        assert info["memory_limit"] == 768 * 2**20 and info["nthreads"] == 1
+    finally:
+        client.close()
+    assert cli(venv_bin, "down", "sized").returncode == 0
+    # a config with two worker types: which one is meant? the message says where to set it
+    two = tmp_path / "two.yaml"
+    two.write_text("available_node_types:\n"
+                   "  head: {resources: {CPU: 0}}\n"
+                   "  small: {resources: {CPU: 1}, min_workers: 1}\n"
+                   "  big: {resources: {CPU: 2}}\n")
+    r = cli(venv_bin, "up", str(two), "--cores", "2")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert ("cores: the config has 2 worker node types (small, big); set the size of each "
+            "in available_node_types.<type>.resources instead") in r.stderr

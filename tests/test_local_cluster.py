@@ -246,3 +246,61 @@ def test_exec_launch_method(backend, settings, state_dir):
                "dask" in " ".join(psutil.Process(p).cmdline()) for p in pids)
     c.down(progress=False)
     assert node_pids(state_dir) == {}
+
+
+@pytest.mark.parametrize("method", ["fork", "exec"])
+def test_terminate_while_the_launch_is_in_flight_leaves_no_process(state_dir, settings,
+                                                                   method):
+    """A recovering `up` may terminate a pending node whose launch (by the killed `up`,
+    through the launcher) has not forked yet; the node must then never start."""
+    from jupyter_cloudtik.core.store import Store
+    from jupyter_cloudtik.providers.base import ProviderContext
+    from jupyter_cloudtik.providers.local.provider import LocalNodeProvider
+
+    store = Store(state_dir)
+    prov = LocalNodeProvider({"type": "local", "launch_method": method}, "race",
+                             ProviderContext(state_dir, store, settings))
+    real_launch = prov._launch
+
+    def launch_after_a_terminate(specs):
+        # the other `up` terminates the pending records first, then the launch lands
+        prov.terminate_nodes([s["node_id"] for s in specs])
+        return real_launch(specs)
+
+    prov._launch = launch_after_a_terminate
+    head = {"runtime": {"role": "head"}}
+    created = prov.create_node(head, {"cloudtik-node-kind": "head"}, 1)
+    node_id, launched = next(iter(created.items()))
+    deadline = time.monotonic() + 30  # the process that was launched ends by itself
+    while time.monotonic() < deadline and is_alive(launched["pid"]):
+        time.sleep(0.1)
+    assert not is_alive(launched["pid"])
+    assert find_marked_processes(state_dir, cluster="race") == {}
+    assert prov.non_terminated_nodes({}) == []
+    assert "terminated before it started" in prov.node_logs(node_id)
+    store.close()
+
+
+def test_up_after_a_scale_down_ends_at_the_requested_size(backend, state_dir):
+    """Issue 20: ``up --workers 2`` after the cluster was scaled to 1 must end with 2
+    workers (or say why not), not report success at the scaled size."""
+    c = Cluster.up(workers=2, progress=False, backend=backend)
+    c.scale(1, progress=False)
+    assert c.refresh().running_workers == 1
+    again = Cluster.up(workers=2, progress=False, backend=backend)
+    assert again.name == c.name
+    info = c.refresh()
+    assert (info.state, info.running_workers) == ("running", 2), info
+    assert len(node_pids(state_dir)) == 3  # scheduler + 2 workers, really running
+    client = c.client()
+    try:
+        assert len(client.scheduler_info()["workers"]) == 2
+    finally:
+        client.close()
+    # and down to the named size too
+    c.scale(3, progress=False)
+    assert c.refresh().running_workers == 3
+    Cluster.up(workers=2, progress=False, backend=backend)
+    info = c.refresh()
+    assert (info.state, info.running_workers) == ("running", 2), info
+    assert len(node_pids(state_dir)) == 3

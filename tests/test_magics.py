@@ -12,7 +12,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
 from nbformat.v4 import new_code_cell, new_notebook
 
-from jupyter_cloudtik.magics import CloudTikMagics
+from jupyter_cloudtik.clusters.magics import CloudTikMagics
 from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
 
 
@@ -92,6 +92,10 @@ def test_magics_end_to_end_with_kernel_restart(kernel, state_dir):
     assert "UsageError: no cluster named 'nope'; clusters: nb" in text_of(out)
     out = kernel.run("%cluster up --workers 3 --name nb", allow_error=True)
     assert "exists with a different config" in text_of(out)
+    out = kernel.run("%cluster up --name nb --memory 'a lot'  # it's a size", allow_error=True)
+    assert "UsageError: memory: 'a lot' is not a size" in text_of(out)
+    out = kernel.run("%cluster up --name nb --workers 2 --cores 2", allow_error=True)
+    assert "exists with a different config" in text_of(out)  # --cores reached the config
 
     pids = find_marked_processes(state_dir, cluster="nb")
     assert len(pids) == 3
@@ -134,7 +138,7 @@ def test_interrupting_up_cancels_it(kernel, state_dir, tmp_path):
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
     assert "cancelled" in "".join(texts)
-    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.clusters.manager import ClusterManager
     from jupyter_cloudtik.core.settings import CloudTik, load_user_config
 
     m = ClusterManager(CloudTik(config=load_user_config(), state_dir=str(state_dir)))

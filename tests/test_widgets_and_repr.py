@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from jupyter_cloudtik import Cluster
-from jupyter_cloudtik.widgets import ClusterWidget
+from jupyter_cloudtik.clusters.widgets import ClusterWidget
 
 
 def test_repr_and_widget_drive_the_real_cluster(backend):

@@ -268,6 +268,7 @@ def normalize(
     rt = cfg.setdefault("runtime", {})
     rt.setdefault("types", ["dask"])
     rt.setdefault("dask", {})
+    check_runtime_types(rt["types"])  # names the installed runtimes when one is not
     cfg.setdefault("setup_commands", [])
     return cfg
 
@@ -308,3 +309,59 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
             out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
         return out
     return {prefix: d}
+
+
+RUNTIMES_GROUP = "jupyter_cloudtik.runtimes"
+
+
+def check_runtime_types(types: list[str]) -> None:
+    """Every named runtime is installed (an entry point of ``jupyter_cloudtik.runtimes``);
+    the error lists the installed ones.  Here in the core, by name only: checking a
+    config needs no runtime imported."""
+    from . import plugins
+
+    names = plugins.installed(RUNTIMES_GROUP)
+    for i, t in enumerate(types):
+        if t not in names:
+            raise ConfigError(
+                f"runtime.types.{i}: '{t}' is not an installed runtime; installed: "
+                f"{', '.join(names) or 'none'}", field=f"runtime.types.{i}", value=t)
+
+
+def with_worker_size(config: dict[str, Any] | None, default_types: dict[str, Any], *,
+                     cores: int | None = None,
+                     memory: str | None = None) -> dict[str, Any] | None:
+    """``config`` with its worker node type's ``resources`` set from ``--cores`` /
+    ``--memory`` (the magics, the CLI, ``Cluster.up(cores=, memory=)``), as the panel's
+    New form does: a config without node types gets the provider's defaults
+    (``default_types``, from ``GET providers``) with the worker's size changed, so the
+    cluster's config is the same whichever face started it."""
+    if cores is None and memory is None:
+        return config
+    from .units import parse_bytes
+
+    field = "cores" if cores is not None else "memory"
+    if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)
+                              or cores < 1):
+        raise ConfigError(f"cores: {cores!r} is not a whole number of cores of 1 or more",
+                          field="cores", value=cores)
+    if memory is not None:
+        parse_bytes(memory, field="memory")
+    out = copy.deepcopy(config or {})
+    types = out.get("available_node_types") or copy.deepcopy(default_types)
+    head = out.get("head_node_type", "head")
+    workers = [t for t in types if t != head]
+    if len(workers) != 1:
+        raise ConfigError(
+            f"{field}: the config has {len(workers)} worker node types "
+            f"({', '.join(workers) or 'none'}); set the size of each in "
+            "available_node_types.<type>.resources instead", field=field)
+    resources = dict((types[workers[0]] or {}).get("resources") or {})
+    if cores is not None:
+        resources["CPU"] = cores
+    if memory is not None:
+        resources["memory"] = memory
+    types[workers[0]] = {**(types[workers[0]] or {}), "resources": resources}
+    out["available_node_types"] = types
+    out.setdefault("head_node_type", head)
+    return out

@@ -53,6 +53,9 @@ class ClusterInfo:
     placement: dict[str, Any] | None = None
     #: who started it (the hub user through a sidekick, else the account running the core)
     owner: str | None = None
+    #: the Spark UI (master, its workers' and applications' UIs) of a cluster running Spark:
+    #: ``{base_url}cloudtik/spark/NAME/`` under a server, else the master UI's own address
+    spark_ui_link: str | None = None
 
     # derived figures -----------------------------------------------------------------
     @property

@@ -28,7 +28,8 @@ from typing import Any
 
 import psutil
 
-from .errors import ConflictError, NotFoundError, OperationCancelled
+from .errors import ConflictError, OperationCancelled
+from .ids import resolve_row
 from .store import Store, dumps, loads
 
 ACTIVE_STATES = ("pending", "running")
@@ -58,6 +59,39 @@ class Event:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
 
 
+@dataclass(frozen=True)
+class Target:
+    """What an operation works on, e.g. ``Target("cluster", "etl")``.
+
+    Stored (and answered, for compatibility) as the string ``kind:name`` with an optional
+    ``/part`` (``storage:data/mount``); every reader uses ``Target.parse`` or the
+    operation's ``resource`` instead of splitting the string itself.
+    """
+
+    kind: str
+    name: str
+    part: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.name}" + (f"/{self.part}" if self.part else "")
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        kind, sep, rest = (text or "").partition(":")
+        if not sep:
+            return cls("", text or "")
+        name, slash, part = rest.partition("/")
+        if kind == "storage" and slash:
+            return cls(kind, name, part)
+        return cls(kind, rest)
+
+    def to_dict(self) -> dict[str, str]:
+        d = {"kind": self.kind, "name": self.name}
+        if self.part:
+            d["part"] = self.part
+        return d
+
+
 @dataclass
 class OperationInfo:
     id: str
@@ -78,12 +112,38 @@ class OperationInfo:
     def done(self) -> bool:
         return self.state in FINAL_STATES
 
+    @property
+    def resource(self) -> Target:
+        """The structured target (``kind``, ``name``)."""
+        return Target.parse(self.target)
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        d["resource"] = self.resource.to_dict()
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> OperationInfo:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__})
+
+
+class StartedOperation(str):
+    """The id of an operation just started (a ``str``: callers that pass the id on keep
+    working), carrying the operation as its start answered it, so a face does not ask
+    again for what it was already told (the cluster's name, the operation's target)."""
+
+    info: OperationInfo
+
+    def __new__(cls, info: OperationInfo) -> StartedOperation:
+        obj = super().__new__(cls, info.id)
+        obj.info = info
+        return obj
+
+
+def started_info(backend: Any, op_id: str) -> OperationInfo:
+    """The operation ``op_id`` as its start answered it, else as the backend reads it."""
+    info = getattr(op_id, "info", None)
+    return info if isinstance(info, OperationInfo) else backend.operation(op_id)
 
 
 def _process_start_time(pid: int) -> float | None:
@@ -175,7 +235,8 @@ class Operations:
                     _process_start_time(pid), user, now, now,
                 ),
             )
-        self.emit(op_id, "start", f"{kind} {target}", 0.0)
+        self.emit(op_id, "start", f"{kind} {target}", 0.0,
+                  data={"kind": kind, "resource": Target.parse(target).to_dict()})
         return self.get(op_id)
 
     def emit(
@@ -258,6 +319,7 @@ class Operations:
         op = self.get(op_id)
         if op.done:
             return op
+        op_id = op.id  # a prefix was resolved
         with self.store.transaction() as conn:
             conn.execute(
                 "UPDATE operations SET cancel_requested = 1, updated_at = ? WHERE id = ?",
@@ -274,11 +336,15 @@ class Operations:
         return bool(row and row[0])
 
     # reading --------------------------------------------------------------------------
-    def get(self, op_id: str) -> OperationInfo:
-        row = self.store.query_one("SELECT * FROM operations WHERE id = ?", (op_id,))
-        if row is None:
-            raise NotFoundError(f"no operation with id '{op_id}'", field="op_id")
-        return _row_to_op(row)
+    def get(self, op_id: str, user: str | None = None) -> OperationInfo:
+        """The operation ``op_id`` names (a whole id, or the start of one); with ``user``,
+        among that user's operations only, and another user's operation is "no operation"
+        exactly like a missing one (``core.ids``)."""
+        return _row_to_op(resolve_row(
+            self.store, "operations", op_id, user=user, field="op_id",
+            missing="no operation with id '{id}'",
+            ambiguous="operation: '{id}' matches several of your operations "
+                      "({candidates}); give more of the id"))
 
     def list(
         self, target: str | None = None, active_only: bool = False, limit: int = 100,

@@ -15,11 +15,19 @@ from .errors import ConfigError
 
 PROVIDERS = "jupyter_cloudtik.providers"
 WORKSPACE_PROVIDERS = "jupyter_cloudtik.workspace_providers"
+# what a feature adds to every node's runtime config (files, environment), called as
+# ``contribute(manager, cluster_config, role) -> dict``: storage's mounts, for one
+NODE_RUNTIME = "jupyter_cloudtik.node_runtime"
 
 
 @cache
 def _entry_points(group: str) -> dict[str, EntryPoint]:
     return {ep.name: ep for ep in entry_points(group=group)}
+
+
+def load_all(group: str) -> list[tuple[str, Any]]:
+    """Every plugin of ``group``, loaded, by name (a broken one is a ``ConfigError``)."""
+    return [(name, load(group, name)) for name in installed(group)]
 
 
 def installed(group: str) -> list[str]:

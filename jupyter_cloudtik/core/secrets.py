@@ -33,11 +33,12 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from traitlets import Bool, Unicode, default
 from traitlets.config import Configurable
 
+from . import env
 from .errors import CloudTikError, ConfigError, NotFoundError
 from .store import Store
 
 REDACTED = "<secret>"
-KEY_ENV = "CLOUDTIK_SECRET_KEY"
+KEY_ENV = env.SECRET_KEY
 KEY_FILE = "secret.key"
 
 SECRET_MIGRATIONS = [
@@ -235,7 +236,7 @@ class SecretStore:
         return Redactor(values)
 
 
-BACKEND_ENV = "CLOUDTIK_SECRET_BACKEND"
+BACKEND_ENV = env.SECRET_BACKEND
 
 
 class VaultSecrets(Configurable):

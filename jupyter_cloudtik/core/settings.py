@@ -16,7 +16,9 @@ from traitlets import Bool, Float, Int, List, Unicode, default, validate
 from traitlets.config import Config, Configurable
 from traitlets.config.loader import ConfigFileNotFound, JSONFileConfigLoader, PyFileConfigLoader
 
-STATE_DIR_ENV = "CLOUDTIK_STATE_DIR"
+from . import env
+
+STATE_DIR_ENV = env.STATE_DIR
 CONFIG_FILE_BASENAME = "jupyter_cloudtik_config"
 
 

@@ -39,7 +39,9 @@ class Job:
 
         ``options``: name, nodes, cpus, tasks_per_node, memory ("4GiB"), time ("30m"),
         queue, account, reservation, inputs (locations), outputs (glob patterns), output
-        (a location), container, python, kernel, env (dict).
+        (a location), container, python, kernel, env (dict), allow_unknown_parameters
+        (a parameter the notebook's parameters cell does not assign is a warning on the
+        job, not a ``ConfigError``).
         """
         client = client or get_jobs_client()
         spec = build_spec(notebook, command, parameters=parameters, **options)
@@ -138,6 +140,10 @@ def _html_rows(jobs: list[JobInfo], detail: bool = False) -> str:
             f"<td>{format_duration(j.runtime_seconds) if j.started_at else '-'}</td>"
             f"<td>{html.escape(j.reason or '')}</td></tr>")
     out = f"<table>{head}{''.join(body)}</table>"
+    if detail and jobs:
+        for text in jobs[0].warnings or []:
+            out += (f'<p class="cloudtik-job-warning" style="color:#b35c00">'
+                    f"<b>warning:</b> {html.escape(text)}</p>")
     if detail and jobs and jobs[0].error:
         e = jobs[0].error
         out += (f"<p><b>error in cell {e.get('cell')}</b></p><pre>"

@@ -1,25 +1,45 @@
-"""``arc``: jobs on an ARC Compute Element through its REST API (``/arex/rest/1.1``).
+"""``arc``: jobs on an ARC Compute Element (NorduGrid A-REX) through its REST interface.
 
-Uses pyarcrest for the protocol (token auth, bulk job actions, session-directory files);
-job descriptions are xRSL written here, so the ARC client libraries are not needed.
-Authentication is a bearer token: OIDC client credentials (``token_uri``, ``client_id`` and
-the secret ``client_secret``) or a fixed token (secret ``token``), delegated to the CE so
-it can fetch inputs on the user's behalf.
+The CE says which REST versions it serves (``GET /arex/rest``); the backend takes the
+newest it knows: 1.1 (ARC 7: bearer tokens) or 1.0 (ARC 6: X.509 only).  Credentials:
+
+* an X.509 proxy, made here (RFC 3820, with ``cryptography``) from the user's grid
+  certificate and key (``certificate``, ``key``), or a proxy file made elsewhere
+  (``proxy``, e.g. by ``arcproxy``).  Real ARC 6 sites accept nothing else.
+* a bearer token (ARC 7): OIDC client credentials (``token_uri``, ``client_id`` and the
+  secret ``client_secret``) or a fixed token (secret ``token``).
+
+The CE's certificate is checked against ``ca_certificates`` (a PEM bundle, or a grid CA
+folder like ``/etc/grid-security/certificates``), else the system's trust store.  The
+backend speaks the protocol itself (``http.client``): A-REX puts its error text in the HTTP
+reason phrase, which is what the user must see.
+
+Job descriptions are xRSL.  What the real CE does that shapes them:
+
+* a job without declared outputs has its session folder wiped when it ends, so every
+  description keeps the whole folder (``(outputfiles=("/" ""))``);
+* a bare ``walltime`` is seconds, so it is always written with its unit;
+* stderr is a stream of its own: the job script sends it to ``job.log`` with stdout (one
+  ordered log, as Slurm writes it) and the CE's own stderr file is kept beside it.
 
 ARC stages data itself: inputs given by URL (http, https) are listed in the description
-and downloaded by the CE, so the session never touches them.  Local inputs, the notebook
-and the job script are uploaded into the job's session directory after the job is
-created; the CE starts the job once they are all there.  One ``action=status`` request
-answers for all jobs of the backend at each poll.
+and downloaded by the CE.  Local inputs, the notebook and the job script are uploaded into
+the session folder after the job is created; the CE starts the job once every listed
+input is there.  The list of inputs (``.cloudtik-inputs``) is uploaded last, so a job whose
+upload broke off never starts half-fed: a retry finds it waiting and uploads again.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
+import os
 import posixpath
+import ssl
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -46,8 +66,13 @@ from .oidc import ClientCredentials
 QUEUED_STATES = {"ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",
                  "HELD", "OTHER"}
 RUNNING_STATES = {"RUNNING", "EXITINGLRMS", "EXECUTED", "FINISHING"}
+# before these the CE waits for the client's uploads; a retry may finish them
+UPLOAD_STATES = {"ACCEPTING", "ACCEPTED", "PREPARING"}
 LIMITS_TTL = 60.0
 INPUTS_FILE = ".cloudtik-inputs"
+STDERR_NAME = "job.stderr"  # the CE's own stderr of the job (ours goes into job.log)
+KNOWN_VERSIONS = ("1.1", "1.0")
+PROXY_HOURS = 12.0
 
 
 def common_state(native: str) -> str:
@@ -69,9 +94,97 @@ def xrsl_quote(value: str) -> str:
     return '"' + str(value).replace('"', '""') + '"'
 
 
+class ArcHTTPError(Exception):
+    """An answer of the CE that is not a success: status, reason phrase and body."""
+
+    def __init__(self, status: int, reason: str, body: str = "") -> None:
+        super().__init__(status, reason, body)
+        self.status, self.reason, self.body = status, reason or "", body or ""
+
+    @property
+    def message(self) -> str:
+        """The CE's own words: the reason phrase (A-REX puts its error there), else the
+        body's message."""
+        text = _text(self.body)
+        reason = self.reason.strip()
+        generic = {"", "ok", "bad request", "internal server error", "not found",
+                   "forbidden", "unauthorized", "created"}
+        if reason.lower() not in generic:
+            return reason if not text or text in reason else f"{reason}: {text}"
+        return text or reason or f"HTTP {self.status}"
+
+
+class _Rest:
+    """One connection to the CE's REST interface at one version."""
+
+    def __init__(self, url: str, context: ssl.SSLContext | None, token: str | None,
+                 timeout: float, version: str | None = None) -> None:
+        parts = urllib.parse.urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(f"url: {url!r} is not an http(s) URL of a CE", field="url")
+        self.base = parts.path.rstrip("/")
+        if not self.base.endswith("/arex"):
+            self.base += "/arex"
+        self.token, self.version = token, version
+        if parts.scheme == "https":
+            self.conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                parts.hostname, parts.port or 443, context=context, timeout=timeout)
+        else:
+            self.conn = http.client.HTTPConnection(parts.hostname, parts.port or 80,
+                                                   timeout=timeout)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def raw(self, method: str, path: str, body: bytes | None = None,
+            headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
+            versioned: bool = True):
+        h = dict(headers or {})
+        if self.token:
+            h["Authorization"] = f"Bearer {self.token}"
+        prefix = f"{self.base}/rest/{self.version}" if versioned else f"{self.base}/rest"
+        url = prefix + path
+        if params:
+            url += "?" + urllib.parse.urlencode(params)
+        self.conn.request(method, url, body=body, headers=h)
+        return self.conn.getresponse()
+
+    def call(self, method: str, path: str, *, ok: tuple[int, ...] = (200,),
+             body: bytes | None = None, json_body: Any = None,
+             headers: dict[str, str] | None = None, params: dict[str, str] | None = None,
+             versioned: bool = True) -> tuple[Any, http.client.HTTPResponse, bytes]:
+        h = {"Accept": "application/json", **(headers or {})}
+        if json_body is not None:
+            body = json.dumps(json_body).encode()
+            h["Content-Type"] = "application/json"
+        resp = self.raw(method, path, body, h, params, versioned)
+        data = resp.read()
+        if resp.status not in ok:
+            raise ArcHTTPError(resp.status, resp.reason, data.decode(errors="replace"))
+        doc = None
+        if data and "json" in (resp.getheader("Content-Type") or "json"):
+            try:
+                doc = json.loads(data)
+            except ValueError:
+                doc = None
+        return doc, resp, data
+
+    def manage(self, ids: list[str], action: str) -> list[dict[str, Any]]:
+        """A bulk job action; one answer per id, in order (1.0 answers one as an object)."""
+        if not ids:
+            return []
+        items = [{"id": i} for i in ids]
+        doc, _, _ = self.call("POST", "/jobs", ok=(201, 200), params={"action": action},
+                              json_body={"job": items[0] if len(items) == 1 else items})
+        answers = _as_list((doc or {}).get("job"))
+        by_id = {str(a.get("id")): a for a in answers if isinstance(a, dict)}
+        return [by_id.get(i, {"id": i, "status-code": "404", "reason": "No such job"})
+                for i in ids]
+
+
 class ArcBackend(HPCBackend):
     kind = "arc"
-    description = "an ARC Compute Element (REST interface)"
+    description = "an ARC Compute Element (A-REX REST interface)"
     direct_schemes = ("http", "https")
     config_schema = {
         "type": "object",
@@ -79,6 +192,14 @@ class ArcBackend(HPCBackend):
         "properties": {
             "type": {"const": "arc"},
             "url": {"type": "string", "description": "the CE, e.g. https://arc.example.org"},
+            "ca_certificates": {"type": "string",
+                                "description": "PEM bundle or CA folder the CE's "
+                                               "certificate is checked against"},
+            "certificate": {"type": "string", "description": "your grid certificate (PEM)"},
+            "key": {"type": "string", "description": "its private key (PEM)"},
+            "proxy": {"type": "string", "description": "an X.509 proxy file (arcproxy's)"},
+            "proxy_hours": {"type": "number", "exclusiveMinimum": 0},
+            "rest_version": {"enum": list(KNOWN_VERSIONS)},
             "token_uri": {"type": "string"},
             "client_id": {"type": "string"},
             "scope": {"type": "string"},
@@ -93,12 +214,23 @@ class ArcBackend(HPCBackend):
 
     def __init__(self, name: str, config: dict[str, Any], context) -> None:
         super().__init__(name, config, context)
+        if bool(self.config.get("certificate")) != bool(self.config.get("key")):
+            raise ConfigError(f"backends.{name}: certificate and key go together",
+                              field="certificate" if not self.config.get("certificate")
+                              else "key")
         self._creds: ClientCredentials | None = None
         self._delegation: str | None = None
         self._limits: tuple[float, Limits] | None = None
+        self._version: str | None = self.config.get("rest_version")
+        self._proxy_file: Path | None = None
+        self._proxy_until = 0.0
         self._lock = threading.Lock()
 
-    # talking to the CE -----------------------------------------------------------------------
+    # credentials -----------------------------------------------------------------------------
+    @property
+    def uses_x509(self) -> bool:
+        return bool(self.config.get("certificate") or self.config.get("proxy"))
+
     def _token(self) -> str:
         fixed = self.context.secret("token")
         if fixed:
@@ -106,8 +238,9 @@ class ArcBackend(HPCBackend):
         if self._creds is None:
             if not self.config.get("token_uri") or not self.config.get("client_id"):
                 raise ConfigError(
-                    f"backend '{self.name}' needs a token: set token_uri and client_id (and "
-                    f"the client_secret secret), or the token secret", field="token_uri")
+                    f"backend '{self.name}' has no credentials: set certificate and key (an "
+                    f"X.509 proxy is made from them), proxy, or token_uri and client_id (and "
+                    f"the client_secret secret), or the token secret", field="certificate")
             secret = self.context.secret("client_secret")
             if not secret:
                 raise ConfigError(
@@ -115,49 +248,155 @@ class ArcBackend(HPCBackend):
                     f"cloudtik jobs secret {self.name} client_secret`", field="client_secret")
             self._creds = ClientCredentials(self.config["token_uri"], self.config["client_id"],
                                             secret, self.config.get("scope"),
-                                            float(self.config.get("timeout", 30)))
+                                            float(self.config.get("timeout", 30)),
+                                            context=self._trust(only_configured=False))
         return self._creds.token()
 
-    def _client(self):
-        from pyarcrest.arc import ARCRest_1_1
-        from pyarcrest.http import HTTPClient
+    def _proxy(self) -> Path:
+        """The proxy file the TLS client presents: made from the user certificate when
+        the last one has less than an hour left, or the configured one (checked)."""
+        from .x509proxy import make_proxy, proxy_expiry
 
-        http = HTTPClient(url=self.config["url"], timeout=float(self.config.get("timeout", 30)))
-        http.conn.set_debuglevel(0)
-        return ARCRest_1_1(http, token=self._token())
-
-    def _call(self, fn):
-        """``fn(client)`` with ARC's failures turned into ours; one retry on a refused token."""
-        from pyarcrest.errors import ARCError, ARCHTTPError, MissingResultFile
-
-        for attempt in (1, 2):
-            client = self._client()
+        with self._lock:
+            if self.config.get("proxy"):
+                path = Path(self.config["proxy"]).expanduser()
+                try:
+                    until = proxy_expiry(path.read_text())
+                except (OSError, ValueError, IndexError) as e:
+                    raise ConfigError(f"proxy: {path} cannot be read as an X.509 proxy "
+                                      f"({e})", field="proxy") from None
+                if until <= time.time():
+                    raise ProviderError(
+                        f"the X.509 proxy {path} expired at "
+                        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(until))}; make a "
+                        f"new one (arcproxy)")
+                return path
+            if self._proxy_file and self._proxy_until - time.time() > 3600:
+                return self._proxy_file
+            cert = Path(self.config["certificate"]).expanduser()
+            key = Path(self.config["key"]).expanduser()
             try:
-                return fn(client)
-            except ARCHTTPError as e:
-                if e.status == 401 and attempt == 1:
+                cert_pem, key_pem = cert.read_text(), key.read_text()
+            except OSError as e:
+                raise ConfigError(f"certificate: cannot read {e.filename}: {e.strerror}",
+                                  field="certificate") from None
+            hours = float(self.config.get("proxy_hours", PROXY_HOURS))
+            pem = make_proxy(cert_pem, key_pem, hours,
+                             key_password=self.context.secret("key_password"))
+            path = self.context.folder / "x509-proxy.pem"
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(pem)
+            tmp.replace(path)
+            self._proxy_file, self._proxy_until = path, proxy_expiry(pem)
+            return path
+
+    def _trust(self, only_configured: bool = True) -> ssl.SSLContext:
+        """TLS trust: the configured CA bundle or folder (grid CAs), else the system's.
+        The token service (``only_configured=False``) trusts both."""
+        ca = self.config.get("ca_certificates")
+        if not ca:
+            return ssl.create_default_context()
+        p = Path(ca).expanduser()
+        if not p.exists():
+            raise ConfigError(f"ca_certificates: {p} does not exist", field="ca_certificates")
+        if only_configured:
+            return ssl.create_default_context(capath=str(p)) if p.is_dir() else \
+                ssl.create_default_context(cafile=str(p))
+        ctx = ssl.create_default_context()
+        if p.is_dir():
+            ctx.load_verify_locations(capath=str(p))
+        else:
+            ctx.load_verify_locations(cafile=str(p))
+        return ctx
+
+    def _ssl_context(self) -> ssl.SSLContext | None:
+        if not self.config["url"].startswith("https"):
+            return None
+        ctx = self._trust()
+        if self.uses_x509:
+            ctx.load_cert_chain(str(self._proxy()))
+        return ctx
+
+    # talking to the CE -----------------------------------------------------------------------
+    def _open(self, versioned: bool = True) -> _Rest:
+        token = None if self.uses_x509 else self._token()
+        timeout = float(self.config.get("timeout", 30))
+        rest = _Rest(self.config["url"], self._ssl_context(), token, timeout, self._version)
+        if versioned and self._version is None:
+            self._version = rest.version = self._pick_version(rest)
+        return rest
+
+    def _pick_version(self, rest: _Rest) -> str:
+        doc, _, _ = rest.call("GET", "", versioned=False)
+        offered = [str(v) for v in _as_list((doc or {}).get("version"))]
+        usable = [v for v in KNOWN_VERSIONS if v in offered]
+        if not self.uses_x509:
+            usable = [v for v in usable if v != "1.0"]
+        if not usable:
+            if offered and not self.uses_x509 and "1.0" in offered:
+                raise ConfigError(
+                    f"the CE at {self.config['url']} serves REST {', '.join(offered)} "
+                    f"only (ARC 6), which takes X.509 credentials, not tokens: set "
+                    f"certificate and key (or proxy) for backend '{self.name}'",
+                    field="certificate")
+            raise ProviderError(f"the CE at {self.config['url']} serves REST versions "
+                                f"{offered or 'none'}; this backend speaks "
+                                f"{', '.join(KNOWN_VERSIONS)}")
+        return usable[0]
+
+    def _call(self, fn, versioned: bool = True):
+        """``fn(rest)`` with the CE's failures turned into ours; one retry with a fresh
+        token when the CE refuses one."""
+        for attempt in (1, 2):
+            rest = None
+            try:
+                rest = self._open(versioned)
+                return fn(rest)
+            except ArcHTTPError as e:
+                refused = e.status in (401, 403) or (e.status == 500 and _auth_failure(e))
+                if refused and attempt == 1 and not self.uses_x509:
                     if self._creds is not None:
                         self._creds.invalidate()
                     self._delegation = None
                     continue
+                if refused:
+                    if self.uses_x509:
+                        hint = "check that the certificate is valid and allowed on the CE"
+                    else:
+                        hint = "check the token, its issuer and scope"
+                        if self._version is None:  # ARC 6 refuses even the version list
+                            hint += ("; a CE that serves REST 1.0 only (ARC 6) takes X.509 "
+                                     "certificates, not tokens: set certificate and key")
+                    raise ProviderError(f"the CE refused the credentials ({e.status} "
+                                        f"{e.message}); {hint}") from None
                 if e.status >= 500 or e.status == 429:
-                    raise BackendUnavailable(f"the CE answered {e.status}: {_text(e.text)}") \
+                    raise BackendUnavailable(f"the CE answered {e.status}: {e.message}") \
                         from None
                 if e.status == 404:
-                    raise NotFoundError(f"ARC: {_text(e.text)}", field="job") from None
+                    raise NotFoundError(f"ARC: {e.message}", field="job") from None
                 raise ProviderError(f"the CE refused the request ({e.status}): "
-                                    f"{_text(e.text)}") from None
-            except (OSError, TimeoutError) as e:
+                                    f"{e.message}") from None
+            except ssl.SSLCertVerificationError as e:
+                raise ProviderError(
+                    f"the CE's certificate is not trusted ({e.verify_message}); set "
+                    f"ca_certificates of backend '{self.name}' to its CA bundle or folder") \
+                    from None
+            except ssl.SSLError as e:
+                text = str(e)
+                if any(w in text for w in ("CERTIFICATE", "UNKNOWN_CA", "ACCESS_DENIED",
+                                           "HANDSHAKE_FAILURE", "BAD_CERTIFICATE")):
+                    raise ProviderError(f"the CE refused our certificate in the TLS handshake"
+                                        f" ({e.reason or text})")\
+                        from None
+                raise BackendUnavailable(f"cannot talk to {self.config['url']}: {e}") \
+                    from None
+            except (OSError, TimeoutError, http.client.HTTPException) as e:
                 raise BackendUnavailable(f"cannot reach {self.config['url']}: {e}") from None
-            except MissingResultFile as e:
-                raise NotFoundError(f"ARC: {e}", field="name") from None
-            except ARCError as e:
-                raise ProviderError(f"ARC: {e}") from None
             finally:
-                try:
-                    client.close()
-                except Exception:
-                    pass
+                if rest is not None:
+                    rest.close()
         raise AssertionError("unreachable")  # pragma: no cover
 
     def describe(self) -> dict[str, Any]:
@@ -171,26 +410,25 @@ class ArcBackend(HPCBackend):
         if self._limits and now - self._limits[0] < LIMITS_TTL:
             return self._limits[1]
         lim = super().limits()
-        info = self._call(lambda c: c.getCEInfo())
-        shares = info.get("Domains", {}).get("AdminDomain", {}).get("Services", {}) \
-            .get("ComputingService", {}).get("ComputingShare", [])
-        if isinstance(shares, dict):
-            shares = [shares]
+        info = self._call(lambda r: r.call("GET", "/info")[0]) or {}
+        service = info.get("Domains", {}).get("AdminDomain", {}).get("Services", {}) \
+            .get("ComputingService", {})
+        if isinstance(service, list):
+            service = service[0] if service else {}
         names = []
-        for share in shares:
-            if "MappingPolicy" in share or not share.get("Name"):
+        for share in _as_list(service.get("ComputingShare")):
+            if not isinstance(share, dict) or not share.get("Name"):
                 continue
-            name = share["Name"]
+            name = share.get("MappingQueue") or share["Name"]
+            if name in names:
+                continue
             names.append(name)
             q = lim.per_queue.get(name) or Limits()
-            if share.get("MaxWallTime"):
-                q.max_duration = _min(q.max_duration, float(share["MaxWallTime"]),
-                                      lim.max_duration)
-            else:
-                q.max_duration = _min(q.max_duration, lim.max_duration)
-            if share.get("MaxSlotsPerJob"):
-                q.max_cpus_per_node = _min(q.max_cpus_per_node, int(share["MaxSlotsPerJob"]),
-                                           lim.max_cpus_per_node)
+            wall = _number(share.get("MaxWallTime"))
+            q.max_duration = _min(q.max_duration, wall, lim.max_duration)
+            slots = _number(share.get("MaxSlotsPerJob"))
+            q.max_cpus_per_node = _min(q.max_cpus_per_node,
+                                       int(slots) if slots else None, lim.max_cpus_per_node)
             q.max_nodes = _min(q.max_nodes, lim.max_nodes)
             lim.per_queue[name] = q
         if names:
@@ -202,57 +440,99 @@ class ArcBackend(HPCBackend):
     # submitting ---------------------------------------------------------------------------------
     def _delegation_id(self) -> str:
         if self._delegation is None:
-            token = self._token()
-            self._delegation = self._call(lambda c: c.createDelegation(token=token))
+            self._delegation = self._call(self._new_delegation)
         return self._delegation
 
-    def xrsl(self, sub: Submission) -> str:
+    def _new_delegation(self, rest: _Rest) -> str:
+        if self.uses_x509:
+            from .x509proxy import sign_request
+
+            _, resp, data = rest.call("POST", "/delegations", ok=(201,),
+                                      params={"action": "new"}, headers={"Accept": "*/*"})
+            did = (resp.getheader("Location") or "").rstrip("/").split("/")[-1]
+            signed = sign_request(self._proxy().read_text(), data.decode(),
+                                  float(self.config.get("proxy_hours", PROXY_HOURS)))
+            rest.call("PUT", f"/delegations/{did}", ok=(200, 201, 204),
+                      body=signed.encode(), headers={"Content-Type": "application/x-pem-file",
+                                                     "Accept": "*/*"})
+            return did
+        _, resp, _ = rest.call("POST", "/delegations", ok=(201,),
+                               params={"action": "new", "type": "jwt"},
+                               headers={"X-Token-Delegation": f"Bearer {rest.token}"})
+        return (resp.getheader("Location") or "").rstrip("/").split("/")[-1]
+
+    def xrsl(self, sub: Submission, delegation: str | None = None) -> str:
         r, a = sub.spec.resources, sub.spec.attributes
-        inputs = [(script.SCRIPT_NAME, ""), (script.PARAMETERS_NAME, ""), (INPUTS_FILE, "")]
+        inputs = [(script.SCRIPT_NAME, ""), (script.PARAMETERS_NAME, "")]
         inputs += [(name, "") for name in sub.files]
         for item in sub.inputs:
             inputs.append((item.name, item.source if item.mode == "direct" else ""))
+        inputs.append((INPUTS_FILE, ""))  # uploaded last: the job starts once it is there
         rel = [f"(executable={xrsl_quote(script.SCRIPT_NAME)})",
                f"(jobname={xrsl_quote(f'{sub.name} [{sub.job_id}]')})",
-               f"(stdout={xrsl_quote(script.LOG_NAME)})", "(join=\"yes\")",
+               f"(stdout={xrsl_quote(script.LOG_NAME)})",
+               f"(stderr={xrsl_quote(STDERR_NAME)})",
                "(inputfiles=" + "".join(f"({xrsl_quote(n)} {xrsl_quote(s)})"
                                         for n, s in inputs) + ")",
+               # keep the whole session folder: undeclared outputs are wiped at the end
+               '(outputfiles=("/" ""))',
                f"(count={r.node_count * r.processes_per_node * (r.cpu_cores_per_process or 1)})"]
         if a.duration:
-            rel.append(f"(walltime={xrsl_quote(str(math.ceil(a.duration / 60)))})")
+            # a bare number is seconds on A-REX (ARC >= 6); say the unit anyway
+            rel.append(f"(walltime={xrsl_quote(f'{math.ceil(a.duration)} seconds')})")
         if r.memory:
             rel.append(f"(memory={math.ceil(r.memory / (1024 * 1024))})")
         queue = a.queue_name or self.config.get("queue")
         if queue:
             rel.append(f"(queue={xrsl_quote(queue)})")
+        if delegation:
+            rel.append(f"(delegationid={xrsl_quote(delegation)})")
         return "&" + "".join(rel)
 
     def _session_uploads(self, sub: Submission) -> list[tuple[str, bytes | Path]]:
         text = script.render(sub, job_dir=None, stage_in_direct=False)  # the CE fetches them
+        # one ordered log: the job's stderr joins its stdout in job.log
+        first, _, rest = text.partition("\n")
+        text = f"{first}\nexec 2>&1\n{rest}"
         out: list[tuple[str, bytes | Path]] = [
             (script.SCRIPT_NAME, text.encode()),
-            (script.PARAMETERS_NAME, script.parameters_json(sub).encode()),
-            (INPUTS_FILE, json.dumps(sorted(set(sub.files) | {i.name for i in sub.inputs}))
-             .encode())]
+            (script.PARAMETERS_NAME, script.parameters_json(sub).encode())]
         out += [(name, Path(local)) for name, local in sub.files.items()]
         out += [(i.name, Path(i.source)) for i in sub.inputs if i.mode == "upload"]
+        out.append((INPUTS_FILE, json.dumps(sorted(set(sub.files) | {i.name for i in
+                                                                     sub.inputs})).encode()))
         return out
 
     def submit(self, sub: Submission) -> str:
         found = self._find_job(sub.job_id)
         if found is not None:
             jid, state = found
-            if state == "ACCEPTING":  # created earlier, inputs not all there: finish that
+            if state in UPLOAD_STATES:  # created earlier, inputs perhaps not all there
                 self._upload(jid, sub)
             return jid
-        desc = self.xrsl(sub)
         queue = sub.spec.attributes.queue_name or self.config.get("queue")
         delegation = self._delegation_id()
-        results = self._call(lambda c: c.createJobs(desc, queue, delegation, isADL=False))
-        res = results[0]
-        if res.error:
-            raise ProviderError(f"the CE refused the job: {res.value}")
-        jid, _state = res.value
+
+        def create(rest: _Rest) -> dict[str, Any]:
+            desc = self.xrsl(sub, delegation if rest.version == "1.0" else None)
+            params = {"action": "new"}
+            if rest.version != "1.0":
+                params["delegation_id"] = delegation
+                if queue:
+                    params["queue"] = queue
+            doc, _, _ = rest.call("POST", "/jobs", ok=(201,), body=desc.encode(),
+                                  headers={"Content-Type": "application/rsl"}, params=params)
+            answers = _as_list((doc or {}).get("job"))
+            if not answers:
+                raise ProviderError("the CE accepted the request but created no job")
+            return answers[0]
+
+        res = self._call(create)
+        code = int(res.get("status-code", 0) or 0)
+        if code != 201:
+            raise ProviderError(f"the CE refused the job ({code}): "
+                                f"{res.get('reason') or 'no reason given'}")
+        jid = str(res["id"])
         self._upload(jid, sub)
         return jid
 
@@ -268,82 +548,95 @@ class ArcBackend(HPCBackend):
             self._put(jid, name, data)
 
     def _put(self, jid: str, name: str, data: bytes) -> None:
-        def go(c):
-            resp = c._request("PUT", f"/jobs/{jid}/session/{name}", data=data)
-            text = resp.read().decode(errors="replace")
-            if resp.status != 200:
-                from pyarcrest.errors import ARCHTTPError
-
-                raise ARCHTTPError(resp.status, text)
-
-        self._call(go)
+        path = f"/jobs/{jid}/session/{urllib.parse.quote(name)}"
+        self._call(lambda r: r.call("PUT", path, ok=(200, 201, 204), body=data,
+                                    headers={"Content-Type": "application/octet-stream",
+                                             "Accept": "*/*"}))
 
     def _find_job(self, job_id: str) -> tuple[str, str] | None:
-        ids = self._call(lambda c: c.getJobsList())
-        if not ids:
+        def go(rest: _Rest):
+            doc, _, _ = rest.call("GET", "/jobs")
+            ids = [str(j["id"]) for j in _as_list((doc or {}).get("job"))
+                   if isinstance(j, dict) and "id" in j]
+            if not ids:
+                return None
+            for jid, ans in zip(ids, rest.manage(ids, "info"), strict=True):
+                if str(ans.get("status-code")) != "200":
+                    continue
+                info = _activity(ans)
+                if str(info.get("Name", "")).endswith(f"[{job_id}]"):
+                    return jid, _rest_state(info)
             return None
-        infos = self._call(lambda c: c.getJobsInfo(ids))
-        for jid, res in zip(ids, infos, strict=False):
-            if not res.error and res.value.get("Name", "").endswith(f"[{job_id}]"):
-                return jid, res.value.get("state", "")
-        return None
+
+        return self._call(go)
 
     def find(self, token: str, job_id: str) -> str | None:
         found = self._find_job(job_id)
-        if found is None or found[1] == "ACCEPTING":
-            return None  # not there, or its inputs are incomplete: submit() finishes it
+        if found is None or found[1] in UPLOAD_STATES:
+            return None  # not there, or its inputs may be incomplete: submit() finishes it
         return found[0]
 
     # watching ------------------------------------------------------------------------------------
     def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
         ids = [j.native_id for j in jobs]
-        results = self._call(lambda c: c.getJobsStatus(ids))
         out: dict[str, JobStatus] = {}
-        need_info = []
-        for jid, res in zip(ids, results, strict=True):
-            if res.error:
-                status = getattr(res.value, "status", None)
-                if status == 404:
+
+        def go(rest: _Rest) -> None:
+            need_info = []
+            for jid, ans in zip(ids, rest.manage(ids, "status"), strict=True):
+                code = str(ans.get("status-code"))
+                if code == "404":
                     out[jid] = JobStatus(FAILED, "WIPED", "the CE no longer knows the job "
                                                           "(cleaned?)")
-                else:
-                    raise BackendUnavailable(f"status of {jid}: {res.value}")
-                continue
-            native = res.value
-            state = common_state(native)
-            out[jid] = JobStatus(state, native)
-            if state in (SUCCEEDED, FAILED):
-                need_info.append(jid)
-        if need_info:
-            infos = self._call(lambda c: c.getJobsInfo(need_info))
-            for jid, res in zip(need_info, infos, strict=False):
-                if res.error:
                     continue
-                info = res.value
-                st = out[jid]
-                if info.get("ExitCode") is not None:
-                    st.exit_code = int(info["ExitCode"])
-                if info.get("Error"):
-                    st.message = "; ".join(str(x) for x in info["Error"])[:1000]
+                if code != "200":
+                    raise BackendUnavailable(f"status of {jid}: {code} {ans.get('reason')}")
+                native = str(ans.get("state", ""))
+                state = common_state(native)
+                out[jid] = JobStatus(state, native)
+                if state in (SUCCEEDED, FAILED):
+                    need_info.append(jid)
+            for jid, ans in zip(need_info, rest.manage(need_info, "info"), strict=True):
+                if str(ans.get("status-code")) != "200":
+                    continue
+                info, st = _activity(ans), out[jid]
+                code = info.get("ExitCode")
+                if code not in (None, ""):
+                    try:
+                        st.exit_code = int(code)
+                    except (TypeError, ValueError):
+                        pass
+                errors = [str(x) for x in _as_list(info.get("Error")) if x]
+                if errors:
+                    st.message = "; ".join(errors)[:1000]
+
+        self._call(go)
         return out
 
     def cancel(self, job: JobRef) -> None:
-        results = self._call(lambda c: c.killJobs([job.native_id]))
-        if results and results[0].error and getattr(results[0].value, "status", 0) != 404:
-            raise ProviderError(f"the CE did not kill the job: {results[0].value}")
+        ans = self._call(lambda r: r.manage([job.native_id], "kill"))[0]
+        code = str(ans.get("status-code"))
+        if code not in ("200", "201", "202", "404"):
+            raise ProviderError(f"the CE did not kill the job: {code} {ans.get('reason')}")
 
     def _get(self, job: JobRef, rel: str, offset: int = 0, limit: int | None = None) -> bytes:
-        def go(c):
-            headers = {"Range": f"bytes={offset}-"} if offset else {}
-            resp = c._request("GET", f"/jobs/{job.native_id}/session/{rel}", headers=headers)
+        path = f"/jobs/{job.native_id}/session/{urllib.parse.quote(rel)}"
+
+        def go(rest: _Rest) -> bytes:
+            headers = {"Accept": "*/*"}
+            if offset:
+                headers["Range"] = f"bytes={offset}-"
+            resp = rest.raw("GET", path, headers=headers)
             if resp.status == 416:
                 resp.read()
                 return b""
             if resp.status not in (200, 206):
-                from pyarcrest.errors import ARCHTTPError
-
-                raise ARCHTTPError(resp.status, resp.read().decode(errors="replace"))
-            return resp.read() if limit is None else resp.read(limit)
+                raise ArcHTTPError(resp.status, resp.reason,
+                                   resp.read().decode(errors="replace"))
+            data = resp.read()
+            if offset and resp.status == 200:  # the CE ignored the range
+                data = data[offset:]
+            return data if limit is None else data[:limit]
 
         return self._call(go)
 
@@ -355,6 +648,12 @@ class ArcBackend(HPCBackend):
         return LogChunk(data.decode("utf-8", errors="replace"), offset + len(data),
                         eof=len(data) < limit)
 
+    def _listing(self, job: JobRef, rel: str) -> tuple[list[str], list[str]]:
+        path = f"/jobs/{job.native_id}/session/{urllib.parse.quote(rel)}"
+        doc = self._call(lambda r: r.call("GET", path)[0]) or {}
+        return ([str(f) for f in _as_list(doc.get("file"))],
+                [str(d) for d in _as_list(doc.get("dirs", doc.get("dir")))])
+
     def list_outputs(self, job: JobRef) -> list[OutputFile]:
         skip = set(script.SCAFFOLDING) | {script.LOG_NAME, INPUTS_FILE}
         try:
@@ -364,17 +663,26 @@ class ArcBackend(HPCBackend):
         out: list[OutputFile] = []
 
         def walk(rel: str) -> None:
-            listing = self._call(lambda c: c.downloadListing(job.native_id, rel))
-            for f in listing["file"]:
+            files, dirs = self._listing(job, rel)
+            for f in files:
                 name = f"{rel}{f}"
+                if name == STDERR_NAME and not self._nonempty(job, name):
+                    continue
                 if name not in skip and name.split("/", 1)[0] not in skip:
                     out.append(OutputFile(name))
-            for d in listing["dirs"]:
-                if d not in skip and not d.startswith("."):
-                    walk(f"{rel}{d}/")
+            for d in dirs:
+                name = f"{rel}{d}"
+                if name not in skip and not d.startswith("."):
+                    walk(f"{name}/")
 
         walk("")
         return sorted(out, key=lambda o: o.name)
+
+    def _nonempty(self, job: JobRef, name: str) -> bool:
+        try:
+            return bool(self._get(job, name, 0, 1))
+        except NotFoundError:
+            return False
 
     def read_file(self, job: JobRef, name: str, limit: int = 16 << 20) -> bytes:
         return self._get(job, self._inside(name), 0, limit)
@@ -383,8 +691,8 @@ class ArcBackend(HPCBackend):
         out = []
         for name in names:
             target = dest / name
-            rel = self._inside(name)
-            self._call(lambda c, r=rel, t=target: c.downloadFile(job.native_id, r, str(t)))
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(self._get(job, self._inside(name)))
             out.append(target)
         return out
 
@@ -397,9 +705,44 @@ class ArcBackend(HPCBackend):
 
     def clean(self, job: JobRef) -> None:
         try:
-            self._call(lambda c: c.cleanJobs([job.native_id]))
+            self._call(lambda r: r.manage([job.native_id], "clean"))
         except CloudTikError:
             pass
+
+
+def _auth_failure(e: ArcHTTPError) -> bool:
+    """ARC 7 answers a token it cannot validate with 500; its reason says so."""
+    text = f"{e.reason} {e.body}".lower()
+    return any(w in text for w in ("can't be assigned configuration", "token", "authoriz",
+                                   "authentic", "security"))
+
+
+def _activity(ans: dict[str, Any]) -> dict[str, Any]:
+    doc = ans.get("info_document") or {}
+    act = doc.get("ComputingActivity", doc) if isinstance(doc, dict) else {}
+    return act if isinstance(act, dict) else {}
+
+
+def _rest_state(info: dict[str, Any]) -> str:
+    for s in _as_list(info.get("State")):
+        s = str(s)
+        if s.startswith("arcrest:"):
+            return s.split(":", 1)[1].upper()
+    return ""
+
+
+def _as_list(v: Any) -> list:
+    if v is None or v == "":
+        return []
+    return v if isinstance(v, list) else [v]
+
+
+def _number(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f > 0 else None
 
 
 def _text(text: str) -> str:
@@ -407,7 +750,7 @@ def _text(text: str) -> str:
         data = json.loads(text)
         return str(data.get("message") or data)[:500]
     except (ValueError, AttributeError):
-        return (text or "")[:500]
+        return (text or "").strip()[:500]
 
 
 def _min(*values):

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 import re
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -185,6 +187,9 @@ class JobSpec:
     inputs: list[str] = field(default_factory=list)  # locations to stage in
     outputs: list[str] = field(default_factory=list)  # glob patterns to bring back
     output: str | None = None  # where results land; None: the job's own folder
+    # parameters the notebook's parameters cell does not assign (or no such cell): a
+    # warning on the job instead of a refusal (papermill injects them anyway)
+    allow_unknown_parameters: bool = False
 
     @property
     def kind(self) -> str:
@@ -264,6 +269,36 @@ class LogChunk:
     text: str
     offset: int  # where the next read starts
     eof: bool = False  # nothing more to read right now
+
+
+def remote_inside(folder: str, name: str) -> str:
+    """``name`` as a path inside the job's ``folder`` on a remote system (POSIX paths,
+    nothing this process can resolve): a name that leaves it (``..``, absolute) is
+    refused, so a caller's file name never reaches outside the job."""
+    path = posixpath.normpath(f"{folder}/{name}")
+    if not path.startswith(folder + "/"):
+        raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
+    return path
+
+
+def follow_logs(read: Callable[[int], LogChunk], done: Callable[[], bool], offset: int = 0,
+                poll: float = 0.5) -> Iterator[str]:
+    """Log text as it is written, until the job has ended and everything was read: what
+    every jobs client's ``follow_logs`` is, given its ``logs`` (from an offset) and
+    whether the job is done.  One last read after ``done`` catches what was written
+    between the empty read and the job's end."""
+    while True:
+        chunk = read(offset)
+        offset = chunk.offset
+        if chunk.text:
+            yield chunk.text
+            continue
+        if done():
+            final = read(offset)
+            if final.text:
+                yield final.text
+            return
+        time.sleep(poll)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""``jupyter cloudtik jobs ...``: the job commands in a terminal (hook: ``cli.FEATURE_CLIS``).
+"""``jupyter cloudtik jobs ...``: the job commands in a terminal (the hpc feature's ``cli``).
 
 Exit codes as for the rest of the CLI: 0 done, 2 bad input (nothing submitted), 1 the
 operation failed; ``jobs wait`` exits 0 only when the job succeeded, 1 otherwise.
@@ -66,6 +66,8 @@ def _run(args, client) -> int:
             raise ConfigError("give a NOTEBOOK (or --command)", field="notebook")
         info = client.submit(spec_from_args(args, args.notebook, args.command_line),
                              args.backend)
+        for text in info.warnings:
+            print(f"warning: job {info.id}: {text}", file=sys.stderr)
         if args.wait:
             info = client.wait(info.id)
         _emit(args, info.to_dict(), job_text(info))

@@ -69,6 +69,7 @@ def build_spec(
     python: str | None = None,
     kernel: str | None = None,
     env: dict[str, str] | None = None,
+    allow_unknown_parameters: bool = False,
 ) -> JobSpec:
     """A ``JobSpec`` from the words people use (``time="30m"``, ``memory="4GiB"``)."""
     if isinstance(command, str):
@@ -90,7 +91,8 @@ def build_spec(
     return JobSpec(name=name, notebook=notebook, command=command or None,
                    parameters=dict(parameters or {}), kernel=kernel or "python3",
                    resources=resources, attributes=attributes, environment=environment,
-                   inputs=list(inputs or []), outputs=list(outputs or []), output=output)
+                   inputs=list(inputs or []), outputs=list(outputs or []), output=output,
+                   allow_unknown_parameters=bool(allow_unknown_parameters))
 
 
 def add_submit_options(p: argparse.ArgumentParser) -> None:
@@ -99,6 +101,10 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--parameter", nargs=2, action="append", metavar=("KEY", "VALUE"),
                    default=[], help="a notebook parameter (repeatable); values are read "
                                     "as YAML: 3, 0.5, true, [1, 2]")
+    p.add_argument("--allow-unknown-parameters", action="store_true",
+                   help="submit even if the notebook's cell tagged `parameters` does not "
+                        "assign a parameter (or there is no such cell): papermill injects "
+                        "it anyway and the job carries a warning")
     p.add_argument("--inputs", nargs="+", action="extend", default=[], metavar="LOCATION",
                    help="files or folders to stage into the job's folder "
                         "([NAME=]path, URL or storage location)")
@@ -136,7 +142,8 @@ def spec_from_args(args, notebook: str | None, command: str | None = None) -> Jo
         memory=args.memory, time=args.time, queue=args.queue, account=args.account,
         reservation=args.reservation, inputs=args.inputs, outputs=args.outputs,
         output=args.output, container=args.container, python=args.python,
-        kernel=args.kernel, env=env)
+        kernel=args.kernel, env=env,
+        allow_unknown_parameters=getattr(args, "allow_unknown_parameters", False))
 
 
 def add_job_commands(sub, cli: bool) -> None:
@@ -223,6 +230,8 @@ def job_text(j: JobInfo) -> str:
                                                   j.parameters.items()))
     elif j.command:
         lines.append(f"command    {shlex.join(j.command)}")
+    for text in j.warnings or []:
+        lines.append(f"WARNING    {text}")
     res = j.resources or {}
     attrs = j.attributes or {}
     wants = [f"{res.get('node_count', 1)} node(s)"]

@@ -85,7 +85,7 @@ class DaskBackend(HPCBackend):
                                                       set_as_default=False)
                     self._provider = None
                 else:
-                    from ..cluster import Cluster
+                    from ..clusters.api import Cluster
                     from ..session import get_backend
 
                     cluster = Cluster.get(self._cluster_name(),

@@ -1,8 +1,9 @@
 """``firecrest``: jobs on a system behind a FirecREST v2 API, through pyfirecrest.
 
 Authentication is OIDC client credentials (``client_id`` in the config, the client secret
-in the secret store as ``client_secret``); pyfirecrest renews the token, and a token the
-service stops accepting (key rotation, revocation) is dropped and fetched again once.
+in the secret store as ``client_secret``); pyfirecrest renews the token — early enough for
+FirecREST, which refuses a token with less than 30 s left — and a token the service stops
+accepting (key rotation, revocation) is dropped and fetched again once.
 
 Each job gets a folder ``<workdir>/<job id>`` on the system: the notebook, parameters and
 inputs are uploaded there (small files directly, large ones through FirecREST's staged
@@ -10,6 +11,16 @@ transfer: a multipart upload to its object store, moved into place by a transfer
 the rendered batch script is submitted with ``working_dir`` set to it, and results are
 listed and downloaded from it (again staged when large).  One ``GET /compute/{system}/
 jobs`` answers for all jobs of the backend at each poll.
+
+What the real FirecREST v2 server does and this backend relies on (see the table in
+docs/hpc.md): the default work folder is ``<defaultWorkDir mount>/<user name>`` — the
+mount itself is not writable by users; partitions carry no default and no time limit
+(``{name, cpus (all of the partition's), totalNodes, partition (its state)}``), so time
+limits come from the config and a job Slurm will never start (``PartitionTimeLimit``...)
+is cancelled and failed with Slurm's reason instead of waiting forever; Slurm's refusals
+(sbatch, scancel) come back as HTTP 500 with Slurm's own text — a refused submit is a
+permanent failure, not "backend down" — and Slurm's accounting records a refused
+submission as a FAILED job that never got a node, which ``find`` must not adopt.
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from typing import Any
 from ..core.errors import CloudTikError, ConfigError, NotFoundError, ProviderError
 from . import script
 from .base import (
+    CANCELLED,
     FAILED,
     SUCCEEDED,
     BackendUnavailable,
@@ -34,11 +46,55 @@ from .base import (
     OutputFile,
     Submission,
     parse_duration,
+    remote_inside,
 )
 from .files import INPUTS_LIST, input_names
-from .slurm import FAILURE_TEXT, common_state, slurm_time
+from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, slurm_time
 
 LIMITS_TTL = 60.0
+# FirecREST refuses tokens with less than this left (OIDCTokenAuth.min_token_ttl = 30 s);
+# renew before that, with a margin for the request itself
+MIN_TOKEN_VALIDITY = 45
+# pending reasons for which Slurm will never start the job (the request exceeds what the
+# partition, account or QOS allows); FirecREST cannot tell before submitting
+NEVER_STARTS = {
+    "PartitionTimeLimit": "the time limit is longer than the partition allows",
+    "PartitionNodeLimit": "more nodes than the partition allows",
+    "PartitionConfig": "the partition cannot run it (nodes, CPUs or memory)",
+    "BadConstraints": "no node has the requested features",
+    "InvalidAccount": "the account is not valid",
+    "InvalidQOS": "the QOS is not valid",
+    "AssocMaxWallDurationPerJobLimit": "the time limit is longer than the account allows",
+    "QOSMaxWallDurationPerJobLimit": "the time limit is longer than the QOS allows",
+    "AssocMaxNodesPerJobLimit": "more nodes than the account allows",
+    "QOSMaxNodePerJobLimit": "more nodes than the QOS allows",
+    "AssocMaxCpuPerJobLimit": "more CPUs than the account allows",
+    "QOSMaxCpuPerJobLimit": "more CPUs than the QOS allows",
+}
+
+
+class _ServerError(BackendUnavailable):
+    """A 5xx from FirecREST: usually "try later", but Slurm's refusals come as 500 too."""
+
+    def __init__(self, message: str, status: int | None, detail: str) -> None:
+        super().__init__(message)
+        self.status, self.detail = status, detail
+
+
+def _slurm_text(detail: str) -> str:
+    """Slurm's own words from FirecREST's "Unexpected Slurm command response.
+    exit_status:1 std_err:sbatch: error: ..." message."""
+    text = detail.split("std_err:", 1)[-1]
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return "; ".join(lines) or detail
+
+
+def _slurm_refused(detail: str) -> bool:
+    """Did sbatch run and say no (vs. FirecREST or Slurm being unreachable)?"""
+    if any(s in detail for s in UNREACHABLE):
+        return False
+    return "std_err:sbatch" in detail or "Batch job submission failed" in detail \
+        or "sbatch: error" in detail or "sbatch: unrecognized option" in detail
 
 
 class FirecrestBackend(HPCBackend):
@@ -74,6 +130,7 @@ class FirecrestBackend(HPCBackend):
         self._auth = None
         self._workdir: str | None = None
         self._limits: tuple[float, Limits] | None = None
+        self._system_info: dict[str, Any] | None = None
 
     # the client ------------------------------------------------------------------------------
     @property
@@ -90,7 +147,8 @@ class FirecrestBackend(HPCBackend):
                     f"backend '{self.name}' has no client secret; set it with `jupyter cloudtik"
                     f" jobs secret {self.name} client_secret`", field="client_secret")
             self._auth = f7t.ClientCredentialsAuth(self.config["client_id"], secret,
-                                                   self.config["token_uri"])
+                                                   self.config["token_uri"],
+                                                   min_token_validity=MIN_TOKEN_VALIDITY)
             self._auth.timeout = float(self.config.get("timeout", 30))
             self._auth.disable_client_logging = True
             self._client = f7t.v2.Firecrest(self.config["url"], authorization=self._auth,
@@ -98,6 +156,7 @@ class FirecrestBackend(HPCBackend):
             self._client.timeout = float(self.config.get("timeout", 30))
             self._client.num_retries_rate_limit = 2
             self._client.disable_client_logging = True
+            self._apply_direct_limit()
         return self._client
 
     def _call(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
@@ -105,10 +164,16 @@ class FirecrestBackend(HPCBackend):
         import firecrest as f7t
         import httpx
         import requests
+        from firecrest.FirecrestException import (
+            MultipartUploadException,
+            TransferJobFailedException,
+        )
 
         for attempt in (1, 2):
             client = self.client()
             try:
+                if fn_name.startswith("_"):  # our own request helpers
+                    return getattr(self, fn_name)(*args, **kwargs)
                 return getattr(client, fn_name)(*args, **kwargs)
             except f7t.ClientsCredentialsException as e:
                 status = _status(e)
@@ -124,9 +189,11 @@ class FirecrestBackend(HPCBackend):
                 if status == 401 and attempt == 1:
                     self._auth._access_token = None  # rotated or revoked: fetch a new one
                     continue
-                if status is None or status >= 500 or status == 429:
-                    raise BackendUnavailable(f"FirecREST answered {status}: {message}") \
-                        from None
+                # 424: FirecREST could not reach the system over SSH; 408: the command on
+                # it timed out — both "try again later", as 5xx and 429 are
+                if status is None or status >= 500 or status in (408, 424, 429):
+                    raise _ServerError(f"FirecREST answered {status}: {message}", status,
+                                       message) from None
                 if status == 404:
                     raise NotFoundError(f"FirecREST: {message}", field="job") from None
                 if status in (401, 403):
@@ -134,27 +201,76 @@ class FirecrestBackend(HPCBackend):
                                         f"{message}") from None
                 raise ProviderError(f"FirecREST refused the request ({status}): {message}") \
                     from None
+            except MultipartUploadException:
+                # a part's PUT to the stage broke off: the submit is done again from the
+                # start.  Not str(e): it holds the presigned URLs
+                raise BackendUnavailable("FirecREST's staged upload broke off "
+                                         "(MultipartUploadException); will try again") \
+                    from None
+            except TransferJobFailedException as e:
+                # the transfer job ran on the system and failed: its error log says why
+                raise ProviderError(self._transfer_failure(e)) from None
             except (httpx.TransportError, requests.ConnectionError, requests.Timeout) as e:
                 raise BackendUnavailable(f"cannot reach {self.config['url']}: "
                                          f"{type(e).__name__}: {e}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def system_info(self) -> dict[str, Any]:
+        """The system's entry of ``GET /status/systems`` (file systems, data operations)."""
+        if self._system_info is None:
+            systems = self._call("systems")
+            mine = next((s for s in systems if s.get("name") == self.system), None)
+            if mine is None:
+                names = ", ".join(sorted(str(s.get("name")) for s in systems)) or "none"
+                raise ConfigError(f"backends.{self.name}.system: FirecREST has no system "
+                                  f"'{self.system}' (it has: {names})",
+                                  field=f"backends.{self.name}.system")
+            self._system_info = mine
+            self._apply_direct_limit()
+        return self._system_info
+
+    def _apply_direct_limit(self) -> None:
+        """pyfirecrest moves files under 1 MiB directly, the rest staged; the server says
+        what it takes directly (``dataOperation.max_ops_file_size``, 5 MiB by default)."""
+        ops = (self._system_info or {}).get("dataOperation") or {}
+        limit = _int(ops.get("max_ops_file_size") or ops.get("maxOpsFileSize"))
+        if limit and self._client is not None:
+            self._client.MAX_DIRECT_UPLOAD_SIZE = limit
+
+    @property
+    def max_direct_size(self) -> int | None:
+        ops = self.system_info().get("dataOperation") or {}
+        return _int(ops.get("max_ops_file_size") or ops.get("maxOpsFileSize"))
+
+    @property
+    def staged_transfers(self) -> bool:
+        """The system has a staged transfer (``data_transfer`` set); without it FirecREST
+        answers 500 to ``/transfer/*``."""
+        ops = self.system_info().get("dataOperation")
+        if ops is None:  # an older server that does not say: assume it has one
+            return True
+        return bool(ops.get("data_transfer") or ops.get("dataTransfer"))
 
     @property
     def workdir(self) -> str:
         if self._workdir is None:
             wd = self.config.get("workdir")
             if not wd:
-                systems = self._call("systems")
-                mine = next((s for s in systems if s.get("name") == self.system), None)
-                if mine is None:
-                    raise ConfigError(f"backends.{self.name}.system: FirecREST has no system "
-                                      f"'{self.system}'", field=f"backends.{self.name}.system")
-                fs = [f for f in mine.get("fileSystems") or [] if f.get("defaultWorkDir")]
+                fs = [f for f in self.system_info().get("fileSystems") or []
+                      if f.get("defaultWorkDir")]
                 if not fs:
                     raise ConfigError(f"backends.{self.name}.workdir: the system has no "
                                       "default work folder; set workdir",
                                       field=f"backends.{self.name}.workdir")
-                wd = fs[0]["path"].rstrip("/") + "/cloudtik-jobs"
+                # the mount is not writable by users; FirecREST's own transfer jobs run
+                # in <mount>/<user name>, and so do ours
+                info = self._call("userinfo", self.system)
+                user = ((info or {}).get("user") or {}).get("name")
+                if not user:
+                    raise ConfigError(f"backends.{self.name}.workdir: FirecREST did not say "
+                                      "the user's name; set workdir",
+                                      field=f"backends.{self.name}.workdir")
+                wd = f"{fs[0]['path'].rstrip('/')}/{user}/cloudtik-jobs"
             self._workdir = wd.rstrip("/")
         return self._workdir
 
@@ -174,7 +290,10 @@ class FirecrestBackend(HPCBackend):
         if self._limits and now - self._limits[0] < LIMITS_TTL:
             return self._limits[1]
         lim = super().limits()
-        parts = self._call("partitions", self.system)
+        # FirecREST's partition model: {name, cpus (TotalCPUs of the whole partition),
+        # totalNodes, partition (its state, e.g. "UP")}: no default, no time limit — those
+        # come from the config (limits.max_time, limits.queues.NAME.max_time, partition)
+        parts = self._call("partitions", self.system) or []
         names = []
         for p in parts:
             name = p.get("name")
@@ -182,20 +301,19 @@ class FirecrestBackend(HPCBackend):
                 continue
             names.append(name)
             q = lim.per_queue.get(name) or Limits()
-            if p.get("totalNodes"):
-                q.max_nodes = _min(q.max_nodes, int(p["totalNodes"]), lim.max_nodes)
-            if p.get("cpus"):
-                q.max_cpus_per_node = _min(q.max_cpus_per_node, int(p["cpus"]),
+            nodes = _int(p.get("totalNodes"))
+            if nodes:
+                q.max_nodes = _min(q.max_nodes, nodes, lim.max_nodes)
+            cpus = _int(p.get("cpus"))
+            if cpus:
+                per_node = cpus // nodes if nodes else cpus
+                q.max_cpus_per_node = _min(q.max_cpus_per_node, per_node,
                                            lim.max_cpus_per_node)
-            max_time = p.get("maxTime")
-            q.max_duration = _min(q.max_duration, float(max_time) if max_time else None,
-                                  lim.max_duration)
+            q.max_duration = _min(q.max_duration, lim.max_duration)
             q.max_memory_per_node = _min(q.max_memory_per_node, lim.max_memory_per_node)
             lim.per_queue[name] = q
-            if p.get("default") and not lim.default_queue:
-                lim.default_queue = name
         if names:
-            lim.queues = names
+            lim.queues = sorted(set(names) | set(lim.queues or []))
         lim.default_queue = self.config.get("partition") or lim.default_queue
         self._limits = (now, lim)
         return lim
@@ -221,7 +339,15 @@ class FirecrestBackend(HPCBackend):
 
     def submit(self, sub: Submission) -> str:
         folder = self.folder(sub.job_id)
-        self._call("mkdir", self.system, f"{folder}/{script.MARKER_DIR}", create_parents=True)
+        self._check_sizes(sub)
+        try:
+            self._call("mkdir", self.system, f"{folder}/{script.MARKER_DIR}",
+                       create_parents=True)
+        except ProviderError as e:
+            if isinstance(e, BackendUnavailable) or "Permission denied" not in str(e):
+                raise
+            raise ProviderError(f"{e}; set backends.{self.name}.workdir to a folder you "
+                                "may write (e.g. <scratch>/<user>/cloudtik-jobs)") from None
         for name, local in sub.files.items():
             self._upload_path(Path(local), folder, name)
         for item in sub.inputs:
@@ -233,10 +359,39 @@ class FirecrestBackend(HPCBackend):
         text = script.render(sub, directives=self.directives(sub, folder), job_dir=folder)
         self._upload_bytes(folder, script.SCRIPT_NAME, text.encode())
         a = sub.spec.attributes
-        res = self._call("submit", self.system, folder, script_str=text,
-                         account=a.account or self.config.get("account"),
-                         partition=a.queue_name or self.config.get("partition"))
+        try:
+            res = self._call("submit", self.system, folder, script_str=text,
+                             account=a.account or self.config.get("account"),
+                             partition=a.queue_name or self.config.get("partition"))
+        except _ServerError as e:
+            # FirecREST answers 500 when sbatch says no: that is Slurm's final word (a retry
+            # would be refused again — and leave one more FAILED record in accounting)
+            if _slurm_refused(e.detail):
+                raise ProviderError(f"Slurm refused the job: {_slurm_text(e.detail)}") \
+                    from None
+            raise
         return str(res["jobId"])
+
+    def _check_sizes(self, sub: Submission) -> None:
+        """Without a staged transfer, files over the direct limit cannot be moved: say so
+        before anything is uploaded (FirecREST would answer 413, then 500)."""
+        if self.staged_transfers:
+            return
+        limit = self.max_direct_size
+        if not limit:
+            return
+        locals_ = [Path(p) for p in sub.files.values()] + [
+            Path(i.source) for i in sub.inputs if i.mode == "upload"]
+        for path in locals_:
+            files = [path] if path.is_file() else [c for c in path.rglob("*") if c.is_file()]
+            for f in files:
+                size = f.stat().st_size
+                if size >= limit:
+                    raise ProviderError(
+                        f"inputs: {f.name} is {size} bytes; FirecREST on '{self.system}' "
+                        f"moves files under {limit} bytes directly and offers no staged "
+                        "transfer; put the file on the system and give its path "
+                        f"({self.name}:/path) instead")
 
     def _upload_path(self, local: Path, folder: str, name: str) -> None:
         if local.is_dir():
@@ -256,14 +411,17 @@ class FirecrestBackend(HPCBackend):
 
     def find(self, token: str, job_id: str) -> str | None:
         folder = self.folder(job_id)
-        for job in self._call("job_info", self.system):
-            if (job.get("workingDirectory") or "").rstrip("/") == folder:
-                return str(job["jobId"])
+        for job in self._call("job_info", self.system) or []:
+            if (job.get("workingDirectory") or "").rstrip("/") != folder:
+                continue
+            if _never_ran(job):
+                continue  # a refused submission that accounting recorded as FAILED
+            return str(job["jobId"])
         return None
 
     # watching ------------------------------------------------------------------------------------
     def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
-        listed = {str(j["jobId"]): j for j in self._call("job_info", self.system)}
+        listed = {str(j["jobId"]): j for j in self._call("job_info", self.system) or []}
         out = {}
         for job in jobs:
             info = listed.get(job.native_id)
@@ -280,19 +438,35 @@ class FirecrestBackend(HPCBackend):
         st = info.get("status") or {}
         native = st.get("state") or ""
         if isinstance(native, list):
-            native = ",".join(native)
+            native = native[0] if native else ""
         state = common_state(native)
+        native = native.split()[0] if native else native  # "CANCELLED by 1001"
         reason = st.get("stateReason")
-        message = None if reason in (None, "None", "") else reason
+        message = None if reason in (None, "None", "", "(null)") else reason
+        if native == "PENDING" and reason in NEVER_STARTS:
+            return self._never_starts(job, reason)
         if state == FAILED:
             message = FAILURE_TEXT.get(native, message or native.lower())
         status = JobStatus(state, native, message)
         if status.final:
-            code = st.get("exitCode")
-            status.exit_code = int(code) if code is not None else None
+            code, signal = _int(st.get("exitCode")), _int(st.get("interruptSignal"))
+            status.exit_code = code
             if state == SUCCEEDED and status.exit_code:
                 status.state, status.message = FAILED, f"exit code {status.exit_code}"
+            elif state == FAILED and not code and signal:
+                # e.g. a working folder that is not there: Slurm ends the batch step at once
+                status.message = f"{status.message}; the job script was ended by signal " \
+                                 f"{signal} (is the job's folder there?)"
         return status
+
+    def _never_starts(self, job: JobRef, reason: str) -> JobStatus:
+        """Slurm keeps such a job pending forever: cancel it and say why, in Slurm's word."""
+        try:
+            self.cancel(job)
+        except ProviderError:
+            pass  # it is failed for us either way; the next poll tries again if it stays
+        return JobStatus(FAILED, "PENDING", f"Slurm will never start it: {reason} "
+                                            f"({NEVER_STARTS[reason]})")
 
     def _forgotten(self, job: JobRef) -> JobStatus:
         try:
@@ -314,18 +488,45 @@ class FirecrestBackend(HPCBackend):
             self._call("cancel_job", self.system, job.native_id)
         except NotFoundError:
             pass
+        except _ServerError as e:
+            # scancel's "already completing or completed" / "Invalid job id" come back as
+            # 500: the job is over (or gone), which is what cancelling wants
+            if "already completing or completed" in e.detail or \
+                    "Invalid job id" in e.detail:
+                return
+            raise
 
     def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
+        """``ops/view`` with ``offset`` and ``size``: a bounded read (``tail -c +N`` of a
+        log over the server's output limit answers 413)."""
         path = f"{self.folder(job.id)}/{script.LOG_NAME}"
+        size = min(limit, self.max_direct_size or limit)
         try:
-            out = self._call("tail", self.system, path, num_bytes=offset + 1,
-                             exclude_beginning=True)
+            content = self._call("_view_part", path, offset, size)
         except NotFoundError:
             return LogChunk("", offset, eof=True)
-        content = out.get("content", "") if isinstance(out, dict) else str(out)
         data = content.encode()[:limit]
         return LogChunk(data.decode(errors="replace"), offset + len(data),
-                        eof=len(data) < limit)
+                        eof=len(data) < size)
+
+    def _transfer_failure(self, e: Exception) -> str:
+        info = (getattr(e, "_transfer_job_info", None) or {}).get("transferJob") or {}
+        text = ""
+        err = (info.get("logs") or {}).get("errorLog")
+        if err:
+            try:
+                text = self._view_part(err, 0, 4096).strip()
+            except Exception:  # the log is a courtesy; the failure is the news
+                text = ""
+        return (f"FirecREST's transfer job {info.get('jobId', '?')} failed"
+                + (f": {text[-500:]}" if text else " (no error log)"))
+
+    def _view_part(self, path: str, offset: int, size: int) -> str:
+        """GET ops/view?offset&size (pyfirecrest's ``view`` has no offset)."""
+        client = self.client()
+        resp = client._get_request(endpoint=f"/filesystem/{self.system}/ops/view",
+                                   params={"path": path, "offset": offset, "size": size})
+        return client._check_response(resp, 200)["output"]
 
     def list_outputs(self, job: JobRef) -> list[OutputFile]:
         folder = self.folder(job.id)
@@ -344,7 +545,7 @@ class FirecrestBackend(HPCBackend):
         return sorted(out, key=lambda o: o.name)
 
     def read_file(self, job: JobRef, name: str, limit: int = 16 << 20) -> bytes:
-        path = self._inside(job, name)
+        path = remote_inside(self.folder(job.id), name)
         with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
             target = Path(tmp) / "file"
             self._download(path, target)
@@ -352,6 +553,7 @@ class FirecrestBackend(HPCBackend):
                 return f.read(limit)
 
     def _download(self, path: str, target: Path) -> None:
+        self.system_info()  # the direct-transfer limit
         try:
             self._call("download", self.system, path, str(target),
                        account=self.config.get("account"))
@@ -363,18 +565,9 @@ class FirecrestBackend(HPCBackend):
         for name in names:
             target = dest / name
             target.parent.mkdir(parents=True, exist_ok=True)
-            self._download(self._inside(job, name), target)
+            self._download(remote_inside(self.folder(job.id), name), target)
             out.append(target)
         return out
-
-    def _inside(self, job: JobRef, name: str) -> str:
-        import posixpath
-
-        folder = self.folder(job.id)
-        path = posixpath.normpath(f"{folder}/{name}")
-        if not path.startswith(folder + "/"):
-            raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
-        return path
 
     def clean(self, job: JobRef) -> None:
         try:
@@ -405,6 +598,25 @@ def _message(e: Exception) -> str:
         return str(body.get("message") or body.get("detail") or body)[:500]
     except Exception:
         return responses[-1].text[:500]
+
+
+def _int(value: Any) -> int | None:
+    try:
+        return int(value) if value is not None and value != "" else None
+    except (TypeError, ValueError):
+        return None
+
+
+def _never_ran(job: dict[str, Any]) -> bool:
+    """A final job that never had a node: refused at submit (accounting records those as
+    FAILED, exit 1, "None assigned") or cancelled while pending."""
+    state = (job.get("status") or {}).get("state") or ""
+    if isinstance(state, list):
+        state = state[0] if state else ""
+    if common_state(state) not in (FAILED, CANCELLED):
+        return False
+    nodes = (job.get("nodes") or "").strip()
+    return nodes in ("", "None assigned") or job.get("allocationNodes") == 0
 
 
 def _min(*values):

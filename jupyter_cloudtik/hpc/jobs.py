@@ -32,6 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from ..core import locations as locs
 from ..core.errors import (
     CloudTikError,
     ConfigError,
@@ -40,7 +41,8 @@ from ..core.errors import (
     ProviderError,
 )
 from ..core.identity import ActsForUser
-from ..core.operations import OperationContext, Operations, owner_alive
+from ..core.ids import resolve_row
+from ..core.operations import OperationContext, Operations, Target, owner_alive
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store, dumps, loads
@@ -74,8 +76,6 @@ from .staging import (
     LocalStager,
     Stagers,
     default_name,
-    is_local,
-    local_path,
     normalize,
     split_named,
 )
@@ -124,7 +124,7 @@ LEASE_STALE_SECONDS = 30.0
 
 
 def _target(job_id: str) -> str:
-    return f"job:{job_id}"
+    return str(Target("job", job_id))
 
 
 class JobManager(ActsForUser):
@@ -132,8 +132,11 @@ class JobManager(ActsForUser):
 
     def __init__(self, settings: CloudTik | None = None, hpc: HPC | None = None,
                  store: Store | None = None, user: str | None = None,
-                 stagers: Stagers | None = None) -> None:
+                 stagers: Stagers | None = None,
+                 locations: locs.LocationPolicy | None = None) -> None:
         self.settings = settings or default_settings()
+        # what local paths callers may name (core.locations): the faces set theirs
+        self.locations: locs.LocationPolicy = locations or locs.InProcess()
         self.hpc = hpc or hpc_settings()
         self.store = store or Store(self.settings.state_dir)
         self.store.ensure_schema("hpc", HPC_MIGRATIONS)
@@ -171,36 +174,78 @@ class JobManager(ActsForUser):
 
     # submitting -----------------------------------------------------------------------------
     async def submit(self, spec: JobSpec, backend: str | None = None, *,
-                     wait_submitted: bool = True) -> JobInfo:
+                     wait_submitted: bool = True,
+                     locations: locs.LocationPolicy | None = None,
+                     files: dict[str, bytes] | None = None) -> JobInfo:
         """Check the job, record it, stage its inputs and submit it.
 
         Everything that can be checked is checked before anything is recorded: the
         backend, the notebook, the resources against the backend's limits, every input
-        and the output location.  Returns once the backend accepted the job (state
-        ``queued``) or, if it did not answer, with the job ``unknown`` and the reason;
-        with ``wait_submitted=False`` as soon as the job is recorded (``submitting``;
-        staging and submitting go on in the background: the REST API answers 202).
+        and the output location, each resolved by ``locations`` (the caller's policy;
+        default this manager's).  ``files`` are notebook and input files sent as content
+        (``name`` or ``folder/name`` → bytes), from a user's own server to the hub: they
+        are written into this job's own folder only, and each top-level entry that is
+        not the notebook becomes an input of that name.  Returns once the backend
+        accepted the job (state ``queued``) or, if it did not answer, with the job
+        ``unknown`` and the reason; with ``wait_submitted=False`` as soon as the job is
+        recorded (``submitting``; staging and submitting go on in the background: the
+        REST API answers 202).
         """
+        policy = locations or self.locations
         name = self.registry.resolve(backend)
         be = self.registry.get(name)
         spec = copy.deepcopy(spec)
         job_id = uuid.uuid4().hex[:8]
+        content = self._content_entries(files)
         nb = None
-        if spec.notebook:
-            spec.notebook = str(local_path(spec.notebook).resolve()) \
-                if is_local(spec.notebook) else spec.notebook
-            nb = nbtools.check_notebook(spec.notebook)
-            unknown = sorted(set(spec.parameters) - set(nbtools.parameter_names(nb)))
-            if unknown and nbtools.parameter_names(nb):
-                log.info("job %s: parameters %s are not in the notebook's parameters cell; "
-                         "papermill adds them", job_id, unknown)
-        elif not spec.command:
-            raise ConfigError("give a notebook or a command to run", field="notebook")
-        if not spec.name:
-            spec.name = Path(spec.notebook).stem if spec.notebook else Path(
-                str(spec.command[0])).name
-        await asyncio.to_thread(self._validate, be, spec)
-        plan = await self._plan(be, spec)
+        nb_source = None
+        warnings: list[str] = []
+        try:
+            if spec.notebook:
+                nb_name = Path(spec.notebook.replace("\\", "/")).name
+                if nb_name in content:
+                    nb_source = content.pop(nb_name)
+                    spec.notebook = locs.check_text(spec.notebook, "notebook")
+                else:
+                    where = self._locate(spec.notebook, "notebook", policy)
+                    if not where.is_local:
+                        raise ConfigError(
+                            f"notebook: {spec.notebook!r} is not a local notebook file "
+                            "(stage it as an input and run a command instead)",
+                            field="notebook")
+                    spec.notebook = nb_source = where.text
+            elif not spec.command:
+                raise ConfigError("give a notebook or a command to run", field="notebook")
+            if nb_source is not None:
+                nb = nbtools.check_notebook(nb_source) if not isinstance(nb_source, bytes) \
+                    else _notebook_json(nb_source)
+                warnings = nbtools.check_parameters(
+                    nb, spec.parameters, notebook=Path(spec.notebook).name,
+                    kernel=spec.kernel, allow_unknown=spec.allow_unknown_parameters)
+            elif spec.parameters:
+                first = next(iter(spec.parameters))
+                raise ConfigError(
+                    f"parameters.{first}: {spec.parameters[first]!r} has nowhere to go: "
+                    "parameters are for notebooks (papermill), not commands; pass them "
+                    "as arguments or --env instead", field=f"parameters.{first}")
+            spec.inputs = [self._locate_input(item, policy) for item in spec.inputs]
+            if spec.output:
+                spec.output = self._locate(spec.output, "output", policy, write=True).text
+            if not spec.name:
+                spec.name = Path(spec.notebook).stem if spec.notebook else Path(
+                    str(spec.command[0])).name
+            await asyncio.to_thread(self._validate, be, spec)
+            sent = self._write_content(job_id, content, nb_name if isinstance(
+                nb_source, bytes) else None, nb_source if isinstance(nb_source, bytes)
+                else None)
+            if sent.get("notebook"):
+                nb_source = sent.pop("notebook")
+            plan = await self._plan(be, spec, nb_source, sent)
+            if warnings:
+                plan["warnings"] = warnings
+        except BaseException:
+            shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
+            raise
         token = uuid.uuid4().hex
         now = time.time()
         op = self.ops.start("hpc.job", _target(job_id),
@@ -215,6 +260,9 @@ class JobManager(ActsForUser):
                  dumps(spec.to_dict()), dumps(plan), op.id, self.user, now, now))
         self.ops.emit(op.id, "recorded", f"job {job_id} ({spec.name}) for backend '{name}'",
                       0.05, data={"job": job_id, "state": SUBMITTING})
+        for text in warnings:
+            log.warning("job %s: %s", job_id, text)
+            self.ops.emit(op.id, "warning", text, level="warning", data={"job": job_id})
         if wait_submitted:
             await self._submit(job_id)
             self._wake(name)
@@ -223,6 +271,77 @@ class JobManager(ActsForUser):
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
         return self.get(job_id)
+
+    # locations -------------------------------------------------------------------------------
+    def _is_storage(self, name: str) -> bool:
+        return any(not isinstance(s, LocalStager) and s.handles(f"{name}:")
+                   for s in self.stagers.stagers)
+
+    def _locate(self, text: str, field: str, policy: locs.LocationPolicy, *,
+                write: bool = False) -> locs.Resolved:
+        """One location of a job through the caller's policy (core.locations)."""
+        return locs.resolve(text, field, policy, write=write, is_storage=self._is_storage,
+                            backends=self.registry.names())
+
+    def _locate_input(self, item: str, policy: locs.LocationPolicy) -> str:
+        locs.check_text(item, "inputs")
+        given, loc = split_named(item)
+        if given is not None:
+            locs.check_file_name(given, "inputs")
+        where = self._locate(loc, "inputs", policy)
+        if where.is_local:
+            path = Path(where.text)
+            if not path.exists():
+                raise NotFoundError(f"inputs: {loc!r} does not exist", field="inputs")
+            policy.check_tree(path, "inputs")
+        return f"{given}={where.text}" if given else where.text
+
+    @staticmethod
+    def _content_entries(files: dict[str, bytes] | None) -> dict[str, Any]:
+        """Sent files by top-level name: bytes for a file, {sub path: bytes} for a folder."""
+        out: dict[str, Any] = {}
+        for key, data in (files or {}).items():
+            locs.check_file_name(key, "files")
+            top, _, rest = key.partition("/")
+            if rest:
+                folder = out.setdefault(top, {})
+                if not isinstance(folder, dict):
+                    raise ConfigError(f"files: {top!r} is sent as a file and a folder",
+                                      field="files")
+                folder[rest] = data
+            else:
+                if top in out:
+                    raise ConfigError(f"files: {top!r} is sent twice", field="files")
+                out[top] = data
+        return out
+
+    def _content_dir(self, job_id: str) -> Path:
+        return self.store.state_dir / "hpc" / "content" / job_id
+
+    def _write_content(self, job_id: str, content: dict[str, Any], nb_name: str | None,
+                       nb_data: bytes | None) -> dict[str, Any]:
+        """Write sent files into this job's own content folder (nowhere else)."""
+        out: dict[str, Any] = {}
+        if not content and nb_data is None:
+            return out
+        base = self._content_dir(job_id)
+        base.mkdir(parents=True, exist_ok=True)
+        if nb_data is not None and nb_name is not None:
+            path = base / ".notebook" / nb_name
+            path.parent.mkdir()
+            path.write_bytes(nb_data)
+            out["notebook"] = str(path)
+        for top, data in content.items():
+            target = base / top
+            if isinstance(data, dict):
+                for rest, chunk in data.items():
+                    f = target / rest
+                    f.parent.mkdir(parents=True, exist_ok=True)
+                    f.write_bytes(chunk)
+            else:
+                target.write_bytes(data)
+            out.setdefault("inputs", {})[top] = str(target)
+        return out
 
     async def _submit_then_wake(self, job_id: str, backend: str) -> None:
         try:
@@ -240,8 +359,12 @@ class JobManager(ActsForUser):
                         be.name, e.message)
             check_limits(spec, HPCBackend.limits(be), be.name)
 
-    async def _plan(self, be: HPCBackend, spec: JobSpec) -> dict[str, Any]:
-        """Decide, for every input and the output, who moves it; refuse the impossible."""
+    async def _plan(self, be: HPCBackend, spec: JobSpec, nb_source: Any = None,
+                    sent: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Decide, for every input and the output, who moves it; refuse the impossible.
+
+        Locations are already resolved (``submit``); ``sent`` are files sent as content,
+        always uploaded from this job's own content folder."""
         env = spec.environment
         default_env = await asyncio.to_thread(be.default_environment)
         environment = default_env if env is None else \
@@ -250,10 +373,16 @@ class JobManager(ActsForUser):
         output_notebook = None
         if spec.notebook:
             nb_name = Path(spec.notebook).name
-            files[nb_name] = spec.notebook
+            files[nb_name] = nb_source or spec.notebook
             output_notebook = script.output_notebook_name(nb_name)
         names = set(files) | set(script.SCAFFOLDING) | {script.LOG_NAME}
         inputs: list[dict[str, Any]] = []
+        for nm, path in ((sent or {}).get("inputs") or {}).items():
+            if nm in names:
+                raise ConfigError(f"files: {nm!r} clashes with the job's own files",
+                                  field="files")
+            names.add(nm)
+            inputs.append({**StageIn(nm, path, "upload").__dict__, "sent": True})
         for item in spec.inputs:
             given, loc = split_named(item)
             loc = normalize(loc)
@@ -353,6 +482,7 @@ class JobManager(ActsForUser):
             staging = self._staging_dir(job_id)
             if staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
+        shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
         now = time.time()
         self._update(job_id, native_id=str(nid), state=QUEUED, reason=None, submitted_at=now)
         ctx.progress("submitted", f"submitted to '{name}' as job {nid}", 0.6,
@@ -374,7 +504,7 @@ class JobManager(ActsForUser):
                             ctx: OperationContext) -> Submission:
         spec = JobSpec.from_dict(loads(row["spec"]))
         inputs = []
-        items = [StageIn(**i) for i in plan.get("inputs", [])]
+        items = [_stage_in(i) for i in plan.get("inputs", [])]
         to_stage = [i for i in items if i.mode == "upload"]
         for n, item in enumerate(items):
             if item.mode != "upload":
@@ -406,24 +536,17 @@ class JobManager(ActsForUser):
                           stage_out=plan.get("stage_out"))
 
     # reading ------------------------------------------------------------------------------
-    def _row(self, job_id: str):
-        row = self.store.query_one("SELECT * FROM hpc_jobs WHERE id = ?", (job_id,))
-        if row is not None:
-            return row
-        rows = self.store.query("SELECT * FROM hpc_jobs WHERE id LIKE ? LIMIT 2",
-                                (f"{job_id}%",)) if job_id else []
-        if len(rows) == 1:
-            return rows[0]
-        if len(rows) > 1:
-            raise ConflictError(f"job: '{job_id}' matches several jobs; give more of the id",
-                                field="job")
-        recent = [r[0] for r in self.store.query(
-            "SELECT id FROM hpc_jobs ORDER BY created_at DESC LIMIT 5")]
-        hint = f"; recent jobs: {', '.join(recent)}" if recent else "; there are no jobs"
-        raise NotFoundError(f"job: no job '{job_id}'{hint}", field="job", value=job_id)
+    def _row(self, job_id: str, user: str | None = None):
+        """The job ``job_id`` names (a whole id, or the start of one); with ``user``, among
+        that user's jobs only, and another user's job is "no job" exactly like a missing
+        one (``core.ids``)."""
+        return resolve_row(self.store, "hpc_jobs", job_id, user=user, field="job",
+                           missing="job: no job '{id}'",
+                           ambiguous="job: '{id}' matches several of your jobs "
+                                     "({candidates}); give more of the id")
 
-    def get(self, job_id: str) -> JobInfo:
-        return self._info(self._row(job_id))
+    def get(self, job_id: str, user: str | None = None) -> JobInfo:
+        return self._info(self._row(job_id, user))
 
     def list(self, active_only: bool = False, backend: str | None = None,
              limit: int = 100, user: str | None = None) -> list[JobInfo]:
@@ -454,8 +577,10 @@ class JobManager(ActsForUser):
             reason=row["reason"], exit_code=row["exit_code"], error=loads(row["error"]),
             notebook=spec.get("notebook"), command=spec.get("command"),
             parameters=spec.get("parameters") or {}, resources=spec.get("resources") or {},
-            attributes=spec.get("attributes") or {}, inputs=plan.get("inputs") or [],
+            attributes=spec.get("attributes") or {},
+            inputs=[_public_input(i) for i in plan.get("inputs") or []],
             output=spec.get("output"), output_notebook=plan.get("output_notebook"),
+            warnings=list(plan.get("warnings") or []),
             op_id=row["op_id"], user=row["user"], created_at=row["created_at"],
             updated_at=row["updated_at"], submitted_at=row["submitted_at"],
             started_at=row["started_at"], finished_at=row["finished_at"])
@@ -524,6 +649,7 @@ class JobManager(ActsForUser):
         return await asyncio.to_thread(be.list_outputs, _ref(row))
 
     async def read_file(self, job_id: str, name: str, limit: int = 16 << 20) -> bytes:
+        locs.check_file_name(name, "name")
         row = self._row(job_id)
         if not row["native_id"]:
             raise ConflictError(f"job {row['id']} was never submitted", field="job")
@@ -531,14 +657,18 @@ class JobManager(ActsForUser):
         return await asyncio.to_thread(be.read_file, _ref(row), name, limit)
 
     async def fetch(self, job_id: str, dest: str | os.PathLike[str] | None = None,
-                    names: list[str] | None = None) -> list[Path]:
-        """Copy the executed notebook and the declared outputs into the session."""
+                    names: list[str] | None = None, *,
+                    locations: locs.LocationPolicy | None = None) -> list[Path]:
+        """Copy the executed notebook and the declared outputs into the session (``dest``
+        resolved by the caller's policy; default ``<results_dir>/<job id>``)."""
+        for n in names or []:
+            locs.check_file_name(n, "files")
         row = self._row(job_id)
         job_id = row["id"]
+        target = self.fetch_dest(job_id, dest, locations=locations)
         if not row["native_id"]:
             raise ConflictError(f"job {job_id} was never submitted; there is nothing to fetch",
                                 field="job")
-        target = Path(dest).expanduser() if dest else Path.cwd() / self.hpc.results_dir / job_id
         spec = JobSpec.from_dict(loads(row["spec"]))
         plan = loads(row["plan"], {})
         be = self.registry.get(row["backend"])
@@ -555,6 +685,18 @@ class JobManager(ActsForUser):
             raise
         self.ops.finish(op.id, "succeeded", result={"paths": [str(p) for p in paths]})
         return paths
+
+    def fetch_dest(self, job_id: str, dest: str | os.PathLike[str] | None = None, *,
+                   locations: locs.LocationPolicy | None = None) -> Path:
+        """The folder results of ``job_id`` are fetched into, by the caller's policy."""
+        policy = locations or self.locations
+        where = self._locate(os.fspath(dest) if dest else
+                             f"{self.hpc.results_dir}/{job_id}", "dest", policy, write=True)
+        if not where.is_local:
+            raise ConfigError(f"dest: {where.given!r} is not a local folder; results are "
+                              "fetched into a folder (use output= for storages)",
+                              field="dest")
+        return Path(where.text)
 
     @staticmethod
     def _wanted_outputs(listing: list[OutputFile], spec: JobSpec,
@@ -584,6 +726,7 @@ class JobManager(ActsForUser):
         row = self._row(job_id)
         if row["state"] in FINAL_STATES:
             return
+        shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
         now = time.time()
         self._update(job_id, state=state, reason=reason, finished_at=now, **fields)
         op_state = {SUCCEEDED: "succeeded", CANCELLED: "cancelled"}.get(state, "failed")
@@ -920,6 +1063,33 @@ async def _check(stager, location: str, for_output: bool = False) -> None:
         await stager.acheck(location, for_output=for_output)
     else:
         await asyncio.to_thread(stager.check, location, for_output=for_output)
+
+
+def _stage_in(d: dict[str, Any]) -> StageIn:
+    return StageIn(**{k: d[k] for k in ("name", "source", "mode", "size") if k in d})
+
+
+def _public_input(d: dict[str, Any]) -> dict[str, Any]:
+    """An input as its job shows it: a sent file by its name, not by where the content
+    folder is on this machine."""
+    if d.get("sent"):
+        return {**d, "source": f"sent:{d['name']}"}
+    return d
+
+
+def _notebook_json(data: bytes) -> dict[str, Any]:
+    import json
+
+    try:
+        nb = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ConfigError(f"notebook: the sent notebook is not JSON ({e})",
+                          field="notebook") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list) \
+            or nb.get("nbformat", 0) < 4:
+        raise ConfigError("notebook: the sent notebook is not a version-4 notebook",
+                          field="notebook")
+    return nb
 
 
 def _ref(row) -> JobRef:

@@ -1,13 +1,13 @@
 """``%hpc`` and ``%%hpc``: send notebooks and cells to HPC backends from a notebook.
 
-Loaded with ``%load_ext jupyter_cloudtik`` (the feature hook in ``magics.FEATURE_MAGICS``).
+Loaded with ``%load_ext jupyter_cloudtik`` (the hpc feature's ``magics``, ``hpc/feature.py``).
 Errors are one-line ``UsageError``s; nothing is submitted when a check fails.
 """
 
 from __future__ import annotations
 
 import json
-import shlex
+import sys
 import uuid
 from typing import Any
 
@@ -16,6 +16,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 
 from ..commands import Parser, UsageProblem
 from ..core.errors import CloudTikError
+from ..magic_line import parse_magic_line
 from .commands import (
     add_submit_options,
     backends_table,
@@ -43,6 +44,7 @@ class HPCMagics(Magics):
           %hpc submit NOTEBOOK [--backend B] [-p KEY VALUE ...] [--inputs LOC ...]
                 [--output LOC] [--nodes N] [--cpus N] [--memory 4GiB] [--time 30m]
                 [--queue Q] [--account A] [--container IMAGE] [--wait]
+                [--allow-unknown-parameters]
               submit a notebook (run with papermill); returns the Job
           %hpc status [JOB]                  one job, or the recent jobs
           %hpc logs JOB [--follow]           its output so far (--follow: until it ends)
@@ -56,7 +58,9 @@ class HPCMagics(Magics):
               run the cell as a job; with --wait, show what it printed
 
         JOB may be any unique beginning of a job id.  Jobs outlive the kernel: after a
-        restart, `%hpc status` shows them again.  Run `%hpc <command> --help` for details.
+        restart, `%hpc status` shows them again.  `%hpc` alone lists the commands;
+        `%hpc <command> --help` gives the options of one.  A trailing `# comment` is
+        ignored, as in a shell (on the `%%hpc` line too).
         """
         from .api import Job, JobList
         from .client import get_jobs_client
@@ -64,15 +68,13 @@ class HPCMagics(Magics):
         try:
             if cell is not None:
                 return self._cell(line, cell)
-            args = job_parser("%hpc").parse_args(shlex.split(line))
+            args = parse_magic_line("%hpc", job_parser("%hpc"), line)
         except UsageProblem as e:
             raise UsageError(str(e)) from None
-        except ValueError as e:
-            raise UsageError(f"%hpc: {e}") from None
-        except SystemExit:
-            return None
         except CloudTikError as e:
             raise UsageError(e.message) from None
+        if args is None:  # help was printed
+            return None
         try:
             client = get_jobs_client()
             cmd = args.command
@@ -84,6 +86,7 @@ class HPCMagics(Magics):
                     raise UsageError("%hpc submit: give a NOTEBOOK (or --command)")
                 spec = spec_from_args(args, args.notebook, args.command_line)
                 info = client.submit(spec, args.backend)
+                _warn(info)
                 job = Job(info.id, client, info)
                 if args.wait:
                     _follow(client, job.id)
@@ -133,7 +136,9 @@ class HPCMagics(Magics):
         from .client import get_jobs_client
         from .notebook import cell_outputs_text, notebook_from_cell
 
-        args = _cell_parser().parse_args(shlex.split(line))
+        args = parse_magic_line("%%hpc", _cell_parser(), line, commands=False)
+        if args is None:  # --help was printed
+            return None
         client = get_jobs_client()
         params = {k: parse_value(v) for k, v in args.parameter}
         folder = default_settings().state_path / "hpc" / "cells"
@@ -144,6 +149,7 @@ class HPCMagics(Magics):
         spec.name = args.name or "cell"
         spec.parameters = params
         info = client.submit(spec, args.backend)
+        _warn(info)
         job = Job(info.id, client, info)
         if not args.wait:
             return job
@@ -156,6 +162,12 @@ class HPCMagics(Magics):
             except CloudTikError:
                 pass
         return Job(info.id, client, info)
+
+
+def _warn(info) -> None:
+    """A job submitted although it may not do what was asked says so, loudly."""
+    for text in info.warnings or []:
+        print(f"WARNING: job {info.id}: {text}", file=sys.stderr)
 
 
 def _follow(client, job_id: str) -> None:

@@ -30,6 +30,7 @@ class JobInfo:
     inputs: list[dict[str, Any]] = field(default_factory=list)
     output: str | None = None
     output_notebook: str | None = None
+    warnings: list[str] = field(default_factory=list)  # e.g. parameters the notebook ignores
     op_id: str | None = None
     user: str | None = None
     created_at: float = 0.0

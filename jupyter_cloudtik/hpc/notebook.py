@@ -9,12 +9,14 @@ cell's outputs, and the first cell with an error output is the one to show peopl
 from __future__ import annotations
 
 import json
+import logging
 import re
 from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, NotFoundError
 
+log = logging.getLogger(__name__)
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 PAPERMILL_ERROR_TAG = "papermill-error-cell-tag"
 
@@ -39,14 +41,83 @@ def check_notebook(path: str | Path, field: str = "notebook") -> dict[str, Any]:
     return nb
 
 
-def parameter_names(nb: dict[str, Any]) -> list[str]:
-    """Names assigned in the cell tagged ``parameters`` (papermill's convention)."""
-    for cell in nb.get("cells", []):
-        tags = (cell.get("metadata") or {}).get("tags") or []
-        if "parameters" in tags and cell.get("cell_type") == "code":
-            source = _source(cell)
-            return re.findall(r"^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=", source, re.M)
-    return []
+def check_parameters(nb: dict[str, Any], parameters: dict[str, Any], *, notebook: str,
+                     kernel: str | None = None, allow_unknown: bool = False,
+                     option: str = "--allow-unknown-parameters (allow_unknown_parameters: true)",
+                     ) -> list[str]:
+    """Refuse parameters the notebook cannot receive; with ``allow_unknown``, warnings.
+
+    papermill does not refuse them itself: a parameter the parameters cell does not
+    assign is injected anyway (and, without a cell tagged ``parameters``, injected at the
+    top, where the notebook's own assignments overwrite it), so the job succeeds with the
+    notebook's defaults — a silent wrong result.  The names are the ones papermill's own
+    inspection (``papermill --help-notebook``) reads from the parameters cell.  Returns
+    the warnings to show (empty when every parameter has a place).
+    """
+    if not parameters:
+        return []
+    try:
+        names = notebook_parameters(nb, kernel)
+    except LookupError as e:  # e.g. an R notebook: it has the cell, papermill fills it
+        log.info("%s: parameter names not checked (%s)", notebook, e)
+        return []
+    given = list(parameters)
+    if names is None:
+        first = given[0]
+        problem = (f"{notebook!r} has no cell tagged 'parameters', so papermill would "
+                   f"inject {', '.join(given)} in a cell at the top, where any assignment "
+                   "in the notebook overrides it")
+        if not allow_unknown:
+            raise ConfigError(
+                f"parameters.{first}: {parameters[first]!r} cannot reach the notebook: "
+                f"{problem}; tag the cell that assigns them `parameters` (in JupyterLab: "
+                f"the property inspector's cell tags), or pass {option} to run anyway",
+                field=f"parameters.{first}")
+        return [f"parameters: {problem}; submitted anyway (allow_unknown_parameters)"]
+    unknown = [k for k in given if k not in names]
+    if not unknown:
+        return []
+    allowed = ", ".join(names) if names else "none (its parameters cell assigns no names)"
+    bad = ", ".join(f"{k}={parameters[k]!r}" for k in unknown)
+    bad += " is not a parameter" if len(unknown) == 1 else " are not parameters"
+    if not allow_unknown:
+        first = unknown[0]
+        raise ConfigError(
+            f"parameters.{first}: {bad} of {notebook!r}; its cell "
+            f"tagged `parameters` assigns: {allowed} (or pass {option} to inject it "
+            "anyway)",
+            field=f"parameters.{first}")
+    return [f"parameters: {bad} of {notebook!r} (its cell tagged "
+            f"`parameters` assigns: {allowed}); papermill injects it after that cell anyway"]
+
+
+def notebook_parameters(nb: dict[str, Any], kernel: str | None = None) -> list[str] | None:
+    """The names the cell tagged ``parameters`` assigns; None without such a cell.
+
+    Read with papermill's own inspection (the translator of the notebook's language, as
+    ``papermill.inspection.inspect_notebook`` does; that one only takes a path, and a
+    notebook sent as content has none).  Raises ``LookupError`` when papermill cannot
+    inspect the language (only Python can): the names are then not known here.
+    """
+    if not any("parameters" in ((c.get("metadata") or {}).get("tags") or [])
+               for c in nb.get("cells", [])):
+        return None
+    import nbformat
+    from papermill.translators import papermill_translators
+    from papermill.utils import find_first_tagged_cell_index, nb_kernel_name, nb_language
+
+    try:
+        node = nbformat.from_dict(nb)
+        cell = node.cells[find_first_tagged_cell_index(node, "parameters")]
+        name = nb_kernel_name(node, kernel or None)
+        try:
+            language = nb_language(node)
+        except ValueError:  # no language in the metadata: the kernel's, if it says
+            language = "python" if name.startswith("python") else ""
+        translator = papermill_translators.find_translator(name, language)
+        return [p.name for p in translator.inspect(cell)]
+    except Exception as e:  # no language, no translator, no introspection for it
+        raise LookupError(str(e) or type(e).__name__) from None
 
 
 def notebook_from_cell(source: str, parameters: dict[str, Any] | None = None,

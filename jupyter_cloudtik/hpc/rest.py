@@ -9,6 +9,7 @@ would otherwise read them relative to its root folder.
 
 from __future__ import annotations
 
+import base64
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 
 from ..core.operations import Event
 from ..rest_client import RestBackend, _seg
-from .base import JobSpec, LogChunk, OutputFile
+from .base import JobSpec, LogChunk, OutputFile, follow_logs
 from .models import JobInfo
 from .staging import is_local, local_path, split_named
 
@@ -27,6 +28,17 @@ def _absolute(location: str) -> str:
         return location
     path = str(local_path(loc).resolve())
     return f"{name}={path}" if name else path
+
+
+def _cell_notebook(notebook: str | None) -> Path | None:
+    """The notebook ``%%hpc`` wrote for a cell (in this session's state folder), if it is."""
+    if not notebook:
+        return None
+    from ..core.settings import default_settings
+
+    cells = (default_settings().state_path / "hpc" / "cells").resolve()
+    path = Path(notebook).expanduser().resolve()
+    return path if cells in path.parents and path.is_file() else None
 
 
 class RestJobsClient:
@@ -88,8 +100,15 @@ class RestJobsClient:
             "container": env.container if env else None,
             "python": env.python if env else None, "kernel": spec.kernel,
             "env": dict(env.variables) if env and env.variables else None,
+            "allow_unknown_parameters": spec.allow_unknown_parameters or None,
         }
         body = {k: v for k, v in body.items() if v is not None}
+        cell = _cell_notebook(spec.notebook)
+        if cell is not None:
+            # a %%hpc cell is written to the state folder, which the server never reads
+            # for a request: it travels as content
+            body["notebook"] = cell.name
+            body["files"] = {cell.name: base64.b64encode(cell.read_bytes()).decode("ascii")}
         info = JobInfo.from_dict(self.rest._json("POST", "jobs", body=body)["job"])
         while info.state == "submitting":
             time.sleep(0.05)
@@ -113,18 +132,8 @@ class RestJobsClient:
         return LogChunk(data["text"], data["offset"], data["eof"])
 
     def follow_logs(self, job_id: str, offset: int = 0, poll: float = 0.5) -> Iterator[str]:
-        while True:
-            chunk = self.logs(job_id, offset)
-            offset = chunk.offset
-            if chunk.text:
-                yield chunk.text
-                continue
-            if self.get(job_id).done:
-                final = self.logs(job_id, offset)
-                if final.text:
-                    yield final.text
-                return
-            time.sleep(poll)
+        return follow_logs(lambda at: self.logs(job_id, at), lambda: self.get(job_id).done,
+                           offset, poll)
 
     def outputs(self, job_id: str) -> list[OutputFile]:
         data = self.rest._json("GET", f"jobs/{_seg(job_id)}/outputs")

@@ -27,11 +27,11 @@ from typing import Any
 from traitlets import Dict, Float, Unicode
 from traitlets.config import Configurable
 
-from ..core import plugins
+from ..core import env, plugins
 from ..core.errors import ConfigError
 from .base import ENTRY_POINT_GROUP, BackendContext, HPCBackend
 
-CONFIG_ENV = "CLOUDTIK_HPC_CONFIG"
+CONFIG_ENV = env.HPC_CONFIG
 # always there unless configured otherwise: this machine, and the Dask clusters of this
 # state folder ("dask" = the only running one; "dask:NAME" picks one)
 DEFAULT_BACKENDS = {"local": {"type": "local"}, "dask": {"type": "dask"}}

@@ -111,19 +111,31 @@ class LocalShell:
         pass
 
 
+#: SSH keepalive (asyncssh's ``keepalive_interval`` / ``keepalive_count_max``, OpenSSH's
+#: ServerAliveInterval / ServerAliveCountMax): a request every 15 s of silence, the
+#: connection closed when 3 in a row get no answer — a dead link is noticed within about
+#: a minute instead of when a command hangs on it.  0 turns it off
+KEEPALIVE_INTERVAL = 15.0
+KEEPALIVE_COUNT_MAX = 3
+
+
 class SSHShell:
     """Commands and files on a remote login node over one kept SSH connection."""
 
     def __init__(self, host: str, *, user: str | None = None, port: int = 22,
                  private_key: str | None = None, passphrase: str | None = None,
                  known_hosts: str | None = None, check_host_key: bool = True,
-                 connect_timeout: float = 15.0, env: dict[str, str] | None = None) -> None:
+                 connect_timeout: float = 15.0, env: dict[str, str] | None = None,
+                 keepalive_interval: float = KEEPALIVE_INTERVAL,
+                 keepalive_count_max: int = KEEPALIVE_COUNT_MAX) -> None:
         self.host, self.user, self.port = host, user, port
         self.where = f"{user + '@' if user else ''}{host}:{port}"
         self._key, self._passphrase = private_key, passphrase
         self.known_hosts = known_hosts
         self.check_host_key = check_host_key
         self.connect_timeout = connect_timeout
+        self.keepalive_interval, self.keepalive_count_max = keepalive_interval, \
+            keepalive_count_max
         self.env = dict(env or {})
         self._conn = None
         self._sftp = None
@@ -134,16 +146,18 @@ class SSHShell:
     # the connection ---------------------------------------------------------------------
     def _runner(self):
         if self._loop is None:
-            from ..session import LoopThread
+            from ..core.bridge import bridge
 
-            self._loop = LoopThread(f"ssh-{self.host}")
+            self._loop = bridge()  # the process's loop thread (stop() leaves it running)
         return self._loop
 
     async def _connect(self):
         import asyncssh
 
-        if self._conn is not None:
+        if self._conn is not None and not self._conn.is_closed():
             return self._conn
+        # closed under us (the keepalive gave up, the server went away): a new one
+        self._conn = self._sftp = None
         keys = None
         if self._key:
             try:
@@ -160,7 +174,12 @@ class SSHShell:
             known_hosts = ()  # asyncssh default: ~/.ssh/known_hosts
         kwargs: dict[str, Any] = {"port": self.port, "username": self.user,
                                   "connect_timeout": self.connect_timeout,
-                                  "agent_path": None if keys else ()}
+                                  "agent_path": None if keys else (),
+                                  # a connection that died without a FIN (a login node
+                                  # gone, a NAT that forgot us) is noticed and closed
+                                  # after this many seconds without an answer
+                                  "keepalive_interval": self.keepalive_interval,
+                                  "keepalive_count_max": self.keepalive_count_max}
         if keys:
             kwargs["client_keys"] = keys
         if known_hosts != ():
@@ -313,6 +332,18 @@ class SSHShell:
 
         return self._call(go)
 
+    # port forwarding ---------------------------------------------------------------------
+    def forward_local_port(self, dest_host: str, dest_port: int,
+                           listen_host: str = "127.0.0.1") -> Tunnel:
+        """Listen on a free port of this machine and forward each connection through the
+        kept SSH connection to ``dest_host:dest_port`` as the login node sees it (``ssh
+        -L``).  Why: a compute node is usually reachable from the login node only."""
+        async def go(conn):
+            listener = await conn.forward_local_port(listen_host, 0, dest_host, dest_port)
+            return Tunnel(self, conn, listener, listen_host)
+
+        return self._call(go)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._loop is not None:
@@ -330,3 +361,28 @@ class SSHShell:
             if self._loop is not None:
                 self._loop.stop()
                 self._loop = None
+
+
+class Tunnel:
+    """One forwarded local port of an ``SSHShell`` (``forward_local_port``)."""
+
+    def __init__(self, shell: SSHShell, conn: Any, listener: Any, host: str) -> None:
+        self.shell, self._conn, self._listener = shell, conn, listener
+        self.host = host
+        self.port: int = listener.get_port()
+
+    def alive(self) -> bool:
+        """Is the SSH connection that carries it still the shell's, and open?"""
+        return self.shell._conn is self._conn and not self._conn.is_closed()
+
+    def close(self) -> None:
+        listener = self._listener
+
+        async def go():
+            listener.close()
+            await listener.wait_closed()
+
+        try:
+            self.shell._runner().run(go(), timeout=5)
+        except Exception:  # the connection is already gone: so is the listener
+            pass

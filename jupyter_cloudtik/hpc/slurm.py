@@ -6,16 +6,18 @@ folder ``<workdir>/<job id>`` holding the rendered batch script (resources as ``
 lines, environment activation, staging commands, the papermill call), its inputs, its
 log and its results.
 
-Polling is one ``squeue --me --states=all`` for every job of the backend.  Jobs Slurm has
-forgotten (finished longer than ``MinJobAge`` ago) are answered from the markers the
-script leaves in the job's folder.  A submit is recognised later by the client token in
-the job's ``--comment``, so an interrupted submit is never run twice.
+Polling is one ``squeue --me --states=all`` for every job of the backend.  Jobs squeue
+has forgotten (finished longer than ``MinJobAge`` ago, 300 s by default) are asked of
+Slurm's accounting with one ``sacct`` for all of them — it keeps the final state
+(``CANCELLED by 0``, ``TIMEOUT``, ``OUT_OF_MEMORY``...) and exit code long after — and, on
+sites without accounting, of ``scontrol`` and the markers the script leaves in the job's
+folder.  A submit is recognised later by the client token in the job's ``--comment``
+(squeue, then sacct), so an interrupted submit is never run twice.
 """
 
 from __future__ import annotations
 
 import math
-import posixpath
 import time
 from pathlib import Path
 from typing import Any
@@ -39,9 +41,10 @@ from .base import (
     Submission,
     format_duration,
     parse_duration,
+    remote_inside,
 )
 from .files import INPUTS_LIST, input_names
-from .shell import LocalShell, Result, SSHShell
+from .shell import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, LocalShell, Result, SSHShell
 
 QUEUED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                  "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
@@ -114,6 +117,12 @@ class SlurmBackend(HPCBackend):
             "environment": {"type": "object"},
             "limits": {"type": "object"},
             "connect_timeout": {"type": "number", "exclusiveMinimum": 0},
+            "keepalive_interval": {"type": "number", "minimum": 0,
+                                   "description": "seconds of silence before an SSH "
+                                                  "keepalive request (0: none; default 15)"},
+            "keepalive_count_max": {"type": "integer", "minimum": 1,
+                                    "description": "unanswered keepalives before the SSH "
+                                                   "connection is closed (default 3)"},
         },
         "additionalProperties": False,
     }
@@ -140,7 +149,11 @@ class SlurmBackend(HPCBackend):
                     passphrase=self.context.secret("ssh_key_passphrase"),
                     known_hosts=self.config.get("known_hosts"),
                     check_host_key=self.config.get("check_host_key", True),
-                    connect_timeout=float(self.config.get("connect_timeout", 15)), env=env)
+                    connect_timeout=float(self.config.get("connect_timeout", 15)), env=env,
+                    keepalive_interval=float(self.config.get(
+                        "keepalive_interval", KEEPALIVE_INTERVAL)),
+                    keepalive_count_max=int(self.config.get(
+                        "keepalive_count_max", KEEPALIVE_COUNT_MAX)))
             else:
                 self._shell = LocalShell(env)
         return self._shell
@@ -285,6 +298,14 @@ class SlurmBackend(HPCBackend):
                 jid, _, comment = line.partition("|")
                 if comment.strip() == f"cloudtik:{token}":
                     return jid.strip()
+        # forgotten by squeue: accounting keeps the comment (AccountingStoreFlags=job_comment)
+        r = self._slurm(["sacct", "-X", "-n", "-P", "--starttime=now-7days", "-o",
+                         "JobID,Comment"], "sacct")
+        if r.rc == 0:
+            for line in r.stdout.splitlines():
+                jid, _, comment = line.partition("|")
+                if comment.strip() == f"cloudtik:{token}" and jid.strip().isdigit():
+                    return jid.strip()
         folder = self.folder(job_id)
         for marker in ("submitted", "native_id"):
             try:
@@ -306,16 +327,44 @@ class SlurmBackend(HPCBackend):
             if len(parts) >= 3:
                 seen[parts[0]] = (parts[1], parts[2])
         out = {}
+        gone = [j for j in jobs if j.native_id not in seen]
+        accounted = self._accounting([j.native_id for j in gone]) if gone else {}
         for job in jobs:
             if job.native_id in seen:
                 native, why = seen[job.native_id]
                 out[job.native_id] = self._status(job, native, why)
+            elif job.native_id in accounted:
+                native, why, code = accounted[job.native_id]
+                out[job.native_id] = self._status(job, native, why, code)
             else:
                 out[job.native_id] = self._forgotten(job)
         return out
 
-    def _status(self, job: JobRef, native: str, why: str) -> JobStatus:
+    def _accounting(self, native_ids: list[str]) -> dict[str, tuple[str, str, int | None]]:
+        """What ``sacct`` knows of jobs squeue forgot: id -> (state, reason, exit code).
+
+        Empty when the site has no accounting (sacct then fails: "Slurm accounting
+        storage is disabled") — the caller falls back to scontrol and the markers."""
+        r = self._slurm(["sacct", "-X", "-n", "-P", "-j", ",".join(native_ids), "-o",
+                         "JobID,State,Reason,ExitCode"], "sacct")
+        if r.rc != 0:
+            return {}
+        out = {}
+        for line in r.stdout.splitlines():
+            parts = line.strip().split("|")
+            if len(parts) < 4 or parts[0] not in native_ids:
+                continue
+            code, _, signal = parts[3].partition(":")
+            rc = int(code) if code.isdigit() else None
+            if rc == 0 and signal.isdigit() and int(signal):
+                rc = 128 + int(signal)
+            out[parts[0]] = (parts[1], parts[2], rc)
+        return out
+
+    def _status(self, job: JobRef, native: str, why: str,
+                exit_code: int | None = None) -> JobStatus:
         state = common_state(native)
+        native = native.split()[0] if native else native  # "CANCELLED by 0" (sacct)
         message = None
         if why and why not in ("None", "(null)"):
             message = why
@@ -326,8 +375,10 @@ class SlurmBackend(HPCBackend):
             code = self._marker(job, "exitcode")
             if code is not None and code.lstrip("-").isdigit():
                 st.exit_code = int(code)
-                if state == SUCCEEDED and st.exit_code != 0:
-                    st.state, st.message = FAILED, f"exit code {st.exit_code}"
+            elif exit_code is not None:
+                st.exit_code = exit_code
+            if state == SUCCEEDED and st.exit_code:
+                st.state, st.message = FAILED, f"exit code {st.exit_code}"
         return st
 
     def _forgotten(self, job: JobRef) -> JobStatus:
@@ -384,22 +435,15 @@ class SlurmBackend(HPCBackend):
         return out
 
     def read_file(self, job: JobRef, name: str, limit: int = 16 << 20) -> bytes:
-        return self.shell.read_bytes(self._inside(job, name), 0, limit)
+        return self.shell.read_bytes(remote_inside(self.folder(job.id), name), 0, limit)
 
     def fetch_outputs(self, job: JobRef, dest: Path, names: list[str]) -> list[Path]:
         out = []
         for name in names:
             target = dest / name
-            self.shell.get(self._inside(job, name), target)
+            self.shell.get(remote_inside(self.folder(job.id), name), target)
             out.append(target)
         return out
-
-    def _inside(self, job: JobRef, name: str) -> str:
-        folder = self.folder(job.id)
-        path = posixpath.normpath(f"{folder}/{name}")
-        if not path.startswith(folder + "/"):
-            raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
-        return path
 
     def clean(self, job: JobRef) -> None:
         self.shell.run(["rm", "-rf", "--", self.folder(job.id)])

@@ -19,6 +19,7 @@ from typing import Protocol
 from urllib.parse import urlparse
 
 from ..core.errors import ConfigError, NotFoundError
+from ..core.locations import split_named  # noqa: F401  (re-exported: one rule)
 from ..core.paths import user_path
 
 Progress = Callable[[float, str], None]
@@ -62,13 +63,6 @@ def normalize(location: str) -> str:
     return location
 
 
-def split_named(item: str) -> tuple[str | None, str]:
-    """``NAME=LOCATION`` renames an input in the job's folder; plain LOCATION keeps its name."""
-    if "=" in item:
-        name, rest = item.split("=", 1)
-        if name and "/" not in name and ":" not in name:
-            return name, rest
-    return None, item
 
 
 def default_name(location: str) -> str:

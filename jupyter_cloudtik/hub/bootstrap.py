@@ -19,7 +19,6 @@ from typing import Any
 import yaml
 
 from ..core.errors import ConfigError
-from ..core.store import loads
 from .catalog import Caller
 
 log = logging.getLogger("jupyter_cloudtik.hub")
@@ -161,16 +160,8 @@ def _sidekick_secret(ctx: Any, ref: str) -> str:
 
 # egress --------------------------------------------------------------------------------
 def rules_for_proxy(ctx: Any) -> list[dict[str, Any]]:
-    out = []
-    for r in ctx.store.query("SELECT * FROM hub_egress_rules ORDER BY id"):
-        value = ctx.secrets.get_all(f"hub:egress:{r['id']}").get("value")
-        if value is None:
-            continue
-        out.append({"id": r["id"], "host": r["host"], "port": r["port"],
-                    "path_prefix": r["path_prefix"], "header": r["header"], "value": value,
-                    "users": loads(r["users"], []), "groups": loads(r["groups"], []),
-                    "owner": r["owner"]})
-    return out
+    """Each rule with the users it applies to now (consent resolved: egress_rules.py)."""
+    return ctx.egress_rules.for_proxy()
 
 
 async def push_egress(ctx: Any) -> None:

@@ -28,12 +28,16 @@ def run(args: Any) -> int:
     if args.command == "sidekick":
         import sys
 
+        from ..commands import UsageProblem
         from ..core.errors import CloudTikError
         from .client import HubClient
         from .commands import run_sidekick
 
         try:
             text, _ = run_sidekick(HubClient.from_environment(), args)
+        except UsageProblem as e:
+            print(f"usage: {e}", file=sys.stderr)
+            return 2
         except CloudTikError as e:
             print(f"error: {e.message}", file=sys.stderr)
             return 1

@@ -12,9 +12,9 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..core import env
 from ..core.errors import ConfigError
 from ..rest_client import RestBackend, _seg
-from ..server.delegate import HUB_SERVICE_ENV
 from ..session import API_URL_ENV
 
 
@@ -26,14 +26,14 @@ class HubClient:
     def from_environment(cls) -> HubClient:
         if os.environ.get(API_URL_ENV):
             return cls(RestBackend.from_environment())
-        service = os.environ.get(HUB_SERVICE_ENV)
+        service = os.environ.get(env.HUB_SERVICE_URL)
         token = os.environ.get("JUPYTERHUB_API_TOKEN")
         if service and token:
             return cls(RestBackend(service.rstrip("/") + "/cloudtik/api/", token))
         raise ConfigError(
             "no hub sidekick here: side-kicks, the catalogue and egress rules are offered by "
-            f"a JupyterHub's cloudtik service ({HUB_SERVICE_ENV} is not set in this session)",
-            field=HUB_SERVICE_ENV)
+            f"a JupyterHub's cloudtik service ({env.HUB_SERVICE_URL} is not set in this session)",
+            field=env.HUB_SERVICE_URL)
 
     def __repr__(self) -> str:
         return f"<HubClient {self.rest.url}>"
@@ -73,3 +73,25 @@ class HubClient:
 
     def delete_egress_rule(self, rule_id: str) -> None:
         self.rest._request("DELETE", f"hub/egress/rules/{_seg(rule_id)}")
+
+    # consent between users (docs/hub-egress.md "Rules of one user, traffic of another")
+    def egress_applies(self) -> dict[str, Any]:
+        """Every rule acting on (or offered to) this user's sessions, values never shown:
+        ``own``, ``shared`` (with the share's state), ``admin``, and ``applied`` ids."""
+        return self.rest._json("GET", "hub/egress/applies")
+
+    def egress_shares(self) -> list[dict[str, Any]]:
+        """Rules other users offered to this user, and the answer given so far."""
+        return self.rest._json("GET", "hub/egress/shares")["shares"]
+
+    def accept_egress_share(self, rule_id: str) -> dict[str, Any]:
+        return self.rest._json("POST", f"hub/egress/shares/{_seg(rule_id)}/accept")
+
+    def decline_egress_share(self, rule_id: str) -> dict[str, Any]:
+        """Decline an offer, or withdraw an acceptance given earlier."""
+        return self.rest._json("POST", f"hub/egress/shares/{_seg(rule_id)}/decline")
+
+    def revoke_egress_share(self, rule_id: str, user: str) -> dict[str, Any]:
+        """The owner takes a share back from ``user``."""
+        return self.rest._json("DELETE",
+                               f"hub/egress/rules/{_seg(rule_id)}/shares/{_seg(user)}")

@@ -13,13 +13,14 @@ import logging
 import time
 from typing import Any
 
-from ..core.cluster_manager import ClusterManager
+from ..api.settings import CloudTikServer
+from ..clusters.manager import ClusterManager
 from ..core.errors import PermissionDeniedError
 from ..core.secrets import open_secret_store
 from ..core.settings import CloudTik
 from ..core.store import loads
-from ..server.extension import CloudTikServer
 from .catalog import Caller, Catalog, Resource
+from .egress_rules import EgressRules
 from .settings import CloudTikHub
 from .views import ClustersView, JobsView, StorageView, started_today
 
@@ -36,6 +37,7 @@ class HubContext:
         self.store = self.manager.store
         self.secrets = open_secret_store(self.settings, self.store)
         self.catalog = Catalog(self.store, self.secrets)
+        self.egress_rules = EgressRules(self.store, self.secrets)
         self._storage: Any = None
         self._jobs: Any = None
         self._features: dict[str, Any] = {}
@@ -93,6 +95,63 @@ class HubContext:
     def audit_use(self, caller: Caller, action: str, target: str,
                   detail: dict[str, Any]) -> None:
         self.catalog.audit(caller.name, action, target, detail)
+
+    def _core_prices(self) -> dict[str, float]:
+        prices: dict[str, float] = {}
+        for r in self.catalog.list("provider"):
+            ptype = r.spec.get("type")
+            prices[ptype] = max(prices.get(ptype, 0.0),
+                                float(r.spec.get("price_per_core_hour") or 0))
+        return prices
+
+    def usage_by_user(self) -> dict[str, Any]:
+        """What every user's clusters cost, for admins: per user the clusters, workers
+        now, cost per hour and cost so far (of the clusters' current lives).
+
+        A cluster placed on priced offers (a cloud's flavors) costs what its recorded
+        samples say (``core.usage``); one on unpriced offers (local, a gateway) costs the
+        catalogue's ``price_per_core_hour`` times its cores, integrated over the same
+        samples, as ``spend_today`` counts it."""
+        from ..core import usage
+
+        prices = self._core_prices()
+        now = time.time()
+        users: dict[str, dict[str, Any]] = {}
+        clusters = []
+        for info in self.manager.list():
+            u = usage.usage(self.manager, info.name, now=now)
+            per_hour, so_far = info.cost_per_hour or 0.0, u["cost_so_far"]
+            currency = u["currency"]
+            price = prices.get(info.provider, 0.0)
+            if not per_hour and price:
+                types = info.config.get("available_node_types", {})
+                head = float(types.get(info.config.get("head_node_type"), {})
+                             .get("resources", {}).get("CPU", 1))
+                wtypes = [t for t in info.target_workers] or [
+                    t for t in types if t != info.config.get("head_node_type")]
+                per_worker = float(types.get(wtypes[0], {}).get("resources", {})
+                                   .get("CPU", 1)) if wtypes else 0.0
+                per_hour = (head + per_worker * info.running_workers) * price
+                samples = u["samples"]
+                so_far = 0.0
+                for i, smp in enumerate(samples):
+                    until = samples[i + 1]["at"] if i + 1 < len(samples) else now
+                    so_far += (head + per_worker * smp["workers"]) * price * \
+                        max(until - smp["at"], 0.0) / 3600
+                currency = currency or "catalogue"
+            row = {"cluster": info.name, "owner": info.owner or "", "state": info.state,
+                   "workers": info.running_workers, "cost_per_hour": round(per_hour, 6),
+                   "cost_so_far": round(so_far, 6), "currency": currency}
+            clusters.append(row)
+            agg = users.setdefault(row["owner"], {
+                "user": row["owner"], "clusters": 0, "workers": 0, "cost_per_hour": 0.0,
+                "cost_so_far": 0.0})
+            agg["clusters"] += 1
+            agg["workers"] += row["workers"]
+            agg["cost_per_hour"] = round(agg["cost_per_hour"] + row["cost_per_hour"], 6)
+            agg["cost_so_far"] = round(agg["cost_so_far"] + row["cost_so_far"], 6)
+        return {"users": sorted(users.values(), key=lambda x: x["user"]),
+                "clusters": clusters}
 
     def spend_today(self, user: str) -> float:
         """Core-hours of ``user``'s clusters since midnight times their provider's price
@@ -167,7 +226,7 @@ class UserContext:
         return {}
 
     def after_up(self, op_id: str) -> None:
-        from ..core.reaper import ensure_reaper
+        from ..clusters.reaper import ensure_reaper
 
         try:
             ensure_reaper(self.settings, self.store)

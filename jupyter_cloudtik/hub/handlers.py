@@ -4,13 +4,11 @@ Under ``{prefix}cloudtik/api/hub/``: who am I, the catalogue (users see what the
 admins change it), quotas, the audit log, egress rules and session settings, side-kicks.
 Under ``{prefix}sidekicks/{user}/{name}/``: the user's running side-kicks, proxied with
 hub auth (only their owner, or an admin, gets through).  ``{prefix}admin`` is a small admin
-page over the same API.
+page over the same API (catalogue, quotas, every user's cost, audit).
 """
 
 from __future__ import annotations
 
-import re
-import time
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
@@ -18,10 +16,9 @@ from jupyter_server.base.handlers import JupyterHandler
 from jupyter_server.utils import url_path_join
 from tornado import web
 
+from ..api.base import CloudTikHandler
+from ..api.forward import forward, request_headers
 from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
-from ..core.store import dumps
-from ..server.base import CloudTikHandler
-from ..server.forward import forward, request_headers
 from . import bootstrap
 from .catalog import KINDS, Caller
 from .context import caller_of
@@ -176,95 +173,97 @@ class AuditHandler(HubHandler):
             limit=self.int_arg("limit", 200, 1, 5000), after=self.int_arg("after", 0))})
 
 
+class UsageHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Every user's clusters, workers now, cost per hour and cost so far (admins)."""
+        self.require_admin()
+        self.write_json(self.hub.usage_by_user())
+
+
 # egress --------------------------------------------------------------------------------
-_RULE_ID = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")
-
-
-def _rule_public(row: Any) -> dict[str, Any]:
-    from ..core.store import loads
-
-    return {"id": row["id"], "host": row["host"], "port": row["port"],
-            "path_prefix": row["path_prefix"], "header": row["header"], "value": "<secret>",
-            "users": loads(row["users"], []), "groups": loads(row["groups"], []),
-            "owner": row["owner"], "updated_at": row["updated_at"]}
-
-
+# who a rule acts for, and the consent behind it: hub/egress_rules.py
 class EgressRulesHandler(HubHandler):
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        """Rules the caller owns (admins: all); values never shown."""
-        c = self.caller
-        rows = self.hub.store.query("SELECT * FROM hub_egress_rules ORDER BY id")
-        self.write_json({"rules": [_rule_public(r) for r in rows
-                                   if c.admin or r["owner"] == c.name]})
+        """Rules the caller owns (admins: all), with the state of each share; values
+        never shown.  What acts on the caller's own sessions: ``egress/applies``."""
+        self.write_json({"rules": self.hub.egress_rules.owned(self.caller)})
 
 
 class EgressRuleHandler(HubHandler):
     @web.authenticated
     @authorized
-    async def put(self, name: str) -> None:
-        """Create or replace a rule.  Any user may rule their own projects' hosts; the
-        secret is theirs to give and others they allow use it without seeing it."""
-        from .egress.rules import Rule
+    async def get(self, name: str) -> None:
+        self.write_json(self.hub.egress_rules.get(self.caller, name))
 
+    @web.authenticated
+    @authorized
+    async def put(self, name: str) -> None:
+        """Create or replace a rule.  A user's rule applies to them, and to each user it
+        names once that user accepted the share; an admin's applies as configured."""
         c = self.caller
-        if not _RULE_ID.match(name):
-            raise ConfigError(f"id: {name!r} is not a rule id (1-128 letters, digits, "
-                              "'_', '.', ':' or '-')", field="id", value=name)
         body = self.json_body("HubEgressRule")
-        row = self.hub.store.query_one("SELECT owner FROM hub_egress_rules WHERE id = ?",
-                                       (name,))
-        if row is not None and row["owner"] != c.name and not c.admin:
-            raise NotFoundError(f"no egress rule '{name}' of yours", field="id")
-        scope = f"hub:egress:{name}"
-        value = body.get("value")
-        if value in (None, "", "<secret>"):
-            value = self.hub.secrets.get_all(scope).get("value")
-            if value is None:
-                raise ConfigError("value: a new rule needs the header value to inject",
-                                  field="value")
-        owner = row["owner"] if row is not None else c.name
-        try:
-            rule = Rule(id=name, host=body["host"], header=body["header"], value=value,
-                        port=body.get("port"), path_prefix=body.get("path_prefix") or "/",
-                        users=tuple(body.get("users") or ()),
-                        groups=tuple(body.get("groups") or ()), owner=owner)
-        except ValueError as e:
-            raise ConfigError(str(e), field="body") from None
-        self.hub.secrets.put(scope, "value", value)
-        with self.hub.store.transaction() as conn:
-            conn.execute(
-                "INSERT INTO hub_egress_rules (id, host, port, path_prefix, header, users,"
-                " groups, owner, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(id) DO UPDATE SET host = excluded.host, port = excluded.port,"
-                " path_prefix = excluded.path_prefix, header = excluded.header,"
-                " users = excluded.users, groups = excluded.groups,"
-                " updated_at = excluded.updated_at",
-                (name, rule.host, rule.port, rule.path_prefix, rule.header,
-                 dumps(list(rule.users)), dumps(list(rule.groups)), owner, time.time()))
-        self.hub.catalog.audit(c.name, "egress.put", f"egress:{name}",
-                               {"host": rule.host, "header": rule.header,
-                                "users": list(rule.users), "groups": list(rule.groups)})
+        rule, detail = self.hub.egress_rules.put(c, name, body)
+        self.hub.catalog.audit(c.name, "egress.put", f"egress:{name}", detail)
         await bootstrap.push_egress(self.hub)
-        self.write_json(_rule_public(self.hub.store.query_one(
-            "SELECT * FROM hub_egress_rules WHERE id = ?", (name,))))
+        self.write_json(rule)
 
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
         c = self.caller
-        row = self.hub.store.query_one("SELECT owner FROM hub_egress_rules WHERE id = ?",
-                                       (name,))
-        if row is None or (row["owner"] != c.name and not c.admin):
-            raise NotFoundError(f"no egress rule '{name}' of yours", field="id")
-        with self.hub.store.transaction() as conn:
-            conn.execute("DELETE FROM hub_egress_rules WHERE id = ?", (name,))
-        self.hub.secrets.delete(f"hub:egress:{name}")
+        self.hub.egress_rules.delete(c, name)
         self.hub.catalog.audit(c.name, "egress.delete", f"egress:{name}", {})
         await bootstrap.push_egress(self.hub)
         self.set_status(204)
         self.finish()
+
+
+class EgressRuleShareHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def delete(self, name: str, user: str) -> None:
+        """The owner revokes a share (offered or accepted): it stops at once."""
+        c = self.caller
+        rule = self.hub.egress_rules.revoke(c, name, user)
+        self.hub.catalog.audit(c.name, "egress.revoke", f"egress:{name}", {"user": user})
+        await bootstrap.push_egress(self.hub)
+        self.write_json(rule)
+
+
+class EgressAppliesHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Every rule that acts on the caller's sessions, or is offered to them: their
+        own, shares offered to them (pending, accepted, declined) and admins' rules
+        that apply to them; ``applied`` lists the ids in force now."""
+        self.write_json(self.hub.egress_rules.applies_to(self.caller))
+
+
+class EgressSharesHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Rules other users offered to the caller, and the caller's answer so far."""
+        self.write_json({"shares": self.hub.egress_rules.offers(self.caller)})
+
+
+class EgressShareDecisionHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, name: str, action: str) -> None:
+        """``accept``: the rule applies to the caller's sessions from now on;
+        ``decline``: it does not (also withdraws an earlier acceptance)."""
+        c = self.caller
+        share = self.hub.egress_rules.decide(c, name, accept=action == "accept")
+        self.hub.catalog.audit(c.name, f"egress.{action}", f"egress:{name}",
+                               {"owner": share["owner"]})
+        await bootstrap.push_egress(self.hub)
+        self.write_json(share)
 
 
 class EgressSessionHandler(HubHandler):
@@ -461,8 +460,14 @@ def hub_routes(base_url: str) -> list[tuple[str, Any]]:
         (api + r"/quotas", QuotasHandler),
         (api + rf"/quotas/{NAME}", QuotaHandler),
         (api + r"/audit", AuditHandler),
+        (api + r"/usage", UsageHandler),
         (api + r"/egress/rules", EgressRulesHandler),
         (api + rf"/egress/rules/{NAME}", EgressRuleHandler),
+        (api + rf"/egress/rules/{NAME}/shares/(?P<user>[^/]+)", EgressRuleShareHandler),
+        (api + r"/egress/applies", EgressAppliesHandler),
+        (api + r"/egress/shares", EgressSharesHandler),
+        (api + rf"/egress/shares/{NAME}/(?P<action>accept|decline)",
+         EgressShareDecisionHandler),
         (api + r"/egress/session", EgressSessionHandler),
         (api + r"/sidekicks", SidekicksHandler),
         (api + r"/sidekicks/_stop-mine", SidekickStopUserHandler),

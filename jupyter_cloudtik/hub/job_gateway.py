@@ -8,8 +8,9 @@ user's session only needs ``curl`` or ``requests``::
                                     | {"notebook": "analysis.ipynb", "parameters": {...}}
                                     optional: backend, name, env, time, memory, cpus, nodes,
                                     tasks_per_node, queue, account, reservation, inputs,
-                                    outputs, output, container, python, kernel
-                                    -> 201 {"id", "state", "backend", "url"}
+                                    outputs, output, container, python, kernel,
+                                    allow_unknown_parameters
+                                    -> 201 {"id", "state", "backend", "warnings", "url"}
     GET    {prefix}/jobs            recent jobs
     GET    {prefix}/jobs/{id}       the job (``?refresh=1`` asks the backend first)
     GET    {prefix}/jobs/{id}/logs  {"text", "offset", "eof", "done"} (``?offset=N``)
@@ -52,8 +53,8 @@ _STR_FIELDS = ("backend", "name", "queue", "account", "reservation", "output", "
 _INT_FIELDS = ("nodes", "cpus", "tasks_per_node")
 _SIZE_FIELDS = ("memory", "time")
 _LIST_FIELDS = ("inputs", "outputs")
-ALLOWED_FIELDS = ("command", "script", "notebook", "parameters", "env", *_STR_FIELDS,
-                  *_INT_FIELDS, *_SIZE_FIELDS, *_LIST_FIELDS)
+ALLOWED_FIELDS = ("command", "script", "notebook", "parameters", "allow_unknown_parameters",
+                  "env", *_STR_FIELDS, *_INT_FIELDS, *_SIZE_FIELDS, *_LIST_FIELDS)
 
 
 def parse_submission(body: Any, default_backend: str, root: Path) -> tuple[Any, str]:
@@ -109,6 +110,10 @@ def parse_submission(body: Any, default_backend: str, root: Path) -> tuple[Any, 
     if params is not None and not isinstance(params, dict):
         raise ConfigError("parameters: expected a JSON object name: value",
                           field="parameters")
+    allow = body.get("allow_unknown_parameters", False)
+    if not isinstance(allow, bool):
+        raise ConfigError(f"allow_unknown_parameters: {allow!r} is not allowed; expected "
+                          "true or false", field="allow_unknown_parameters")
     env = body.get("env")
     if env is not None and (not isinstance(env, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in env.items())):
@@ -131,7 +136,7 @@ def parse_submission(body: Any, default_backend: str, root: Path) -> tuple[Any, 
         inputs=[local(i) for i in body.get("inputs") or []], outputs=body.get("outputs"),
         output=local(body["output"]) if body.get("output") else None,
         container=body.get("container"), python=body.get("python"),
-        kernel=body.get("kernel"), env=env)
+        kernel=body.get("kernel"), env=env, allow_unknown_parameters=allow)
     return spec, body.get("backend") or default_backend
 
 
@@ -201,7 +206,8 @@ class JobsHandler(_Handler):
         url = f"{self.gw.prefix}/jobs/{info.id}"
         self.set_header("Location", url)
         self.write_json({"id": info.id, "state": info.state, "backend": info.backend,
-                         "reason": info.reason, "url": url}, status=201)
+                         "reason": info.reason, "warnings": info.warnings, "url": url},
+                        status=201)
 
 
 class JobHandler(_Handler):

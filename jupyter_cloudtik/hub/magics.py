@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
@@ -10,6 +9,7 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..commands import UsageProblem
 from ..core.errors import CloudTikError
+from ..magic_line import parse_magic_line
 from .commands import run_sidekick, sidekick_parser
 
 
@@ -26,15 +26,21 @@ class SidekickMagics(Magics):
           %sidekick stop NAME         stop it
           %sidekick status NAME       state, restarts, last health check
           %sidekick logs NAME [--tail N]
+          %sidekick egress            egress rules acting on your sessions, offers included
+          %sidekick egress accept RULE    let another user's offered rule act on yours
+                                      (from a terminal: kernels may not consent)
+          %sidekick egress decline RULE   refuse it (or withdraw an acceptance)
         """
         from .client import HubClient
 
+        args = parse_magic_line("%sidekick", sidekick_parser("%sidekick"), line)
+        if args is None:  # help was printed
+            return None
         try:
-            args = sidekick_parser("%sidekick").parse_args(shlex.split(line))
             text, value = run_sidekick(HubClient.from_environment(), args)
         except UsageProblem as e:
             raise UsageError(str(e)) from None
         except CloudTikError as e:
             raise UsageError(e.message) from None
         print(text)
-        return value if args.action in ("start", "status") else None
+        return value if args.action in ("start", "status", "egress") else None

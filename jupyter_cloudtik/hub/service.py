@@ -27,51 +27,79 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from jupyter_server.extension.application import ExtensionApp
+
+from ..api.routes import build_routes, lifecycle_hooks
 from ..core.errors import ConfigError
-from ..server.routes import build_routes
 from .context import HubContext
 
 log = logging.getLogger("jupyter_cloudtik.hub")
 SETTINGS_KEY = "cloudtik"
 
 
-def _jupyter_server_extension_points() -> list[dict[str, Any]]:
-    return [{"module": "jupyter_cloudtik.hub.service"}]
+class HubSidekickExtension(ExtensionApp):
+    """The sidekick as a jupyter_server ``ExtensionApp``: routes and services start in
+    ``initialize_handlers``; ``stop_extension`` (awaited on every orderly stop) stops
+    them, so nothing of the server is patched at run time."""
 
+    name = "jupyter_cloudtik.hub.service"
 
-def _load_jupyter_server_extension(serverapp: Any) -> None:
-    from . import bootstrap
-    from .handlers import hub_routes
+    ctx: HubContext | None = None
 
-    ctx = HubContext(serverapp)
-    web_app = serverapp.web_app
-    web_app.settings[SETTINGS_KEY] = ctx
-    base_url = web_app.settings["base_url"]
-    web_app.add_handlers(".*$", hub_routes(base_url) + build_routes(base_url))
-    try:
-        bootstrap.load_catalog_file(ctx)
-    except ConfigError as e:  # a bad catalogue file: say what is wrong, do not serve
-        serverapp.log.critical("jupyter_cloudtik hub sidekick: %s", e.message)
-        raise SystemExit(2) from None
-    bootstrap.start_services(ctx)
-    _stop_on_cleanup(serverapp, ctx)
-    serverapp.log.info("jupyter_cloudtik hub sidekick: API at %scloudtik/api/ (state: %s)",
-                       base_url, ctx.settings.state_dir)
+    def initialize_settings(self) -> None:
+        ctx = HubContext(self.serverapp)
+        self.ctx = ctx
+        web_app = self.serverapp.web_app
+        web_app.settings[SETTINGS_KEY] = ctx
+        from ..api.dashboard import dashboard_prefix
+        from ..api.spark_ui import spark_ui_prefix
 
+        # the sidekick serves them
+        ctx.manager.dashboard_prefix = dashboard_prefix(web_app.settings["base_url"])
+        ctx.manager.spark_ui_prefix = spark_ui_prefix(web_app.settings["base_url"])
 
-def _stop_on_cleanup(serverapp: Any, ctx: HubContext) -> None:
-    from . import bootstrap
+    def initialize_handlers(self) -> None:
+        """The routes relative to the root (``_prepare_handlers`` adds the base URL)."""
+        from . import bootstrap
+        from .handlers import hub_routes
 
-    original = serverapp.cleanup_extensions
-
-    async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
+        ctx = self.ctx
+        assert ctx is not None
+        self.handlers.extend(hub_routes("/") + build_routes("/"))
         try:
-            await bootstrap.stop_services(ctx)
-        except Exception:
-            serverapp.log.exception("jupyter_cloudtik hub sidekick: stopping failed")
-        return await original(*args, **kwargs)
+            bootstrap.load_catalog_file(ctx)
+        except ConfigError as e:  # a bad catalogue file: say what is wrong, do not serve
+            self.log.critical("jupyter_cloudtik hub sidekick: %s", e.message)
+            raise SystemExit(2) from None
+        bootstrap.start_services(ctx)
+        for hook in lifecycle_hooks("startup", host="hub"):  # e.g. resume adaptive loops
+            try:
+                hook(ctx)
+            except Exception:  # a feature that cannot start must not take the sidekick down
+                self.log.exception("jupyter_cloudtik hub sidekick: %s failed",
+                                   hook.__module__)
+        self.log.info("jupyter_cloudtik hub sidekick: API at %scloudtik/api/ (state: %s)",
+                      self.serverapp.base_url, ctx.settings.state_dir)
 
-    serverapp.cleanup_extensions = cleanup_extensions
+    async def stop_extension(self) -> None:
+        from . import bootstrap
+
+        if self.ctx is None:
+            return
+        try:
+            await bootstrap.stop_services(self.ctx)
+        except Exception:
+            self.log.exception("jupyter_cloudtik hub sidekick: stopping failed")
+        for hook in lifecycle_hooks("shutdown", host="hub"):  # e.g. hand the lease back
+            try:
+                hook(self.ctx)
+            except Exception:
+                self.log.exception("jupyter_cloudtik hub sidekick: %s failed",
+                                   hook.__module__)
+
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": "jupyter_cloudtik.hub.service", "app": HubSidekickExtension}]
 
 
 def server_argv(config: str | None, env: dict[str, str] | None = None) -> list[str]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from ..core import config as cfgmod
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
 from ..core.identity import acting_as
+from ..core.locations import NoLocal, resolve
 from ..core.store import loads
 from .catalog import Caller, Resource
 
@@ -50,10 +51,9 @@ class OperationsView(_Denied):
         return self.caller.admin or op.user == self.caller.name
 
     def get(self, op_id: str) -> Any:
-        op = self._ops.get(op_id)
-        if not self._mine(op):
-            raise NotFoundError(f"no operation '{op_id}'", field="op_id", value=op_id)
-        return op
+        # resolved among the caller's own operations: another user's id (or prefix) is
+        # answered exactly like a missing one, by the same core lookup
+        return self._ops.get(op_id, user=self._user_filter())
 
     def _user_filter(self) -> str | None:
         return None if self.caller.admin else self.caller.name
@@ -65,8 +65,7 @@ class OperationsView(_Denied):
 
     def events(self, op_id: str | None = None, after: int = 0, limit: int = 500) -> list[Any]:
         if op_id is not None:
-            self.get(op_id)
-            return self._ops.events(op_id, after=after)
+            return self._ops.events(self.get(op_id).id, after=after)
         return self._ops.events(after=after, limit=limit, user=self._user_filter())
 
     def _event_mine(self, event: Any) -> bool:
@@ -79,8 +78,7 @@ class OperationsView(_Denied):
         return self._ops.last_event_id()
 
     def watch(self, op_id: str, after: int = 0) -> AsyncIterator[Any]:
-        self.get(op_id)
-        return self._ops.watch(op_id, after=after)
+        return self._ops.watch(self.get(op_id).id, after=after)
 
     async def watch_all(self, after: int = 0) -> AsyncIterator[Any]:
         owners: dict[str, bool] = {}
@@ -115,21 +113,32 @@ class ClustersView(_Denied):
             raise NotFoundError(f"no cluster named '{name}'", field="name", value=name)
         return row
 
+    def _shown(self, info: Any) -> Any:
+        """A cluster as a hub user sees it: node records name the sidekick's state
+        folder (node_dir), which is not shown."""
+        hide = state_hider(self.store.state_dir)
+        for node in getattr(info, "nodes", None) or []:
+            node.info = _hide_deep(node.info, hide)
+        return info
+
     def get(self, name: str) -> Any:
         self._owned(name)
-        return self._m.get(name)
+        return self._shown(self._m.get(name))
 
     async def status(self, name: str) -> Any:
         self._owned(name)
-        return await self._m.status(name)
+        return self._shown(await self._m.status(name))
 
     def list(self, include_stopped: bool = False) -> list[Any]:
-        return [c for c in self._m.list(include_stopped=include_stopped)
+        return [self._shown(c) for c in self._m.list(include_stopped=include_stopped)
                 if self.caller.admin or c.owner == self.caller.name]
 
     def logs(self, name: str, node_id: str | None = None, tail: int = 200) -> Any:
+        """Node logs, with the sidekick's state folder (which holds the secret store's
+        key) named, not shown: a user's nodes run in it on the sidekick's machine."""
         self._owned(name)
-        return self._m.logs(name, node_id, tail)
+        hide = state_hider(self.store.state_dir)
+        return {n: hide(text) for n, text in self._m.logs(name, node_id, tail).items()}
 
     def connect_info(self, name: str) -> Any:
         self._owned(name)
@@ -147,8 +156,7 @@ class ClustersView(_Denied):
             return await self._m.start_scale(name, workers, node_type)
 
     async def cancel(self, op_id: str) -> Any:
-        self.ops.get(op_id)
-        return await self._m.cancel(op_id)
+        return await self._m.cancel(self.ops.get(op_id).id)
 
     def providers(self) -> list[dict[str, Any]]:
         """What the New form offers, in the shape of the server's provider list: the
@@ -386,33 +394,33 @@ class StorageView(_Denied):
         return [s for s in self._s.list() if s.name in names]
 
     async def ls(self, where: Any, *args: Any, **kwargs: Any) -> Any:
-        self._allowed(getattr(where, "storage", None) or where)
-        return await self._s.ls(where, *args, **kwargs)
+        return await self._s.ls(self.location(where, "path"), *args, **kwargs)
 
     async def test(self, name: str) -> Any:
         self._allowed(name)
         return await self._s.test(name)
 
-    def location(self, where: Any) -> Any:
-        loc = self._s.location(where)
-        if loc.storage is None:
-            raise PermissionDeniedError(
-                f"location: {where!r} is a local path; through the hub, copies go between "
-                "storages (NAME:path)", field="location", value=str(where))
-        self._allowed(loc.storage)
-        return loc
+    @property
+    def locations(self) -> NoLocal:
+        """The hub's location policy for this caller: no local path is theirs; a storage
+        is usable if the catalogue says so (read-only ones for reading)."""
+        return hub_locations(self.hub, self.caller)
 
-    def check_local(self, path: str, field: str = "path") -> Any:
-        raise PermissionDeniedError(f"{field}: local paths are not available through the "
-                                    "hub", field=field)
+    def location(self, where: Any, field: str = "location", *, write: bool = False) -> Any:
+        from ..storage.manager import Location
+
+        if isinstance(where, Location):
+            where = str(where) if where.storage else where.path
+        r = resolve(where, field, self.locations, write=write,
+                    is_storage=self._s.catalog.exists)
+        if r.kind != "storage":
+            raise PermissionDeniedError(
+                f"{field}: {where!r} is not a storage path; through the hub, copies go "
+                "between storages (NAME:path)", field=field, value=str(where))
+        return Location(r.storage, r.path)
 
     async def start_copy(self, src: Any, dst: Any, mode: str = "copy") -> Any:
-        s, d = self.location(src), self.location(dst)
-        if not self.caller.admin:
-            info = self._s.get(d.storage)
-            if getattr(info, "read_only", False):
-                raise PermissionDeniedError(f"dst: storage '{d.storage}' is read-only",
-                                            field="dst")
+        s, d = self.location(src, "src"), self.location(dst, "dst", write=True)
         with acting_as(self.caller.name):
             return await self._s.start_copy(s, d, mode=mode)
 
@@ -460,10 +468,9 @@ class JobsView(_Denied):
         self.hub.catalog.usable(self.caller, "hpc", name or self.hpc.default_backend)
 
     def get(self, job_id: str) -> Any:
-        job = self._j.get(job_id)
-        if not (self.caller.admin or job.user == self.caller.name):
-            raise NotFoundError(f"no job '{job_id}'", field="job_id", value=job_id)
-        return job
+        # resolved among the caller's own jobs (admins: all): another user's id or prefix
+        # gets the very answer a missing one gets; callers below pass on the whole id
+        return self._j.get(job_id, user=None if self.caller.admin else self.caller.name)
 
     def list(self, active_only: bool = False, backend: str | None = None,
              limit: int = 100) -> list[Any]:
@@ -476,36 +483,90 @@ class JobsView(_Denied):
         return [b for b in self._j.backends()
                 if allowed is None or _backend_name(b) in allowed]
 
+    @property
+    def locations(self) -> NoLocal:
+        return hub_locations(self.hub, self.caller)
+
     async def submit(self, spec: Any, backend: str | None = None, **kwargs: Any) -> Any:
         self._may_backend(backend)
+        kwargs["locations"] = self.locations
         with acting_as(self.caller.name):
             return await self._j.submit(spec, backend, **kwargs)
 
     async def refresh(self, job_id: str) -> Any:
-        self.get(job_id)
-        return await self._j.refresh(job_id)
+        return await self._j.refresh(self.get(job_id).id)
 
     async def cancel(self, job_id: str) -> Any:
-        self.get(job_id)
+        job_id = self.get(job_id).id
         with acting_as(self.caller.name):
             return await self._j.cancel(job_id)
 
     async def logs(self, job_id: str, *args: Any) -> Any:
-        self.get(job_id)
-        return await self._j.logs(job_id, *args)
+        return await self._j.logs(self.get(job_id).id, *args)
 
     async def outputs(self, job_id: str) -> Any:
-        self.get(job_id)
-        return await self._j.outputs(job_id)
+        return await self._j.outputs(self.get(job_id).id)
 
     async def read_file(self, job_id: str, *args: Any) -> Any:
-        self.get(job_id)
-        return await self._j.read_file(job_id, *args)
+        return await self._j.read_file(self.get(job_id).id, *args)
+
+    def fetch_dest(self, job_id: str, dest: str | None = None, **kwargs: Any) -> Any:
+        kwargs["locations"] = self.locations
+        return self._j.fetch_dest(self.get(job_id).id, dest, **kwargs)
 
     async def fetch(self, job_id: str, *args: Any, **kwargs: Any) -> Any:
-        raise PermissionDeniedError("fetch: results of hub jobs are read through "
-                                    "jobs/{id}/files (the sidekick's disk is not yours)",
-                                    field="dest")
+        kwargs["locations"] = self.locations
+        return await self._j.fetch(self.get(job_id).id, *args, **kwargs)
+
+
+def state_hider(state_dir: Any) -> Any:
+    """A function replacing the sidekick's state folder's path in text by a name."""
+    import os
+
+    paths = sorted({str(state_dir), os.path.realpath(str(state_dir))}, key=len, reverse=True)
+
+    def hide(text: str) -> str:
+        for p in paths:
+            text = text.replace(p, "<sidekick state>")
+        return text
+
+    return hide
+
+
+def _hide_deep(value: Any, hide: Any) -> Any:
+    if isinstance(value, str):
+        return hide(value)
+    if isinstance(value, dict):
+        return {k: _hide_deep(v, hide) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_hide_deep(v, hide) for v in value]
+    return value
+
+
+def hub_locations(hub: HubContext, caller: Caller) -> NoLocal:
+    """The location policy of one hub user (``core.locations.NoLocal``): no local path of
+    the sidekick's machine is theirs, nor a path on an HPC system's shared account; a
+    storage is theirs if the catalogue lets them use it — one "no storage named" for
+    missing and not-yours — and read-only storages are not written."""
+
+    def check(name: str, field: str, write: bool) -> None:
+        missing = NotFoundError(f"{field}: no storage named {name!r}", field=field,
+                                value=name)
+        if not caller.admin:
+            try:
+                hub.catalog.usable(caller, "storage", name)
+            except NotFoundError:
+                raise missing from None
+        storage = hub.storage_manager()
+        if not storage.catalog.exists(name):
+            raise missing
+        if write and storage.catalog.get(name).read_only:
+            raise PermissionDeniedError(f"{field}: storage {name!r} is read-only",
+                                        field=field, value=name)
+
+    policy = NoLocal(check)
+    policy.allow_system_paths = caller.admin
+    return policy
 
 
 def _backend_name(b: Any) -> str:

@@ -10,6 +10,7 @@ environment variable or a file, never from the command line (``ps`` shows argume
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -166,7 +167,11 @@ def _reservations(args, svc) -> int:
     cmd = args.reservations_command
     if cmd == "show":
         r = res.get(args.id)
-        _emit(args, r.to_dict(), reservation_text(r))
+        # the nodes and their states, here and in every child zone it was booted in
+        servers = asyncio.run(svc.servers(args.id, public=False))
+        _emit(args, {**r.to_dict(), "servers": servers["servers"],
+                     "unreachable": servers["unreachable"]},
+              reservation_text(r, servers))
         return 0
     if cmd == "list":
         rs = res.list(cluster=args.cluster)
@@ -178,7 +183,14 @@ def _reservations(args, svc) -> int:
               "\n".join(lines) if rs else "no reservations")
         return 0
     if cmd == "release":
-        r = res.release(args.id)
+        from .zones import BOOTED_SOURCES
+
+        r = res.get(args.id)
+        if r.source in BOOTED_SOURCES:  # its nodes end too, here and in the children
+            asyncio.run(svc.release_booted(args.id, "released by the admin"))
+            r = res.get(args.id)
+        else:
+            r = res.release(args.id)
         _emit(args, r.to_dict(), f"reservation {r.id}: {r.state}")
         return 0
     raise AssertionError(cmd)  # pragma: no cover
@@ -188,7 +200,7 @@ def _price(p: float, currency: str) -> str:
     return f"{p:.3f}{(' ' + currency) if currency else ''}"
 
 
-def reservation_text(r) -> str:
+def reservation_text(r, servers: dict[str, Any] | None = None) -> str:
     expires = ""
     if r.state == "active" and r.expires_at:
         expires = f", claims expire in {max(r.expires_at - time.time(), 0):.0f}s"
@@ -209,6 +221,15 @@ def reservation_text(r) -> str:
     for part in r.remote:
         lines.append(f"  zone {part['zone']}: {part['count']} instance(s), reservation "
                      f"{part['remote_id']} ({part['state']})")
+    nodes = [s for s in (servers or {}).get("servers", []) if s.get("node_id")
+             or s.get("state") == "unknown"]
+    if nodes:
+        lines.append("")
+        lines.append(f"{'ZONE':16} {'STATE':11} NODE")
+        for s in nodes:
+            lines.append(f"{s['zone']:16} {s['state']:11} {s.get('node_id') or '-'}")
+    for u in (servers or {}).get("unreachable", []):
+        lines.append(f"  zone {u['zone']}: {u['count']} node(s) not listed ({u['reason']})")
     return "\n".join(lines)
 
 

@@ -155,6 +155,16 @@ class ClusterPlacement:
     def release_nodes(self, cluster: str, node_ids: list[str] | None = None) -> None:
         self.reservations.release_nodes(cluster, node_ids)
 
+    def archive_cluster(self, cluster: str, archived: str, keep: str | None = None) -> None:
+        """File the cluster's past reservations and claims under ``archived`` (its name
+        passed to another owner, whose cluster summary must not show them); ``keep`` is
+        the new owner's reservation, already made."""
+        with self.reservations.store.transaction() as conn:
+            conn.execute("UPDATE placement_reservations SET cluster = ? WHERE cluster = ?"
+                         " AND id IS NOT ?", (archived, cluster, keep))
+            conn.execute("UPDATE placement_claims SET cluster = ? WHERE cluster = ?"
+                         " AND reservation_id IS NOT ?", (archived, cluster, keep))
+
 
 def _provider_options(cfg: dict[str, Any], node_type: dict[str, Any]) -> dict[str, Any]:
     """The provider's default placement options for a node type (its flavor, ...)."""

@@ -4,6 +4,8 @@
 * ``POST /cloudtik/api/zones/boot``     place where the hints say; returns a reservation id
 * ``POST /cloudtik/api/zones/release``  give a reservation made by ``boot`` back
 * ``GET  /cloudtik/api/reservations/{id}``  a reservation and its instances
+* ``GET  /cloudtik/api/servers?reservation_id=ID``  the nodes booted under a reservation
+  and their states, across zones (the seed's ``GET /servers?reservation_id=``)
 
 The handlers only translate: parse JSON, call ``ZoneService`` / ``Reservations``, write
 JSON; errors become ``{"message", "reason", "field"}`` with the error's HTTP status.  The
@@ -25,7 +27,7 @@ from typing import Any
 from tornado import web
 
 from ..core.errors import CloudTikError, ConfigError
-from .zones import API, ZoneService, same_token
+from .zones import API, SERVERS_API, ZoneService, same_token
 
 RESERVATIONS_API = "/cloudtik/api/reservations"
 ACTIONS = ("select", "boot", "release")
@@ -74,6 +76,14 @@ class PlacementAPIMixin:
             return
         self._send(200, reservation_view(res))
 
+    async def _servers(self) -> None:
+        try:
+            out = await self.service.servers(self.get_query_argument("reservation_id", ""))
+        except CloudTikError as e:
+            self._fail(e)
+            return
+        self._send(200, out)
+
 
 def reservation_view(res) -> dict[str, Any]:
     """A reservation as the API shows it.  One made by ``boot`` (for a parent zone) shows
@@ -120,11 +130,17 @@ class ReservationHandler(PlacementAPIMixin, _TokenAuth):
         self._reservation(rid)
 
 
+class ServersHandler(PlacementAPIMixin, _TokenAuth):
+    async def get(self) -> None:
+        await self._servers()
+
+
 def handlers(service: ZoneService, tokens: list[str], base: str = "") -> list[tuple]:
     kw = {"service": service, "tokens": tokens}
     return [
         (rf"{base}{API}/([a-z]+)", ZoneActionHandler, kw),
         (rf"{base}{RESERVATIONS_API}/([0-9a-f]+)", ReservationHandler, kw),
+        (rf"{base}{SERVERS_API}", ServersHandler, kw),
     ]
 
 

@@ -17,7 +17,9 @@ import os
 import signal
 import sys
 
-TOKEN_ENV = "CLOUDTIK_ZONE_TOKEN"
+from ..core import env
+
+TOKEN_ENV = env.ZONE_TOKEN
 
 
 def main(argv: list[str] | None = None) -> int:

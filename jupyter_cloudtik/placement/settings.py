@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import socket
 
-from traitlets import Dict, Float, Int, List, Unicode, default
+from traitlets import Dict, Float, Int, List, Type, Unicode, default
 from traitlets.config import Configurable
 
-ZONE_KEY_ENV = "CLOUDTIK_ZONE_KEY"
+from ..core import env
+
+ZONE_KEY_ENV = env.ZONE_KEY
 
 
 class Placement(Configurable):
@@ -65,6 +67,17 @@ class Placement(Configurable):
         3.0, help="Seconds to wait for a child zone's answer before skipping it."
     ).tag(config=True)
 
+    boot_timeout = Float(
+        120.0, help="Seconds to wait for a child zone to boot: it creates the nodes before "
+                    "it answers, which takes longer than an estimate."
+    ).tag(config=True)
+
+    zone_nodes_class = Type(
+        default_value="jupyter_cloudtik.clusters.zone_nodes.ZoneNodes", klass=object,
+        help="What creates, lists and ends the nodes of a reservation booted in this zone "
+             "(called with the store and the CloudTik settings).",
+    ).tag(config=True)
+
     zone_retry = Float(
         30.0, help="Seconds a child zone that did not answer is skipped (doubles with each "
                    "further failure, up to 10 minutes)."
@@ -87,4 +100,4 @@ class Placement(Configurable):
 
     @default("zone_name")
     def _default_zone_name(self) -> str:
-        return os.environ.get("CLOUDTIK_ZONE_NAME") or socket.gethostname()
+        return os.environ.get(env.ZONE_NAME) or socket.gethostname()

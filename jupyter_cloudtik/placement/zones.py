@@ -17,7 +17,17 @@ two steps, as in the seed:
     The caller sends the chosen hints back to the zone that issued them.  The zone opens
     each one (refusing an altered, expired, already used or foreign hint with a clear
     error), places exactly there as claims under a reservation id, or forwards the inner
-    hint to the grandchild it names.  All parts succeed or every part is released.
+    hint to the grandchild it names.  Then the zone's own core creates the instances on
+    its claims through its own providers (``zone_nodes_class``; the parent's
+    ``node_config`` goes with the request), so the nodes exist before ``boot`` answers.
+    All parts succeed or every part is released and every node made so far ends.
+
+``servers``
+    The nodes of a reservation and their states, across zones: this zone's own and, for
+    each part booted in a child, what that child reports (``GET
+    {child}/cloudtik/api/servers?reservation_id=``, the seed's ``GET /servers``).  A
+    grandchild's nodes are reported under the child that booted them: a parent learns
+    node ids and states, never the layout below its children.
 
 A child that does not answer within ``zone_timeout`` is skipped and backs off (30 s,
 doubling); while it recovers its options carry a weight penalty.  A zone gives its own
@@ -38,8 +48,8 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlparse
+from typing import Any, Protocol
+from urllib.parse import urlencode, urlparse
 
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
@@ -52,12 +62,16 @@ from .model import OfferQuery, OfferSet, Request
 from .reservations import MIGRATIONS, Reservations
 from .settings import ZONE_KEY_ENV, Placement
 
+# the sources of reservations whose nodes the zone service created (and so ends)
+BOOTED_SOURCES = ("zone", "boot")
+
 KEY_FILE = "zone.key"
 HINT_VERSION = 1
 ZONE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 MAX_BACKOFF = 600.0
 ZONE_PENALTY = 1.0  # weight added per recent failure of a child zone
 API = "/cloudtik/api/zones"
+SERVERS_API = "/cloudtik/api/servers"
 BUDGET_SHARE = 0.7  # of its caller's wait a zone gives its own children
 
 
@@ -263,12 +277,25 @@ class ZoneRegistry:
 
 
 # the service -------------------------------------------------------------------------------
+class ZoneNodeMaker(Protocol):
+    """What creates a booted reservation's nodes (the zone's core, not placement):
+    ``jupyter_cloudtik.clusters.zone_nodes.ZoneNodes`` unless configured otherwise."""
+
+    def create(self, reservations: Reservations, rid: str, request: Request,
+               node_config: dict[str, Any]) -> list[str]: ...
+
+    def servers(self, reservations: Reservations, rid: str) -> list[dict[str, Any]]: ...
+
+    def terminate(self, reservations: Reservations, rid: str) -> int: ...
+
+
 class ZoneService:
-    """What a zone answers: select, boot, release (and what a local caller uses to place
-    across its zones)."""
+    """What a zone answers: select, boot, release, servers (and what a local caller uses
+    to place across its zones)."""
 
     def __init__(self, store: Store, settings: CloudTik | None = None,
-                 placement: Placement | None = None, offer_source=None) -> None:
+                 placement: Placement | None = None, offer_source=None,
+                 nodes: ZoneNodeMaker | None = None) -> None:
         self.store = store
         self.settings = settings or CloudTik(state_dir=str(store.state_dir))
         self.placement = placement or Placement(parent=self.settings)
@@ -276,6 +303,10 @@ class ZoneService:
         self.registry = ZoneRegistry(store, self.placement)
         self.reservations = Reservations(store, self.placement)
         self._offer_source = offer_source
+        # the class comes from configuration (a string, like a ServerApp's
+        # kernel_manager_class): placement names no layer above it in its imports
+        self.nodes = nodes if nodes is not None else self.placement.zone_nodes_class(
+            store, self.settings)
 
     @property
     def name(self) -> str:
@@ -374,6 +405,10 @@ class ZoneService:
     async def boot(self, body: dict[str, Any], source: str = "zone") -> dict[str, Any]:
         """Place exactly where the hints say, all parts or none."""
         request, _path = self._parse(body)
+        node_config = body.get("node_config") or {}
+        if not isinstance(node_config, dict):
+            raise ConfigError("node_config: must be a JSON object (merged into each "
+                              "node's provider config)", field="node_config")
         hints = body.get("hints")
         if not isinstance(hints, list) or not hints:
             raise ConfigError("hints: a non-empty list of {hint, count} from select",
@@ -420,18 +455,23 @@ class ZoneService:
                     [request.with_count(sum(local.values()))], offer_set.pools,
                     cluster=request.cluster, user=request.user, snapshot_at=snapshot,
                     reservation_id=rid, exact=local)
+                await asyncio.to_thread(self.nodes.create, self.reservations, rid, request,
+                                        node_config)
             by_zone: dict[str, list[dict[str, Any]]] = {}
             for zone, inner, n in remote:
                 by_zone.setdefault(zone, []).append({"hint": inner, "count": n})
             for zone, zone_hints in by_zone.items():
                 n = sum(h["count"] for h in zone_hints)
+                # creating nodes takes longer than an estimate: the child's own wait
                 answer = await self._ask(self.registry.get(zone), "boot", {
-                    "request": request.with_count(n).to_dict(), "hints": zone_hints})
+                    "request": request.with_count(n).to_dict(), "hints": zone_hints,
+                    "node_config": node_config}, self.placement.boot_timeout)
                 booted.append((zone, answer["reservation_id"]))
                 await asyncio.to_thread(self.reservations.add_remote, rid, zone,
                                         answer["reservation_id"], n,
                                         float(answer.get("price_per_hour") or 0.0))
         except BaseException:
+            await asyncio.to_thread(self.nodes.terminate, self.reservations, rid)
             await asyncio.to_thread(self.reservations.release, rid, "boot failed")
             for zone, remote_id in booted:
                 try:
@@ -463,6 +503,14 @@ class ZoneService:
         res = await asyncio.to_thread(self.reservations.get, rid)
         if res.source != "zone":
             raise NotFoundError(f"no reservation with id '{rid}'", field="reservation_id")
+        return await self.release_booted(rid, "released by parent")
+
+    async def release_booted(self, rid: str, reason: str = "released") -> dict[str, Any]:
+        """End a booted reservation everywhere: its nodes here, its parts in children,
+        then its claims."""
+        res = await asyncio.to_thread(self.reservations.get, rid)
+        if res.source in BOOTED_SOURCES:
+            await asyncio.to_thread(self.nodes.terminate, self.reservations, rid)
         for part in res.remote:
             if part["state"] == "active":
                 try:
@@ -470,11 +518,41 @@ class ZoneService:
                                     {"reservation_id": part["remote_id"]})
                 except Exception:
                     pass
-        res = await asyncio.to_thread(self.reservations.release, rid, "released by parent")
+        res = await asyncio.to_thread(self.reservations.release, rid, reason)
         return {"zone": self.name, "reservation_id": rid, "state": res.state}
 
-    async def place(self, request: Request, cluster: str = "",
-                    user: str = "") -> dict[str, Any]:
+    async def servers(self, rid: str, public: bool = True) -> dict[str, Any]:
+        """The nodes of reservation ``rid`` and their states, here and in the children
+        it was booted in (asked at the same time).  A child that does not answer is
+        listed with its count and ``state: "unknown"`` and the reason."""
+        if not isinstance(rid, str) or not rid:
+            raise ConfigError("reservation_id: missing", field="reservation_id")
+        res = await asyncio.to_thread(self.reservations.get, rid)
+        if public and res.source != "zone":
+            raise NotFoundError(f"no reservation with id '{rid}'", field="reservation_id")
+        own = await asyncio.to_thread(self.nodes.servers, self.reservations, rid)
+        servers = [{"zone": self.name, **s} for s in own]
+        parts = [p for p in res.remote if p["state"] == "active"]
+        answers = await asyncio.gather(
+            *(self._ask(self.registry.get(p["zone"]), "servers",
+                        {"reservation_id": p["remote_id"]}) for p in parts),
+            return_exceptions=True)
+        unreachable = []
+        for part, answer in zip(parts, answers, strict=True):
+            if isinstance(answer, BaseException):
+                unreachable.append({"zone": part["zone"], "count": part["count"],
+                                    "reason": _short(answer)})
+                servers.extend({"zone": part["zone"], "index": None, "node_type": "",
+                                "node_id": None, "state": "unknown"}
+                               for _ in range(part["count"]))
+                continue
+            # a grandchild's nodes are the child's to name: the layout below stays sealed
+            servers.extend({**s, "zone": part["zone"]} for s in answer.get("servers") or [])
+        return {"zone": self.name, "reservation_id": rid, "state": res.state,
+                "servers": servers, "unreachable": unreachable}
+
+    async def place(self, request: Request, cluster: str = "", user: str = "",
+                    node_config: dict[str, Any] | None = None) -> dict[str, Any]:
         """Select across this zone and its children, take the cheapest options that hold
         the whole request, and boot them (the local caller's entry point)."""
         body = {"request": request.to_dict()}
@@ -492,8 +570,8 @@ class ZoneService:
                 f"cannot place {request.describe()} across zones: the options hold "
                 f"{request.count - left}" + (f" (skipped {skipped})" if skipped else ""),
                 request=request)
-        return await self.boot({"request": request.to_dict(), "hints": chosen},
-                               source="local")
+        return await self.boot({"request": request.to_dict(), "hints": chosen,
+                                "node_config": node_config or {}}, source="boot")
 
     # plumbing -------------------------------------------------------------------------------
     def _parse(self, body: Any) -> tuple[Request, list[str]]:
@@ -515,10 +593,16 @@ class ZoneService:
         token = await asyncio.to_thread(self.registry.token, zone.name)
         if token:
             headers["Authorization"] = f"token {token}"
-        req = HTTPRequest(f"{zone.url}{API}/{action}", method="POST",
-                          body=json.dumps(body), headers=headers,
-                          connect_timeout=timeout or self.placement.zone_timeout,
-                          request_timeout=timeout or self.placement.zone_timeout)
+        if action == "servers":  # the seed's GET /servers?reservation_id=
+            url = f"{zone.url}{SERVERS_API}?{urlencode(body)}"
+            req = HTTPRequest(url, method="GET", headers=headers,
+                              connect_timeout=timeout or self.placement.zone_timeout,
+                              request_timeout=timeout or self.placement.zone_timeout)
+        else:
+            req = HTTPRequest(f"{zone.url}{API}/{action}", method="POST",
+                              body=json.dumps(body), headers=headers,
+                              connect_timeout=timeout or self.placement.zone_timeout,
+                              request_timeout=timeout or self.placement.zone_timeout)
         try:
             resp = await AsyncHTTPClient().fetch(req)
         except HTTPClientError as e:

@@ -75,7 +75,10 @@ class ConnectInfo:
     scheduler_address: str
     dashboard_link: str | None = None
     http_address: str | None = None  # scheduler's HTTP server (health, check_idle, identity)
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # extra["tls"]: mutual TLS only
+    #: the client's TLS certificate, key and the cluster CA (PEM texts), in memory only:
+    #: never part of ``to_dict`` (what is stored and shown); see ``runtime.tls``
+    credentials: dict[str, str] | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -92,6 +95,7 @@ class ConnectInfo:
             dashboard_link=d.get("dashboard_link"),
             http_address=d.get("http_address"),
             extra=d.get("extra") or {},
+            credentials=d.get("tls_credentials") or None,
         )
 
 
@@ -108,8 +112,14 @@ class NodeProvider:
     #: the node can read, never plain user data)?  Features that hand nodes credentials
     #: (storage.remotes) refuse providers that cannot.
     delivers_secret_files: ClassVar[bool] = False
+    #: or does the manager hand them over at run time instead, as a worker plugin over the
+    #: cluster's authenticated Dask connection (``register_worker_plugin``)?
+    delivers_secrets_at_runtime: ClassVar[bool] = False
     #: does the manager have to wait for workers to connect to the scheduler itself?
     manages_runtime: ClassVar[bool] = True
+    #: ``runtime.pip`` / ``runtime.sync_env``: True (the provider stages wheels its nodes
+    #: install), "shared" (its nodes run this very Python), False (it cannot: refused)
+    installs_packages: ClassVar[bool | str] = False
 
     def __init__(
         self, provider_config: dict[str, Any], cluster_name: str, context: ProviderContext
@@ -119,6 +129,14 @@ class NodeProvider:
         self.context = context
 
     # defaults and checks ----------------------------------------------------------------
+    @classmethod
+    def check_packages(cls, cfg: dict[str, Any]) -> None:
+        """Refuse ``runtime.pip`` / ``runtime.sync_env`` this provider cannot honour, before
+        anything starts (runtime/environment.py ``check_packages``)."""
+        from ..runtime.environment import check_packages
+
+        check_packages(cfg, cls)
+
     @classmethod
     def default_node_types(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
         """Node types used when a config declares none (``%cluster up --workers 4``)."""
@@ -184,6 +202,12 @@ class NodeProvider:
 
     def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
         raise NotImplementedError
+
+    def set_nodes_tags(self, node_ids: list[str], tags: dict[str, str]) -> None:
+        """The same tags on many nodes; clouds with batch tag APIs override this so that
+        tagging N nodes is not N calls."""
+        for n in node_ids:
+            self.set_node_tags(n, tags)
 
     def internal_ip(self, node_id: str) -> str | None:
         raise NotImplementedError
@@ -255,6 +279,11 @@ class NodeProvider:
         """Ids of this cluster's nodes, ended ones included, oldest first (for logs)."""
         return []
 
+    def forget_history(self) -> int:
+        """Forget the records and logs of this cluster's ended nodes (its name passes to
+        another owner, who must not read them); the number of nodes forgotten."""
+        return 0
+
     def sweep_orphans(self) -> int:
         """Stop anything of this cluster the provider can find but no record knows."""
         return 0
@@ -263,12 +292,31 @@ class NodeProvider:
         """A short explanation of why a node died (e.g. the tail of its log)."""
         return "no details"
 
+    def client_connect_info(self, info: ConnectInfo) -> ConnectInfo:
+        """A recorded connect info made usable in this process.  Called only for infos
+        whose ``extra`` has ``tunnel`` (a port forwarded by the process that recorded it:
+        the slurm provider's SSH tunnel); the default changes nothing."""
+        return info
+
     @classmethod
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
         """A ``distributed.Client`` connected to the cluster; runs where the user is."""
         from distributed import Client
 
+        from ..runtime.tls import client_security
+
+        sec = client_security(info)
+        if sec is not None:
+            kwargs.setdefault("security", sec)
         return Client(info.scheduler_address, **kwargs)
+
+    @classmethod
+    async def register_worker_plugin(cls, info: ConnectInfo, plugin: Any) -> None:
+        """Register a Dask worker plugin (it also reaches later workers) over the cluster's
+        own authenticated connection: mutual TLS by default, the gateway's for gateways."""
+        from ..runtime.dask import register_worker_plugin
+
+        await register_worker_plugin(info, plugin)
 
     def cleanup(self) -> None:
         """Release anything left after the last node of the cluster is gone."""
@@ -278,7 +326,7 @@ class WorkspaceProvider:
     """Creates, checks and deletes the shared resources of a workspace.
 
     Registered under the entry point group ``jupyter_cloudtik.workspace_providers`` and
-    driven by ``core.workspace_manager.WorkspaceManager``, which records the workspace
+    driven by ``workspaces.manager.WorkspaceManager``, which records the workspace
     and runs create/delete as operations.  ``on_resource(key, value)`` (set by the
     manager) records each resource id as soon as it exists, so a killed create can be
     finished and nothing made is forgotten.

@@ -101,6 +101,9 @@ def make_auth(auth: dict[str, Any] | None, address: str, store=None):
 
 class DaskGatewayNodeProvider(NodeProvider):
     provider_type = "dask-gateway"
+    # storage.remotes: the rclone config goes to the workers as a worker plugin over the
+    # gateway's TLS connection once they are up; the gateway's options carry nothing private
+    delivers_secrets_at_runtime: ClassVar[bool] = True
     config_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "title": "Dask Gateway",
@@ -376,6 +379,21 @@ class DaskGatewayNodeProvider(NodeProvider):
                 raise OperationTimeout(f"the gateway cluster {head_node_id} did not start "
                                        f"within {timeout:.0f}s")
             await asyncio.sleep(POLL)
+
+    @classmethod
+    async def register_worker_plugin(cls, info: ConnectInfo, plugin: Any) -> None:
+        """Over the gateway's own connection (TLS with the cluster's gateway-made
+        certificate, through the gateway's proxy), like the user's client."""
+        import asyncio
+
+        def register() -> None:
+            client = cls.make_client(info, set_as_default=False)
+            try:
+                client.register_plugin(plugin)
+            finally:
+                client.close()
+
+        await asyncio.to_thread(register)
 
     @classmethod
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:

@@ -8,22 +8,34 @@ on with this server's hub token (``$JUPYTERHUB_API_TOKEN``), which the sidekick 
 the user.  The sidekick does the work with the credentials its admins hold, so none of
 them ever reaches this server, its kernels or its files.  Event streams are passed through
 as they arrive.
+
+The sidekick never reads a path of its own disk for a user.  A job's notebook and local
+inputs are this server's files: they are resolved here, with this server's location policy
+(inside its root folder), read, and sent along as content (``files``, base64, at most
+``c.CloudTikServer.max_upload_bytes``), which the sidekick writes only into the job's own
+folder.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import os
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..core import env
+from ..core.errors import ConfigError, PermissionDeniedError
+from ..core.locations import check_file_name, resolve, split_named
 from .base import CloudTikHandler
 from .forward import forward, request_headers
 
-HUB_SERVICE_ENV = "CLOUDTIK_HUB_SERVICE_URL"
+HUB_SERVICE_ENV = env.HUB_SERVICE_URL
 log = logging.getLogger("jupyter_cloudtik.server")
 DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-transfers",
              "storage-backends", "jobs", "hpc", "hub")
@@ -41,7 +53,16 @@ class DelegatingHandler(CloudTikHandler):
     def initialize(self, target: str) -> None:
         self.target = target
 
+    def body_limit(self) -> int:
+        limit = super().body_limit()
+        if self.request.method == "POST" and self.api_subpath().rstrip("/") == "jobs":
+            return limit + self.settings["cloudtik"].server.max_upload_bytes * 4 // 3
+        return limit
+
     async def _forward(self, path: str) -> None:
+        body = None
+        if self.request.method == "POST" and path.rstrip("/") == "jobs":
+            body = job_with_content(self.json_body("JobSubmit"), self.settings["cloudtik"])
         token = os.environ.get("JUPYTERHUB_API_TOKEN", "")
         theirs = urlparse(self.target).path  # the sidekick's base URL, e.g. /services/x/
 
@@ -53,7 +74,7 @@ class DelegatingHandler(CloudTikHandler):
                       request_headers(self, {"Authorization": f"token {token}"},
                                       drop=frozenset({"origin", "referer"})),
                       unavailable="the hub's cloudtik sidekick did not answer",
-                      header_value=here)
+                      header_value=here, body=body)
 
     @web.authenticated
     @authorized
@@ -79,6 +100,75 @@ class DelegatingHandler(CloudTikHandler):
     @authorized
     async def delete(self, path: str) -> None:
         await self._forward(path)
+
+
+def job_with_content(body: dict[str, Any], ctx: Any) -> bytes:
+    """A job submission for the sidekick: the notebook and local inputs, resolved under
+    this server's root by its location policy, travel as content; what names a storage,
+    a URL or an HPC system stays a name (the sidekick checks it for the user)."""
+    policy = ctx.locations
+    limit = ctx.server.max_upload_bytes
+    files: dict[str, str] = {}
+    total = [sum(len(v) * 3 // 4 for v in (body.get("files") or {}).values())]
+
+    def is_name(text: str) -> bool:
+        return True  # NAME:path is for the sidekick (a hub storage or system) to check
+
+    def add(name: str, path: Path) -> None:
+        check_file_name(name, "files")
+        if name in files or name in (body.get("files") or {}):
+            raise ConfigError(f"inputs: two inputs are named {name!r}; rename one with "
+                              "NAME=LOCATION", field="inputs")
+        total[0] += path.stat().st_size
+        if total[0] > limit:
+            raise ConfigError(
+                f"inputs: the notebook and inputs sent to the hub are larger than {limit} "
+                "bytes (c.CloudTikServer.max_upload_bytes); put large data in a storage and "
+                "name it as STORAGE:path", field="inputs")
+        files[name] = base64.b64encode(path.read_bytes()).decode("ascii")
+
+    def add_local(field: str, name: str, path: Path) -> None:
+        if not path.exists():
+            raise ConfigError(f"{field}: {policy.relative(path)!r} does not exist",
+                              field=field)
+        policy.check_tree(path, field)
+        if path.is_dir():
+            for f in sorted(p for p in path.rglob("*") if p.is_file()):
+                add(f"{name}/{f.relative_to(path).as_posix()}", f)
+        else:
+            add(name, path)
+
+    out = dict(body)
+    notebook = body.get("notebook")
+    if notebook:
+        where = resolve(notebook, "notebook", policy, is_storage=is_name)
+        if where.is_local:
+            path = Path(where.text)
+            if not path.is_file():
+                raise ConfigError(f"notebook: {notebook!r} is not a notebook file here",
+                                  field="notebook")
+            add_local("notebook", path.name, path)
+            out["notebook"] = policy.relative(path)
+    remaining = []
+    for item in body.get("inputs") or []:
+        given, loc = split_named(item)
+        where = resolve(loc, "inputs", policy, is_storage=is_name)
+        if not where.is_local:
+            remaining.append(item)
+            continue
+        path = Path(where.text)
+        add_local("inputs", given or path.name, path)
+    out["inputs"] = remaining
+    if body.get("output"):
+        where = resolve(body["output"], "output", policy, is_storage=is_name, write=True)
+        if where.is_local:
+            raise PermissionDeniedError(
+                "output: jobs run through the hub write their results to a storage "
+                "(NAME:path) or keep them in the job's folder (jobs/{id}/files); a folder "
+                "of this server is not reachable from the sidekick", field="output")
+    if files:
+        out["files"] = {**(body.get("files") or {}), **files}
+    return json.dumps(out).encode()
 
 
 def delegated_routes(prefix: str, target: str) -> list[tuple[str, Any, dict[str, Any]]]:

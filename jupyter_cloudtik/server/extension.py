@@ -17,54 +17,20 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
-from traitlets import Bool, Float, Int, Unicode
-from traitlets.config import Configurable
 
-from ..core.cluster_manager import ClusterManager
+from ..api.settings import CloudTikServer
+from ..clusters.manager import ClusterManager
+from ..core import env
 from ..core.settings import CloudTik
 from ..session import API_URL_ENV
 from .routes import build_routes, lifecycle_hooks
 
-API_TOKEN_ENV = "CLOUDTIK_API_TOKEN"
+API_TOKEN_ENV = env.API_TOKEN
 SETTINGS_KEY = "cloudtik"
 
 log = logging.getLogger("jupyter_cloudtik.server")
-
-
-class CloudTikServer(Configurable):
-    """Settings of the REST API (``c.CloudTikServer.*``)."""
-
-    kernel_access = Bool(
-        True,
-        help="""Give kernels started by this server the API URL and a token that only the
-        cloudtik routes accept (CLOUDTIK_API_URL, CLOUDTIK_API_TOKEN), so the %cluster
-        magics and the Cluster API in notebooks use this server's clusters and operations.
-        """,
-    ).tag(config=True)
-
-    max_body_bytes = Int(
-        1024 * 1024, help="Largest request body the API accepts, in bytes (413 above)."
-    ).tag(config=True)
-
-    event_keepalive = Float(
-        15.0, help="Seconds between keep-alive comments on idle event streams."
-    ).tag(config=True)
-
-    hub_service_url = Unicode(
-        "",
-        help="""URL of the JupyterHub cloudtik sidekick service (e.g.
-        http://127.0.0.1:10101/services/cloudtik/); default $CLOUDTIK_HUB_SERVICE_URL.
-        When set, clusters, operations, storage, jobs and hub/ routes are answered by the
-        sidekick for this server's hub user (see docs/hub.md).""",
-    ).tag(config=True)
-
-    hub_egress = Bool(
-        True,
-        help="""With a hub sidekick: give kernels the sidekick's egress proxy settings
-        (HTTP(S)_PROXY with this user's proxy credential, and a CA bundle that trusts the
-        deployment CA), so requests to ruled hosts get their credentials injected.""",
-    ).tag(config=True)
 
 
 class ServerContext:
@@ -84,6 +50,22 @@ class ServerContext:
         self._features: dict[str, Any] = {}
         self._list_cache: dict[bool, tuple[Any, str]] = {}
         self._egress_env: dict[str, str] | None = None
+        self._locations: Any = None
+
+    @property
+    def locations(self) -> Any:
+        """The location policy of this server (``core.locations.ServerRoot``): every
+        feature resolves the local paths it is given through it."""
+        if self._locations is None:
+            from ..core.locations import ServerRoot
+
+            self._locations = ServerRoot(
+                self.serverapp.root_dir,
+                allow_hidden=bool(getattr(getattr(self.serverapp, "contents_manager", None),
+                                          "allow_hidden", False)),
+                refused=server_refused_folders(self.serverapp, self.settings),
+                max_stage_bytes=self.server.max_stage_bytes)
+        return self._locations
 
     def feature(self, name: str, factory: Callable[[ServerContext], Any]) -> Any:
         if name not in self._features:
@@ -144,7 +126,7 @@ class ServerContext:
 
     def after_up(self, op_id: str) -> None:
         """Start the idle reaper when a cluster asks for idle shutdown."""
-        from ..core.reaper import ensure_reaper
+        from ..clusters.reaper import ensure_reaper
 
         try:
             ensure_reaper(self.settings, self.store)
@@ -153,73 +135,84 @@ class ServerContext:
                                   level="warning")
 
 
-def _give_kernels_access(serverapp: Any, ctx: ServerContext) -> None:
-    """Add the API URL and kernel token to the environment of every kernel started.
+def server_refused_folders(serverapp: Any, settings: CloudTik) -> list[tuple[str, str]]:
+    """Folders never reachable through the API, even inside the root: the cloudtik state
+    folder (the secret store's key, every record) and Jupyter's runtime folder (the
+    server's connection file with its token, kernels' connection files)."""
+    from jupyter_core.paths import jupyter_runtime_dir
 
-    The URL is computed at kernel start, after the server has bound its port.  The server's
-    own environment is left alone, so terminals and other subprocesses get nothing.
-    """
-    km = serverapp.kernel_manager
-    original = km.start_kernel
-
-    async def start_kernel(*args: Any, **kwargs: Any) -> Any:
-        extra = ctx.kernel_env()
-        if extra:
-            extra.update(await ctx.egress_env())
-            import os
-
-            env = dict(kwargs.get("env") or os.environ)
-            env.update(extra)
-            kwargs["env"] = env
-        return await original(*args, **kwargs)
-
-    km.start_kernel = start_kernel
+    runtime = getattr(serverapp, "runtime_dir", "") or jupyter_runtime_dir()
+    return [(str(settings.state_dir), "the cloudtik state folder"),
+            (runtime, "Jupyter's runtime folder")]
 
 
-def _load_jupyter_server_extension(serverapp: Any) -> None:
-    ctx = ServerContext(serverapp)
-    web_app = serverapp.web_app
-    web_app.settings[SETTINGS_KEY] = ctx
-    base_url = web_app.settings["base_url"]
-    from .delegate import delegated_routes, hub_service_url
-    from .routes import API_PREFIX
+class CloudTikExtension(ExtensionApp):
+    """The server extension as jupyter_server intends one: the extension manager creates
+    it, ``initialize_settings``/``initialize_handlers`` add the context and routes,
+    ``_start_jupyter_server_extension`` runs once the loop runs and ``stop_extension`` on
+    every orderly stop (``ServerApp.cleanup_extensions`` awaits it).  Kernels get the API
+    URL and their token through ``server.kernels.CloudTikProvisioner``, a kernel
+    provisioner, so nothing of the server is patched at run time."""
 
-    target = hub_service_url(ctx.server.hub_service_url)
-    delegated = delegated_routes(url_path_join(base_url, API_PREFIX), target) if target else []
-    web_app.add_handlers(".*$", delegated + build_routes(base_url))
-    if target:
-        serverapp.log.info("jupyter_cloudtik: clusters, storage and jobs are delegated to "
-                           "the hub sidekick at %s", target)
-    if ctx.server.kernel_access:
-        _give_kernels_access(serverapp, ctx)
-    for hook in lifecycle_hooks("startup"):
-        try:
-            hook(ctx)
-        except Exception:  # a feature that cannot start must not take the server down
-            serverapp.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
-    _shutdown_features_on_stop(serverapp, ctx)
-    serverapp.log.info(
-        "jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",
-        web_app.settings["base_url"], ctx.settings.state_dir,
-    )
+    name = "jupyter_cloudtik"
 
+    ctx: ServerContext | None = None
 
-def _shutdown_features_on_stop(serverapp: Any, ctx: ServerContext) -> None:
-    """Run the features' shutdown hooks when the server stops (e.g. unmount storages).
+    def initialize_settings(self) -> None:
+        serverapp = self.serverapp
+        ctx = ServerContext(serverapp)
+        self.ctx = ctx
+        web_app = serverapp.web_app
+        web_app.settings[SETTINGS_KEY] = ctx
+        from ..api.dashboard import dashboard_prefix
+        from ..api.spark_ui import spark_ui_prefix
 
-    A function-style extension gets no stop call from jupyter_server, so this wraps the
-    server's own extension cleanup, which runs on every orderly stop."""
-    original = serverapp.cleanup_extensions
+        ctx.manager.dashboard_prefix = dashboard_prefix(web_app.settings["base_url"])
+        ctx.manager.spark_ui_prefix = spark_ui_prefix(web_app.settings["base_url"])
+        from ..core.features import ensure_schemas
 
-    async def cleanup_extensions(*args: Any, **kwargs: Any) -> Any:
+        ensure_schemas(ctx.store)  # every feature's tables, before any request reads them
+        if ctx.server.kernel_access:
+            from .kernels import use_cloudtik_provisioner
+
+            use_cloudtik_provisioner(serverapp)
+
+    def initialize_handlers(self) -> None:
+        """The routes relative to the server's root: ``_prepare_handlers`` puts the
+        base URL in front of each."""
+        from .delegate import delegated_routes, hub_service_url
+        from .routes import API_PREFIX
+
+        assert self.ctx is not None
+        target = hub_service_url(self.ctx.server.hub_service_url)
+        delegated = delegated_routes(url_path_join("/", API_PREFIX), target) if target else []
+        self.handlers.extend(delegated + build_routes("/"))
+        if target:
+            self.log.info("jupyter_cloudtik: clusters, storage and jobs are delegated to "
+                          "the hub sidekick at %s", target)
+        for hook in lifecycle_hooks("startup"):
+            try:
+                hook(self.ctx)
+            except Exception:  # a feature that cannot start must not take the server down
+                self.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
+        self.log.info("jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",
+                      self.serverapp.base_url, self.ctx.settings.state_dir)
+
+    async def stop_extension(self) -> None:
+        """The features' shutdown hooks (unmount storages, ...) and this user's
+        sidekicks on the hub: awaited by the server on every orderly stop."""
         from .delegate import hub_service_url, stop_my_sidekicks
 
+        ctx = self.ctx
+        if ctx is None:
+            return
         await stop_my_sidekicks(hub_service_url(ctx.server.hub_service_url))
         for hook in lifecycle_hooks("shutdown"):
             try:
                 hook(ctx)
             except Exception:
-                serverapp.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
-        return await original(*args, **kwargs)
+                self.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
 
-    serverapp.cleanup_extensions = cleanup_extensions
+
+def _jupyter_server_extension_points() -> list[dict[str, Any]]:
+    return [{"module": __name__, "app": CloudTikExtension}]

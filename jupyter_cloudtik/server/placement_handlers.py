@@ -60,9 +60,19 @@ class ReservationHandler(_ZoneHandler):
         self.write_json(reservation_view(self.zones.reservations.get(reservation_id)))
 
 
+class ServersHandler(_ZoneHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The nodes booted under a reservation and their states, across zones."""
+        self.write_json(await self.zones.servers(self.get_query_argument("reservation_id",
+                                                                         "")))
+
+
 ROUTES = [
     (r"/zones/select", ZoneSelectHandler),
     (r"/zones/boot", ZoneBootHandler),
     (r"/zones/release", ZoneReleaseHandler),
     (rf"/reservations/{RESERVATION_ID}", ReservationHandler),
+    (r"/servers", ServersHandler),
 ]

@@ -17,7 +17,6 @@ an admin allowed them (``c.Storage.allowed_unsafe_options`` /
 from __future__ import annotations
 
 import difflib
-import os
 import re
 import time
 import urllib.parse
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
-from ..core.paths import user_path
+from ..core.locations import contained
 from ..core.secrets import REDACTED, SecretStore
 from ..core.store import Store, dumps, loads
 from .rclone import Backend, BackendOption, Remote, backends, config_value
@@ -293,21 +292,16 @@ class StorageCatalog:
         return plain, secret
 
     def _mount_path(self, name: str, mount_path: str | None) -> str:
+        """Mounts live inside the working folder (core.locations.contained)."""
         workdir = Path(self.settings.working_dir).expanduser().resolve()
         if not mount_path:
             return str(workdir / self.settings.mount_root / name)
-        if "\x00" in mount_path or "\n" in mount_path:
-            raise ConfigError("mount_path: must be a single-line path", field="mount_path")
-        p = user_path(mount_path, "mount_path")
-        p = (p if p.is_absolute() else workdir / p)
-        resolved = Path(os.path.normpath(p))
-        if resolved.exists():
-            resolved = resolved.resolve()
-        if resolved == workdir or workdir not in resolved.parents:
-            raise ConfigError(
-                f"mount_path: {mount_path!r} is outside the working folder {workdir}; "
-                "choose a folder inside it", field="mount_path", value=mount_path)
-        return str(resolved)
+        real = contained(workdir, mount_path, "mount_path")
+        if real == workdir:
+            raise ConfigError(f"mount_path: {mount_path!r} is the working folder itself; "
+                              "choose a folder inside it", field="mount_path",
+                              value=mount_path)
+        return str(real)
 
     # reading ------------------------------------------------------------------------------
     def _row(self, name: str):

@@ -26,14 +26,30 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     if not names:
         return {}
     from ..core.config import provider_class
-    from .manager import StorageManager
 
     ptype = cfg["provider"]["type"]
-    if not getattr(provider_class(ptype, manager.settings), "delivers_secret_files", False):
+    cls = provider_class(ptype, manager.settings)
+    if getattr(cls, "delivers_secrets_at_runtime", False):
+        # nothing private at boot: the manager hands the config to the workers over the
+        # authenticated Dask connection once they are up (attach_to_workers)
+        return {"env": {"CLOUDTIK_STORAGES": ",".join(names)}}
+    if not getattr(cls, "delivers_secret_files", False):
         raise ConfigError(
             f"storage.remotes: the {ptype} provider cannot yet hand credentials to its nodes "
             "privately, so storages cannot be attached to its clusters; copy data with "
             "%storage cp instead", field="storage.remotes", value=ptype)
+    content, binary = rclone_config(manager, names)
+    return {
+        "secret_files": [{"name": CONFIG_FILE, "content": content, "env": "RCLONE_CONFIG"}],
+        "env": {"CLOUDTIK_RCLONE": binary,
+                "CLOUDTIK_STORAGES": ",".join(names)},
+    }
+
+
+def rclone_config(manager: Any, names: list[str]) -> tuple[str, str]:
+    """(rclone config text with one remote per storage, the rclone binary here)."""
+    from .manager import StorageManager
+
     storage = StorageManager(settings=manager.settings, store=manager.store,
                              user=getattr(manager, "user", None), supervise=False)
     remotes: dict[str, Remote] = {}
@@ -51,9 +67,28 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
             remotes[name] = Remote("alias", {"remote": f"{BASE_PREFIX}{name}:{source}"})
         else:
             remotes[name] = remote
-    content = render_config(remotes, deterministic=True)
-    return {
-        "secret_files": [{"name": CONFIG_FILE, "content": content, "env": "RCLONE_CONFIG"}],
-        "env": {"CLOUDTIK_RCLONE": storage.binary,
-                "CLOUDTIK_STORAGES": ",".join(names)},
-    }
+    return render_config(remotes, deterministic=True), storage.binary
+
+
+async def attach_to_workers(manager: Any, cfg: dict[str, Any], info: Any) -> bool:
+    """Hand the cluster's storages to its workers at run time (providers that deliver
+    nothing private at boot), over the authenticated Dask connection; True if it did."""
+    names = list((cfg.get("storage") or {}).get("remotes") or [])
+    if not names:
+        return False
+    from ..core.config import provider_class
+
+    cls = provider_class(cfg["provider"]["type"], manager.settings)
+    if not getattr(cls, "delivers_secrets_at_runtime", False):
+        return False
+    import asyncio
+
+    import cloudpickle
+
+    from . import node_plugin
+
+    content, binary = await asyncio.to_thread(rclone_config, manager, names)
+    cloudpickle.register_pickle_by_value(node_plugin)  # the nodes do not have our package
+    await cls.register_worker_plugin(info, node_plugin.RcloneConfigPlugin(content, names,
+                                                                          binary))
+    return True

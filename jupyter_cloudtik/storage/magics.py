@@ -8,14 +8,13 @@ echoing it (IPython's ``$var`` expansion also works: ``-o secret_access_key=$sk`
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..commands import UsageProblem
 from ..core.errors import CloudTikError, OperationCancelled
+from ..magic_line import parse_magic_line
 from .commands import describe, run_command, storage_parser
 
 
@@ -39,18 +38,14 @@ class StorageMagics(Magics):
           %storage test NAME              check it answers with its credentials
           %storage backends | options BACKEND [--provider P]
 
-        Run `%storage <command> --help` for the options of a command.
+        `%storage` alone lists the commands; `%storage <command> --help` gives the options
+        of one.  A trailing `# comment` is ignored, as in a shell.
         """
         from ..progress import follow, make_view
         from .client import get_storage_client
 
-        try:
-            args = storage_parser("%storage").parse_args(shlex.split(line))
-        except UsageProblem as e:
-            raise UsageError(str(e)) from None
-        except ValueError as e:
-            raise UsageError(f"%storage: {e}") from None
-        except SystemExit:
+        args = parse_magic_line("%storage", storage_parser("%storage"), line)
+        if args is None:  # help was printed
             return None
         try:
             client = get_storage_client()

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core import locations as locs
 from ..core.errors import (
     CloudTikError,
     ConfigError,
@@ -36,17 +37,17 @@ from ..core.errors import (
     NotFoundError,
     OperationCancelled,
     PermissionDeniedError,
-    error_from_dict,
 )
 from ..core.identity import ActsForUser
 from ..core.operations import OperationContext, OperationInfo, Operations
 from ..core.paths import user_path
+from ..core.runner import OperationHandle, OperationRunner
 from ..core.secrets import KEY_ENV, RedactingFilter, Redactor, SecretStore, open_secret_store
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store
 from ..core.units import format_bytes
 from . import mounts as mountmod
-from .catalog import NAME_RE, ParsedURL, StorageCatalog, StorageInfo, check_name, parse_url
+from .catalog import ParsedURL, StorageCatalog, StorageInfo, check_name, parse_url
 from .rclone import Rclone, StorageError, TransferStats, rclone_binary
 from .settings import Storage
 
@@ -70,29 +71,6 @@ class Location:
 
     def __str__(self) -> str:
         return self.path if self.storage is None else f"{self.storage}:{self.path}"
-
-
-class OperationHandle:
-    """A running (or finished) storage operation."""
-
-    def __init__(self, manager: StorageManager, op_id: str,
-                 task: asyncio.Task | None = None) -> None:
-        self.manager = manager
-        self.op_id = op_id
-        self.task = task
-
-    @property
-    def info(self) -> OperationInfo:
-        return self.manager.ops.get(self.op_id)
-
-    def events(self, after: int = 0):
-        return self.manager.ops.watch(self.op_id, after=after)
-
-    async def wait(self) -> Any:
-        return await self.manager.wait(self.op_id)
-
-    async def cancel(self) -> OperationInfo:
-        return await self.manager.cancel(self.op_id)
 
 
 def _current_user() -> str:
@@ -123,7 +101,12 @@ class StorageManager(ActsForUser):
         self.cache_dir = self.base_dir / "cache"
         self.log_dir = self.base_dir / "logs"
         self.rclone = Rclone(self.binary, self.run_dir, self.redact)
-        self._tasks: dict[str, asyncio.Task] = {}
+        # what local paths callers may name (core.locations); a server sets its root's
+        self.locations: locs.LocationPolicy = locs.InProcess(
+            base=self.storage_settings.working_dir or None)
+        # a transfer sees the cancel flag within 0.25 s and stops rclone itself
+        self.runner = OperationRunner(self.ops, cancel_grace=10.0, redact=self.redact,
+                                      what="storage operation")
         if supervise:
             self.recover()
 
@@ -181,6 +164,8 @@ class StorageManager(ActsForUser):
         if backend is None:
             raise ConfigError("backend: missing; give a backend type (s3, webdav, sftp, ...) "
                               "or a url", field="backend")
+        if mount_path is not None:
+            mount_path = str(self.locations.local(mount_path, "mount_path", write=True))
         if replace and self.catalog.exists(name) and self._mount_row(name):
             raise ConflictError(f"storage {name!r} is mounted; unmount it before replacing it",
                                 field="name")
@@ -208,22 +193,33 @@ class StorageManager(ActsForUser):
         self.catalog.remove(name)
 
     # locations ---------------------------------------------------------------------------
-    def location(self, where: str | Location) -> Location:
-        """``"NAME:path"`` of a known storage, else a local path."""
+    def location(self, where: str | Location, field: str = "location", *,
+                 write: bool = False) -> Location:
+        """``"NAME:path"`` of a known storage, else a local path, resolved by this
+        manager's location policy (``core.locations``; a 4xx naming ``field``).  A
+        :class:`Location` is taken as it is: code builds those, users type strings."""
         if isinstance(where, Location):
             if where.storage is not None:
                 self.catalog.get(where.storage)
             return where
         if not isinstance(where, str) or not where:
-            raise ConfigError(f"location: {where!r} is not a path or NAME:path",
-                              field="location")
-        head, sep, rest = where.partition(":")
-        if sep and NAME_RE.match(head) and "/" not in head:
-            if self.catalog.exists(head):
-                return Location(head, rest)
-            if not Path(where).exists():
-                self.catalog.get(head)  # raises "no storage named ..." with the known names
-        return Location(None, where)
+            raise ConfigError(f"{field}: {where!r} is not a path or NAME:path", field=field)
+        r = locs.resolve(where, field, self.locations, write=write,
+                         is_storage=self.catalog.exists, missing=self._no_storage)
+        if r.kind == "storage":
+            return Location(r.storage, r.path)
+        if r.kind == "local":
+            return Location(None, r.text)
+        raise ConfigError(f"{field}: {where!r} is a URL; add it as a storage (url=...) and "
+                          "name it as NAME:path", field=field, value=where)
+
+    def _no_storage(self, name: str, field: str) -> None:
+        """The catalogue's "no storage named" (it lists the known names), for ``field``."""
+        try:
+            self.catalog.get(name)
+        except CloudTikError as e:
+            e.field = field
+            raise
 
     def _remote_path(self, info: StorageInfo, path: str) -> str:
         if any(c in path for c in "\x00\n\r"):
@@ -244,18 +240,6 @@ class StorageManager(ActsForUser):
         if not p.is_absolute():
             p = Path(self.storage_settings.working_dir).expanduser() / p
         return posixpath.normpath(str(p))  # absolute: never read as a flag or a remote
-
-    def check_local(self, path: str, field: str = "path") -> str:
-        """The absolute local path, refused unless it lies inside the working folder (for
-        callers that must not reach the rest of the machine, like the REST API)."""
-        full = Path(self._local_path(path, field))
-        root = Path(self.storage_settings.working_dir).expanduser().resolve()
-        resolved = full.resolve() if full.exists() else Path(os.path.normpath(full))
-        if resolved != root and root not in resolved.parents:
-            raise PermissionDeniedError(
-                f"{field}: local path {path!r} is outside the working folder {root}",
-                field=field, value=path)
-        return str(full)
 
     # short commands ------------------------------------------------------------------------
     async def test(self, name: str) -> dict[str, Any]:
@@ -651,55 +635,13 @@ class StorageManager(ActsForUser):
 
     # operations plumbing -------------------------------------------------------------------
     def _launch(self, op: OperationInfo, coro: Awaitable[Any]) -> OperationHandle:
-        task = asyncio.get_running_loop().create_task(self._run(op, coro))
-        self._tasks[op.id] = task
-        task.add_done_callback(lambda _t, op_id=op.id: self._tasks.pop(op_id, None))
-        return OperationHandle(self, op.id, task)
-
-    async def _run(self, op: OperationInfo, coro: Awaitable[Any]) -> Any:
-        try:
-            result = await coro
-        except (OperationCancelled, asyncio.CancelledError):
-            self.ops.finish(op.id, "cancelled", reason="cancelled by request",
-                            result={"error": OperationCancelled("cancelled").to_dict()})
-            return None
-        except CloudTikError as e:
-            e.message = self.redact(e.message)
-            self.ops.finish(op.id, "failed", reason=e.message, result={"error": e.to_dict()})
-            return None
-        except Exception as e:  # a bug: say so without a traceback in the face
-            log.exception("storage operation %s (%s) failed", op.id, op.kind)
-            err = CloudTikError(self.redact(f"internal error: {type(e).__name__}: {e}"))
-            self.ops.finish(op.id, "failed", reason=err.message, result={"error": err.to_dict()})
-            return None
-        self.ops.finish(op.id, "succeeded", result=result)
-        return result
+        return self.runner.launch(op, coro)
 
     async def wait(self, op_id: str, poll: float = 0.1) -> Any:
-        task = self._tasks.get(op_id)
-        if task is not None:
-            await asyncio.shield(task)
-        else:
-            async for _ in self.ops.watch(op_id, poll_interval=poll):
-                pass
-        op = self.ops.get(op_id)
-        if op.state == "succeeded":
-            return op.result
-        err = (op.result or {}).get("error") if isinstance(op.result, dict) else None
-        if op.state == "cancelled":
-            raise OperationCancelled(f"{op.kind} {op.target} was cancelled")
-        raise error_from_dict(err or {"message": op.reason or "failed"})
+        return await self.runner.wait(op_id, poll)
 
     async def cancel(self, op_id: str) -> OperationInfo:
-        self.ops.request_cancel(op_id)
-        task = self._tasks.get(op_id)
-        if task is not None and not task.done():
-            # the transfer loop sees the flag within 0.25 s and stops rclone itself
-            with contextlib.suppress(asyncio.TimeoutError, BaseException):
-                await asyncio.wait_for(asyncio.shield(task), 10)
-            if not task.done():
-                task.cancel()
-        return self.ops.get(op_id)
+        return await self.runner.cancel(op_id)
 
 
 def describe_stats(st: TransferStats) -> str:

@@ -23,8 +23,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
-import errno
-import fcntl
 import json
 import logging
 import os
@@ -40,6 +38,7 @@ from typing import Any
 import psutil
 
 from ..core.errors import ConfigError
+from ..core.locks import try_flock
 from ..core.store import Store
 from .rclone import Rclone, fusermount, signal_group, write_config
 
@@ -356,15 +355,7 @@ def _lock_path(state_dir: str | Path) -> Path:
 def _try_lock(state_dir: str | Path) -> int | None:
     path = _lock_path(state_dir)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        os.close(fd)
-        if e.errno in (errno.EAGAIN, errno.EACCES):
-            return None
-        raise
-    return fd
+    return try_flock(path)
 
 
 def supervisor_pid(state_dir: str | Path) -> int | None:
@@ -384,7 +375,7 @@ def ensure_supervisor(state_dir: str | Path, settings_json: str,
     """Start the supervisor daemon unless one runs already; True if started."""
     if supervisor_pid(state_dir) is not None:
         return False
-    from ..providers.local.node import scrub_environment
+    from ..core.env import scrub_environment
 
     env = scrub_environment(dict(os.environ))
     env.update(extra_env or {})

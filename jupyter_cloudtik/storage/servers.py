@@ -20,7 +20,8 @@ from typing import Any
 
 from .rclone import clean_environment, rclone_binary
 
-_ADDR_RE = re.compile(r"(?:https?://|sftp://|on \[?)?(127\.0\.0\.1|\[::1\]):(\d+)")
+_ADDR_RE = re.compile(
+    r"(?:https?://|sftp://|on \[?)?(127\.0\.0\.1|\[::1\]|\d+\.\d+\.\d+\.\d+):(\d+)")
 
 
 @dataclass
@@ -33,11 +34,12 @@ class RcloneServer:
     proc: subprocess.Popen | None = None
     log: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    host: str = "127.0.0.1"
 
     @property
     def url(self) -> str:
         scheme = "sftp" if self.kind == "sftp" else "http"
-        return f"{scheme}://127.0.0.1:{self.port}"
+        return f"{scheme}://{self.host}:{self.port}"
 
     def storage_options(self, password: str | None = None) -> dict[str, str]:
         """Options of a storage pointing at this server (``password`` overrides)."""
@@ -47,7 +49,7 @@ class RcloneServer:
                     "secret_access_key": pw}
         if self.kind == "webdav":
             return {"url": self.url, "vendor": "rclone", "user": self.user, "pass": pw}
-        return {"host": "127.0.0.1", "port": str(self.port), "user": self.user, "pass": pw}
+        return {"host": self.host, "port": str(self.port), "user": self.user, "pass": pw}
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -67,8 +69,10 @@ class RcloneServer:
 
 def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.PathLike[str],
                  user: str | None = None, password: str | None = None,
-                 dir_cache_time: str = "0s", timeout: float = 20.0) -> RcloneServer:
-    """Start ``rclone serve KIND root`` on 127.0.0.1 with generated credentials."""
+                 dir_cache_time: str = "0s", timeout: float = 20.0,
+                 host: str = "127.0.0.1") -> RcloneServer:
+    """Start ``rclone serve KIND root`` on ``host`` (loopback unless a test needs an address
+    emulated servers can reach) with generated credentials."""
     root, workdir = Path(root), Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     workdir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -84,7 +88,7 @@ def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.P
     else:
         raise ValueError(f"unknown server kind {kind!r}")
     log = workdir / f"serve-{kind}-{secrets.token_hex(4)}.log"  # a fresh log: its port only
-    argv = [rclone_binary(), "--config", os.devnull, "serve", kind, "--addr", "127.0.0.1:0",
+    argv = [rclone_binary(), "--config", os.devnull, "serve", kind, "--addr", f"{host}:0",
             "--dir-cache-time", dir_cache_time, "--log-file", str(log), "--log-level", "INFO"]
     if kind == "s3":
         argv += ["--vfs-cache-mode", "off"]
@@ -92,7 +96,7 @@ def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.P
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
-    server = RcloneServer(kind, root, user, password, proc=proc, log=log)
+    server = RcloneServer(kind, root, user, password, proc=proc, log=log, host=host)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

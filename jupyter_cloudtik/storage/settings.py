@@ -7,8 +7,10 @@ import os
 from traitlets import Enum, Float, List, Unicode, default
 from traitlets.config import Configurable
 
+from ..core import env
+
 VFS_CACHE_MODES = ("off", "minimal", "writes", "full")
-WORKDIR_ENV = "CLOUDTIK_WORKDIR"
+WORKDIR_ENV = env.WORKDIR
 
 
 class Storage(Configurable):

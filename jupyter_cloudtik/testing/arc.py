@@ -1,4 +1,4 @@
-"""An ARC CE REST emulator (``/arex/rest/1.1``) that runs the submitted jobs on this machine.
+"""An ARC CE REST emulator (``/arex/rest``) that runs the submitted jobs on this machine.
 
 For tests and demos of the ``arc`` backend; pyarcrest talks to it over HTTP::
 
@@ -15,6 +15,16 @@ destination URL are uploaded with PUT) → FINISHED, or FAILED / KILLED.
 
 Bearer tokens are OIDC client-credential JWTs from ``/auth/token`` (this emulator is its
 own issuer); faults as in ``_service.py``.  Job records persist under ``<root>/.arex``.
+
+It answers as the real A-REX does (checked against ARC 6.17 and 7.0 from Debian, see
+``docs/hpc.md``, "ARC: real A-REX vs emulator"): the versions it serves (``--rest-versions``;
+7.0 serves 1.0 and 1.1, 6.17 only 1.0, anything else is 404 "Version Not Supported"); the
+error text in the HTTP reason phrase with an empty body; a token it cannot accept is 500
+"User can't be assigned configuration"; a refused job is a per-job ``status-code`` 500
+with the reason; a bare ``walltime`` is seconds; ``join`` is ignored (stderr goes to its
+own file, or nowhere); the session folder keeps only declared outputs (``outputfiles``
+with an empty target; ``"/"`` keeps everything) once the job ends; listings are
+``{"file": [...], "dir": [...]}`` with a lone entry as a plain string.
 """
 
 from __future__ import annotations
@@ -51,7 +61,8 @@ from ._service import (
 )
 
 API = "/arex/rest"
-VERSIONS = ["1.0", "1.1"]
+VERSIONS = ["1.0", "1.1"]  # what ARC 7.0 serves; ARC 6.17 serves "1.0" only
+AUTH_REFUSED = "User can't be assigned configuration"  # A-REX's words, 500 on ARC 7
 ACTIVE = {"ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",
           "RUNNING", "EXITINGLRMS", "FINISHING", "KILLING"}
 
@@ -136,21 +147,25 @@ def description_from_xrsl(text: str) -> dict[str, Any]:
         "outputs": [{"name": g[0], "target": g[1] if len(g) > 1 else ""}
                     for g in x.get("outputfiles", []) if isinstance(g, list) and g],
         "stdout": one("stdout"), "stderr": one("stderr"),
-        "join": (one("join", "no") or "no").lower() in ("yes", "true"),
-        "walltime": _minutes(wall) if wall else None,
+        # A-REX ignores join: stderr goes where "stderr" says, or nowhere
+        "join": False,
+        "walltime": _seconds(wall) if wall else None,
         "count": int(one("count", "1")), "memory": int(one("memory", "0")) or None,
         "queue": one("queue"), "env": {g[0]: g[1] for g in x.get("environment", [])
                                        if isinstance(g, list) and len(g) == 2},
+        "delegation": one("delegationid"),  # how REST 1.0 names the delegation
     }
 
 
-def _minutes(text: str) -> int:
-    """xRSL times: minutes by default, or '<n> seconds|minutes|hours|days'."""
+def _seconds(text: str) -> int:
+    """xRSL times as A-REX (ARC >= 6) reads them: a bare number is SECONDS (the xRSL
+    manual's "minutes" is not what the CE does: ``(walltime="2")`` is RequestedTotalWallTime
+    2), or '<n> seconds|minutes|hours|days'."""
     m = re.match(r"^\s*(\d+)\s*([a-z]*)\s*$", str(text).lower())
     if not m:
         raise ValueError(f"xRSL: bad time {text!r}")
     n, unit = int(m.group(1)), m.group(2)
-    factor = {"": 60, "s": 1, "sec": 1, "seconds": 1, "second": 1, "m": 60, "min": 60,
+    factor = {"": 1, "s": 1, "sec": 1, "seconds": 1, "second": 1, "m": 60, "min": 60,
               "minutes": 60, "minute": 60, "h": 3600, "hour": 3600, "hours": 3600,
               "d": 86400, "day": 86400, "days": 86400}.get(unit)
     if factor is None:
@@ -192,7 +207,9 @@ def description_from_adl(text: str) -> dict[str, Any]:
 
 class ArcService:
     def __init__(self, root: Path, clients: dict[str, str], admin_token: str,
-                 queues: dict[str, dict[str, Any]] | None = None) -> None:
+                 queues: dict[str, dict[str, Any]] | None = None,
+                 versions: list[str] | None = None) -> None:
+        self.versions = list(versions or VERSIONS)
         self.root = root.resolve()
         self.state_dir = self.root / ".arex"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -232,14 +249,16 @@ class ArcService:
     # jobs -------------------------------------------------------------------------------------
     def new_job(self, desc: dict[str, Any], owner: str, queue: str | None,
                 delegation: str | None) -> dict[str, Any]:
+        delegation = delegation or desc.get("delegation")
         if not delegation or self.delegations.get(delegation, {}).get("owner") != owner:
             return {"status-code": "400", "reason": "Delegation ID is missing or unknown"}
         q = desc.get("queue") or queue or next(iter(self.queues))
-        if q not in self.queues:
-            return {"status-code": "400", "reason": f"Queue '{q}' is not served here"}
+        if q not in self.queues:  # A-REX 6.17 and 7.0, word for word
+            return {"status-code": "500",
+                    "reason": f"Requested queue {q} is not allowed for this user"}
         limit = self.queues[q].get("max_wall_time")
         if limit and desc.get("walltime") and desc["walltime"] > limit:
-            return {"status-code": "400",
+            return {"status-code": "500",
                     "reason": f"Requested wall time exceeds the limit of queue '{q}'"}
         jid = uuid.uuid4().hex[:10] + secrets.token_hex(5)
         session = self.sessions / jid
@@ -263,6 +282,8 @@ class ArcService:
                 self._advance(j)
             except Exception as e:  # an emulator bug must show, not hang the job
                 self._fail(j, f"internal error: {e}")
+            if j["state"] not in ACTIVE and not j.get("kept_outputs"):
+                self._keep_declared_outputs(j)
         if jobs:
             with self.lock:
                 self.save()
@@ -328,6 +349,27 @@ class ArcService:
             else:
                 j["state"], j["ended"] = "FINISHED", time.time()
 
+    def _keep_declared_outputs(self, j: dict[str, Any]) -> None:
+        """What A-REX leaves in a finished job's session folder: the outputs declared with
+        an empty target (the user downloads them); ``"/"`` keeps the whole folder.  All
+        else goes — a job that declares nothing has an empty folder."""
+        import shutil
+
+        j["kept_outputs"] = True
+        session = self.session(j["id"])
+        keep = {o["name"].strip("/") for o in j["desc"]["outputs"] if not o["target"]}
+        if "" in keep or not session.exists():
+            return
+        for path in sorted(session.rglob("*"), key=lambda p: -len(p.parts)):
+            rel = path.relative_to(session).as_posix()
+            if rel in keep or any(rel.startswith(k + "/") for k in keep):
+                continue
+            if path.is_dir() and not path.is_symlink():
+                if not any(k.startswith(rel + "/") for k in keep):
+                    shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+
     def _start(self, j: dict[str, Any]) -> None:
         desc, session = j["desc"], self.session(j["id"])
         exe = desc["executable"]
@@ -336,8 +378,8 @@ class ArcService:
         if not exe.startswith("/") and (session / exe).exists():
             (session / exe).chmod(0o755)
         stdout = session / (desc.get("stdout") or ".arc.stdout")
-        stderr = stdout if desc.get("join") or not desc.get("stderr") else \
-            session / desc["stderr"]
+        # A-REX ignores join; without a "stderr" file the job's stderr is lost
+        stderr = session / desc["stderr"] if desc.get("stderr") else Path(os.devnull)
         env = job_environment({**desc.get("env", {}), "GRID_GLOBAL_JOBID": j["id"],
                                "RUNTIME_JOB_DIR": str(session)})
         limit = desc.get("walltime")
@@ -402,13 +444,48 @@ def _upload(src: Path, url: str) -> None:
 # --- HTTP ---------------------------------------------------------------------------------
 
 class Handler(BaseHandler):
+    """A-REX's way with errors: the text is the HTTP reason phrase, the body is empty; a
+    token it cannot accept is 500 (ARC 7), and a REST version it does not serve is 404."""
+
+    def prepare(self) -> None:
+        m = re.match(rf"{API}/([^/]+)", self.request.path)
+        if m and m.group(1) not in self.svc.versions:
+            self.svc.record(self.request.method, self.request.path, self.request.query)
+            self.fail(404, "Version Not Supported")
+            return
+        super().prepare()
+
+    @property
+    def version(self) -> str:
+        m = re.match(rf"{API}/([^/]+)", self.request.path)
+        return m.group(1) if m else ""
+
+    def fail(self, status: int, message: str, **extra: Any) -> None:
+        if status == 401:  # A-REX 7 does not say 401: the token maps to no configuration
+            status, message = 500, AUTH_REFUSED
+        reason = " ".join(str(message).split())[:300].encode("latin-1", "replace").decode(
+            "latin-1")
+        self.set_status(status, reason=reason)
+        self.set_header("Content-Type", "text/plain")
+        self.finish()
+
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        self.finish(json.dumps(self.svc.error_body(status_code, self._reason)))
+        self.finish()
+
+    def jobs_reply(self, items: list[dict[str, Any]], status: int = 201) -> None:
+        """REST 1.0 answers one job as an object, not a list of one."""
+        if self.version == "1.0" and len(items) == 1:
+            self.reply({"job": items[0]}, status)
+        else:
+            self.reply({"job": items}, status)
 
 
 class VersionsHandler(Handler):
+    needs_auth = False  # ARC 7 lists its versions to anyone
+
     def get(self) -> None:
-        self.reply({"version": VERSIONS})
+        v = self.svc.versions
+        self.reply({"version": v if len(v) > 1 else v[0]})
 
 
 class InfoHandler(Handler):
@@ -473,8 +550,13 @@ class DelegationsHandler(Handler):
 
 class JobsHandler(Handler):
     def get(self, version: str) -> None:
-        self.reply({"job": [{"id": k} for k, j in self.svc.jobs.items()
-                            if j["owner"] == self.user and j["state"] != "WIPED"]})
+        jobs = [{"id": k} for k, j in self.svc.jobs.items()
+                if j["owner"] == self.user and j["state"] != "WIPED"]
+        if not jobs and version == "1.0":  # 6.17 answers no jobs with an empty body
+            self.set_status(200)
+            self.finish()
+            return
+        self.jobs_reply(jobs, 200)
 
     def post(self, version: str) -> None:
         action = self.get_argument("action", "")
@@ -496,9 +578,10 @@ class JobsHandler(Handler):
             except (ValueError, ET.ParseError) as e:
                 self.fail(400, f"cannot parse the job description: {e}")
                 return
-            out = [svc.new_job(d, self.user, self.get_argument("queue", None),
-                               self.get_argument("delegation_id", None)) for d in descs]
-            self.reply({"job": out}, 201)
+            queue = self.get_argument("queue", None) if version != "1.0" else None
+            deleg = self.get_argument("delegation_id", None) if version != "1.0" else None
+            out = [svc.new_job(d, self.user, queue, deleg) for d in descs]
+            self.jobs_reply(out, 201)
             return
         body = self.json_body()
         if not isinstance(body, dict) or "job" not in body:
@@ -510,12 +593,13 @@ class JobsHandler(Handler):
             jid = str(item.get("id", ""))
             j = svc.jobs.get(jid)
             if j is None or j["owner"] != self.user or j["state"] == "WIPED":
-                out.append({"id": jid, "status-code": "404", "reason": "No such job"})
+                out.append({"id": jid, "status-code": "404", "reason": "Job not found",
+                            "state": "None"})
                 continue
             out.append(self._act(action, j))
         with svc.lock:
             svc.save()
-        self.reply({"job": out}, 201)
+        self.jobs_reply(out, 201)
 
     def _act(self, action: str, j: dict[str, Any]) -> dict[str, Any]:
         jid, svc = j["id"], self.svc
@@ -569,10 +653,22 @@ class SessionHandler(Handler):
         if p.is_dir():
             files = sorted(c.name for c in p.iterdir() if c.is_file())
             dirs = sorted(c.name for c in p.iterdir() if c.is_dir())
-            self.reply({"file": files, "dirs": dirs})
+            if version != "1.0":  # 7.0: always both lists
+                self.reply({"file": files, "dir": dirs})
+                return
+            listing: dict[str, Any] = {}
+            if files:  # 6.17: a lone entry is a string, none is no key (no body at all)
+                listing["file"] = files if len(files) > 1 else files[0]
+            if dirs:
+                listing["dir"] = dirs if len(dirs) > 1 else dirs[0]
+            if not listing:
+                self.set_status(200)
+                self.finish()
+                return
+            self.reply(listing)
             return
         if not p.exists():
-            self.fail(404, f"{rel} does not exist")
+            self.fail(404, "Not found")  # A-REX names no file
             return
         size = p.stat().st_size
         start, end = 0, size - 1
@@ -604,9 +700,7 @@ class SessionHandler(Handler):
         j = self._job(jid)
         if j is None:
             return
-        if j["state"] not in ("ACCEPTING", "PREPARING"):
-            self.fail(409, "input files can only be uploaded before the job runs")
-            return
+        # A-REX takes a PUT in any state (even FINISHED: 200); inputs count only before
         p = self._path(jid, rel)
         if p is None or not rel:
             if p is not None:
@@ -666,6 +760,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client-secret", default=os.environ.get("EMULATOR_CLIENT_SECRET"))
     parser.add_argument("--admin-token", default=os.environ.get("EMULATOR_ADMIN_TOKEN"))
     parser.add_argument("--queues", help="JSON {name: {max_wall_time, max_slots}}")
+    parser.add_argument("--rest-versions", default=",".join(VERSIONS),
+                        help="REST versions served: 1.0,1.1 (ARC 7) or 1.0 (ARC 6)")
     args = parser.parse_args(argv)
     if not args.client_secret:
         parser.error("--client-secret (or $EMULATOR_CLIENT_SECRET) is required")
@@ -673,7 +769,8 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     svc = ArcService(root, {args.client_id: args.client_secret}, admin,
-                     json.loads(args.queues) if args.queues else None)
+                     json.loads(args.queues) if args.queues else None,
+                     [v.strip() for v in args.rest_versions.split(",") if v.strip()])
     app = make_app(svc)
 
     async def run() -> None:

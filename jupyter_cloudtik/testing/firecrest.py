@@ -6,18 +6,36 @@ to it over HTTP at the real paths::
     python -m jupyter_cloudtik.testing.firecrest --root /tmp/f7t --client-id me \\
         --client-secret s3cret        # prints the URL, the token URL and the admin token
 
-What it does like the real service: OIDC client-credentials tokens (RS256 JWTs, checked on
-every call: signature, expiry, audience), ``/status/systems|partitions|userinfo``,
+What it does like the real service (checked against FirecREST v2 run from its public
+repository over SSH to a real Slurm with accounting; the table is in docs/hpc.md): OIDC
+client-credentials tokens (RS256 JWTs, checked on every call: signature, expiry, audience;
+a token with less than 30 s left is refused, as FirecREST's ``min_token_ttl`` does),
+``/status/systems|partitions|userinfo``,
 ``/compute/{system}/jobs`` (submit a script with ``#SBATCH`` directives, list, get, cancel,
 metadata; jobs really run as processes, PENDING → RUNNING → COMPLETED/FAILED/CANCELLED/
 TIMEOUT), ``/filesystem/{system}/ops/*`` (ls, head, tail, view, stat, checksum, mkdir, rm,
 small upload/download) and ``/filesystem/{system}/transfer/upload|download`` with the
 staged path for large files (multipart upload to presigned URLs of an S3-like stage, moved
-into place by a transfer job).  Paths outside the system's root are refused.
+into place by a transfer job; parts under 5 MiB but the last are refused at completion,
+as S3 does).  Paths outside the system's root are refused (400); the root itself is not
+writable, only ``<root>/<user name>`` (403 "Permission denied", as ``mkdir`` says).
+
+Slurm as FirecREST shows it: job ids are strings; an sbatch refusal (unknown partition,
+memory no node has, an unknown ``#SBATCH`` option) is HTTP 500 with FirecREST's
+"Unexpected Slurm command response. exit_status:1 std_err:sbatch: error: ..." text, and
+a memory refusal is recorded by accounting as a FAILED job that never had a node; a job
+over the partition's time or node limit is accepted and stays PENDING
+(``PartitionTimeLimit``/``PartitionConfig``) forever, as with Slurm's default
+``EnforcePartLimits=NO``; a missing working folder is accepted and the job then FAILS
+(exit 0, signal 53); cancelling a finished or unknown job is a 500 with scancel's words;
+states read ``CANCELLED by <uid>``; time limits are seconds; the partition model is
+``{name, cpus (of the whole partition), totalNodes, partition (the state)}``.
 
 Faults (``POST /_emulator/faults``, see ``_service.py``): down (503), failing routes,
-throttling (429), short-lived or revoked tokens, a queue delay.  Job records persist in
-``<root>/.f7t/jobs.json``, so a restarted emulator still knows its jobs.
+throttling (429), short-lived or revoked tokens, a queue delay; ``POST /_emulator/slurm
+{"down": true}``: Slurm's controller does not answer (FirecREST's 500s with Slurm's text).
+Job records persist in ``<root>/.f7t/jobs.json``, so a restarted emulator still knows its
+jobs.
 """
 
 from __future__ import annotations
@@ -58,9 +76,33 @@ from ._service import (
 )
 
 APP_VERSION = "2.6.0"
-OPS_SIZE_LIMIT = 5 * 1024 * 1024
-MAX_PART_SIZE = 1024 * 1024
+OPS_SIZE_LIMIT = 5 * 1024 * 1024  # FirecREST's data_operation.max_ops_file_size default
+MAX_PART_SIZE = 5 * 1024 * 1024  # the stage's multipart part size
+MIN_PART_SIZE = 5 * 1024 * 1024  # S3: every part but the last (EntityTooSmall)
+MIN_TOKEN_TTL = 30  # FirecREST's OIDCTokenAuth.min_token_ttl
+HISTORY_WINDOW = 24 * 3600  # GET /jobs lists finished jobs of the last 24 h (time_window)
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
+SLURM_ERROR = "Unexpected Slurm command response. exit_status:{rc} std_err:{err}"
+KNOWN_SBATCH = {"job-name", "output", "error", "nodes", "ntasks-per-node", "cpus-per-task",
+                "mem", "time", "reservation", "partition", "account", "chdir", "comment",
+                "ntasks", "qos", "gpus-per-node", "constraint", "export", "input",
+                "mem-per-cpu", "exclusive", "signal", "mail-type", "mail-user", "array",
+                "dependency", "hold", "requeue", "no-requeue", "wait", "parsable"}
+
+
+class SlurmRefusal(Exception):
+    """sbatch or scancel said no: FirecREST answers 500 with Slurm's text."""
+
+    def __init__(self, err: str, rc: int = 1) -> None:
+        super().__init__(SLURM_ERROR.format(rc=rc, err=err))
+
+
+def _memory_mb(text: str) -> int | None:
+    m = re.match(r"^(\d+)([KMGT]?)B?$", text.strip().upper())
+    if not m:
+        return None
+    n, unit = int(m.group(1)), m.group(2) or "M"
+    return {"K": n // 1024, "M": n, "G": n * 1024, "T": n * 1024 * 1024}[unit]
 
 
 def _duration(text: str) -> int | None:
@@ -95,7 +137,7 @@ def sbatch_directives(script: str) -> dict[str, str]:
 class FirecrestService:
     def __init__(self, root: Path, system: str, clients: dict[str, str], admin_token: str,
                  partitions: dict[str, dict[str, Any]] | None = None,
-                 base_url: str = "") -> None:
+                 base_url: str = "", staging: bool = True) -> None:
         self.root = root.resolve()
         self.system = system
         self.state_dir = self.root / ".f7t"
@@ -104,8 +146,11 @@ class FirecrestService:
                                   key_file=self.state_dir / "signing-key.pem")
         self.faults = Faults()
         self.admin_token = admin_token
+        # Slurm's partition config (what FirecREST does not show: MaxTime, Default, memory)
         self.partitions = partitions or {"normal": {"max_time": 3600, "cpus": os.cpu_count() or 2,
                                                     "nodes": 1, "default": True}}
+        self.staging = staging
+        self.slurm_down = False  # slurmctld not answering (POST /_emulator/slurm)
         self.runner = DetachedJobs(self.state_dir / "run")
         self.jobs: dict[str, dict[str, Any]] = {}
         self.requests: deque = deque(maxlen=5000)
@@ -120,7 +165,18 @@ class FirecrestService:
                               "query": query})
 
     def error_body(self, status: int, message: str, **extra: Any) -> dict[str, Any]:
-        return {"errorType": "error", "message": message, **extra}
+        return {"errorType": "error", "message": message, "causedBy": None, "data": None,
+                "user": None, **extra}
+
+    def user_dir(self, user: str) -> Path:
+        """``<root>/<user>``: where the user may write (a site makes it for each user)."""
+        d = self.root / user
+        d.mkdir(exist_ok=True)
+        return d
+
+    def writable(self, p: Path, user: str) -> bool:
+        home = self.user_dir(user)
+        return p == home or home in p.parents
 
     def _load(self) -> None:
         path = self.state_dir / "jobs.json"
@@ -136,41 +192,47 @@ class FirecrestService:
         return max([int(k) for k in self.jobs] or [0]) + 1
 
     def path(self, raw: str | None) -> Path:
-        """A path on the system; refused if it leaves the system's root."""
+        """A path on the system; refused (400) if it is on none of its file systems."""
         if not raw or not raw.startswith("/"):
             raise web.HTTPError(400, reason=f"'{raw}' is not an absolute path")
         p = Path(os.path.normpath(raw))
         if p != self.root and self.root not in p.parents:
-            raise PermissionError(f"Permission denied: '{raw}'")
+            raise OutsideError(
+                f"The provided path ({raw}) does not match any of the defined filesystem "
+                f"paths for the requested system ({self.system}).")
         return p
 
     # jobs -----------------------------------------------------------------------------------
-    def submit(self, desc: dict[str, Any], user: str, name_hint: str = "") -> int:
+    def submit(self, desc: dict[str, Any], user: str, name_hint: str = "") -> str:
         script = desc.get("script")
         if not script and (desc.get("script_path") or desc.get("scriptPath")):
             script = self.path(desc.get("script_path") or desc.get("scriptPath")).read_text()
         if not script:
             raise ValueError("job.script or job.scriptPath is required")
         d = sbatch_directives(script)
+        for k in d:
+            if k not in KNOWN_SBATCH:
+                raise SlurmRefusal(f"sbatch: unrecognized option '--{k}={d[k]}'\nTry "
+                                   '"sbatch --help" for more information\n', rc=255)
         wd = desc.get("working_directory") or desc.get("workingDirectory") or \
             desc.get("current_working_directory") or d.get("chdir")
         wd_path = self.path(wd)
-        if not wd_path.is_dir():
-            raise ValueError(f"sbatch: error: chdir to {wd} failed: No such file or directory")
         part = desc.get("partition") or d.get("partition") or next(
             (k for k, v in self.partitions.items() if v.get("default")), None)
         if part not in self.partitions:
-            raise ValueError("sbatch: error: Batch job submission failed: Invalid partition "
-                             f"name specified ({part})")
+            raise SlurmRefusal(f"sbatch: error: invalid partition specified: {part}\n"
+                               "sbatch: error: Batch job submission failed: Invalid partition"
+                               " name specified\n")
         plim = self.partitions[part]
         limit = _duration(d["time"]) if d.get("time") else None
-        if limit and plim.get("max_time") and limit > plim["max_time"]:
-            raise ValueError("sbatch: error: Batch job submission failed: Requested time "
-                             "limit is invalid (missing or exceeds some limit)")
         nodes = int(d.get("nodes", 1) or 1)
-        if nodes > int(plim.get("nodes", 1)):
-            raise ValueError("sbatch: error: Batch job submission failed: Node count "
-                             "specification invalid")
+        pending_reason = None  # EnforcePartLimits=NO: accepted, and never started
+        if limit and plim.get("max_time") and limit > plim["max_time"]:
+            pending_reason = "PartitionTimeLimit"
+        elif nodes > int(plim.get("nodes", 1)):
+            pending_reason = "PartitionConfig"
+        mem = _memory_mb(d["mem"]) if d.get("mem") else None
+        refused = mem is not None and plim.get("memory_mb") and mem > plim["memory_mb"]
         with self.lock:
             jid = self.next_id()
             name = desc.get("name") or d.get("job-name") or name_hint or "job"
@@ -190,43 +252,106 @@ class FirecrestService:
                 "account": desc.get("account") or d.get("account"),
                 "workingDirectory": str(wd_path), "standardOutput": str(out_p),
                 "standardError": str(err_p), "standardInput": "/dev/null", "script": script,
-                "limit": limit, "submitted": time.time(), "nodes": nodes,
+                "limit": limit or (plim.get("max_time") or 3600), "submitted": time.time(),
+                "nodes": nodes, "pending": pending_reason,
             }
+            if refused:  # slurmctld made the record, then refused: accounting keeps it
+                self.jobs[str(jid)].update(refused=True, ended=time.time())
+            elif not wd_path.is_dir():  # slurmd cannot chdir: the batch step ends at once
+                self.jobs[str(jid)].update(no_workdir=True, ended=time.time())
             self._save()
+        if refused:
+            raise SlurmRefusal("sbatch: error: Memory specification can not be satisfied\n"
+                               "sbatch: error: Batch job submission failed: Requested node "
+                               "configuration is not available")
+        if pending_reason or not wd_path.is_dir():
+            return str(jid)
         self.runner.start(str(jid), script, wd_path, env, out_p, err_p, time_limit=limit,
                           delay=self.faults.queue_delay)
-        return jid
+        return str(jid)
+
+    def cancel(self, jid: str) -> None:
+        """scancel: a finished or unknown job is an error (FirecREST: 500)."""
+        j = self.jobs.get(jid)
+        if j is None:
+            raise SlurmRefusal(f"scancel: Terminating job {jid}\nscancel: error: Kill job "
+                               f"error on job id {jid}: Invalid job id specified\n", rc=0)
+        if j.get("pending") and not j.get("cancelled_at"):
+            with self.lock:
+                j["cancelled_at"] = time.time()
+                self._save()
+            return
+        state, _ = self.runner.state(jid) if not (j.get("refused") or j.get("no_workdir")
+                                                  or j.get("pending")) else ("FAILED", 0)
+        if state in FINAL or state == "LOST":
+            raise SlurmRefusal(f"scancel: Terminating job {jid}\nscancel: error: Kill job "
+                               f"error on job id {jid}: Job/step already completing or "
+                               "completed\n", rc=0)
+        self.runner.cancel(jid)
 
     def _rel(self, wd: Path, p: str) -> Path:
         return self.path(p if p.startswith("/") else str(wd / p))
 
     def job_model(self, jid: str) -> dict[str, Any]:
+        """A job as FirecREST shows it (sacct merged with squeue)."""
         j = self.jobs[jid]
-        state, rc = self.runner.state(jid)
-        reason = "None"
-        if state == "LOST":
-            state, reason = "FAILED", "NodeFail"
-        if state == "PENDING":
-            reason = "Priority"
-        bk = self.runner.job_folder(jid)
-        started = _mtime(bk / "started")
-        ended = _mtime(bk / "exitcode") or (_mtime(bk / "cancelled") if state == "CANCELLED"
-                                            else None)
         now = time.time()
-        elapsed = int((ended or now) - started) if started else 0
+        limit = int(j["limit"]) if j.get("limit") else None  # seconds
+        signal_ = 0
+        nodes, alloc = "localhost", j.get("nodes", 1)
+        if j.get("refused"):
+            state, reason, rc, started, ended = "FAILED", "None", 1, j["ended"], j["ended"]
+            nodes, alloc = "None assigned", 0
+        elif j.get("no_workdir"):
+            state, reason, rc, started, ended = "FAILED", "None", 0, j["ended"], j["ended"]
+            signal_ = 53
+        elif j.get("pending"):
+            started = None
+            if j.get("cancelled_at"):
+                state, reason, rc, ended = "CANCELLED by 1000", "PartitionConfig", 0, \
+                    j["cancelled_at"]
+                nodes, alloc = "None assigned", 0
+            else:
+                state, reason, rc, ended, nodes = "PENDING", j["pending"], None, None, ""
+        else:
+            state, rc = self.runner.state(jid)
+            reason = "None"
+            if state == "LOST":
+                state, reason = "FAILED", "NodeFail"
+            if state == "PENDING":
+                reason, nodes = "Priority", ""
+            bk = self.runner.job_folder(jid)
+            started = _mtime(bk / "started")
+            ended = _mtime(bk / "exitcode") or (_mtime(bk / "cancelled")
+                                                if state == "CANCELLED" else None)
+            if state == "CANCELLED":
+                state, rc, signal_ = "CANCELLED by 1000", 0, 0
+            elif state in ("PENDING", "RUNNING"):
+                rc = None
+                signal_ = None
+            if state == "RUNNING" and started and limit:
+                ended = started + limit  # squeue's EndTime: when the limit is reached
+        elapsed = int(((ended if state in FINAL or state.startswith("CANCELLED") else None)
+                       or now) - started) if started else 0
         return {
-            "jobId": int(jid), "name": j["name"],
-            "status": {"state": state, "stateReason": reason, "exitCode": rc or 0,
-                       "interruptSignal": None},
+            "jobId": jid, "name": j["name"],
+            "status": {"state": state, "stateReason": reason, "exitCode": rc,
+                       "interruptSignal": signal_},
             "tasks": [],
             "time": {"elapsed": elapsed, "start": int(started) if started else None,
-                     "end": int(ended) if ended else None, "suspended": 0,
-                     "limit": int(j["limit"] / 60) if j.get("limit") else None},
-            "account": j.get("account"), "allocationNodes": j.get("nodes", 1),
-            "cluster": self.system, "group": "users", "nodes": "localhost",
+                     "end": int(ended) if ended else None, "suspended": 0, "limit": limit},
+            "account": j.get("account") or "", "allocationNodes": alloc,
+            "cluster": self.system, "group": j["user"], "nodes": nodes,
             "partition": j["partition"], "killRequestUser": None, "user": j["user"],
-            "workingDirectory": j["workingDirectory"], "priority": 1,
+            "workingDirectory": j["workingDirectory"], "priority": 4294901759 - int(jid),
         }
+
+    def listed(self, jid: str) -> bool:
+        """GET /jobs: running and pending jobs, and finished ones of the last 24 h."""
+        m = self.job_model(jid)
+        end = m["time"]["end"]
+        final = m["status"]["state"].split()[0] in FINAL
+        return not final or not end or time.time() - end < HISTORY_WINDOW
 
     def visible(self, jid: str, user: str) -> bool:
         return jid in self.jobs and self.jobs[jid]["user"] == user
@@ -256,8 +381,13 @@ class FirecrestService:
             f".f7t_file_handling_job_error_{uid}.log"
         jid = self.submit({"name": name, "working_directory": str(wd), "script": script,
                            "standard_output": str(out), "standard_error": str(err)}, user)
+        jid = int(jid)
         return {"jobId": jid, "system": self.system, "workingDirectory": str(wd),
                 "logs": {"outputLog": str(out), "errorLog": str(err)}}
+
+
+class OutsideError(Exception):
+    """A path on none of the system's file systems (FirecREST: 400)."""
 
 
 def _mtime(p: Path) -> float | None:
@@ -278,11 +408,35 @@ def _file_entry(p: Path, name: str) -> dict[str, Any]:
 
 
 class Handler(BaseHandler):
+    def prepare(self) -> None:
+        super().prepare()
+        if self._finished or not self.needs_auth:
+            return
+        exp = (getattr(self, "claims", None) or {}).get("exp")
+        if exp is not None and exp - time.time() < MIN_TOKEN_TTL:
+            self.fail(401, f"Access token expires too soon (less than {MIN_TOKEN_TTL}s "
+                           "remaining).")
+
+    def fail(self, status: int, message: str, **extra: Any) -> None:
+        extra.setdefault("user", getattr(self, "user", None))
+        super().fail(status, message, **extra)
+
     def system_ok(self, system: str) -> bool:
         if system != self.svc.system:
-            self.fail(404, f"System '{system}' does not exist")
+            self.fail(404, "System not found")
             return False
         return True
+
+    def remote_failed(self, status: int, err: str, rc: int = 1) -> None:
+        """How FirecREST reports a command that failed on the system."""
+        self.fail(status, f"Remote process failed with exit status:{rc} and error "
+                          f"message:{err}")
+
+    def may_write(self, p: Path, what: str) -> bool:
+        if self.svc.writable(p, self.user):
+            return True
+        self.remote_failed(403, f"{what}: Permission denied")
+        return False
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         exc = kwargs.get("exc_info", (None, None))[1]
@@ -293,22 +447,56 @@ class Handler(BaseHandler):
     def sys_path(self, raw: str | None) -> Path | None:
         try:
             return self.svc.path(raw)
-        except PermissionError as e:
-            self.fail(403, str(e))
+        except OutsideError as e:
+            self.fail(400, str(e))
             return None
+
+
+class SlurmFaultHandler(AdminHandler):
+    """POST /_emulator/slurm {"down": true}: slurmctld stops answering while FirecREST
+    itself is up — its answers are then 500s with Slurm's "Unable to contact slurm
+    controller", as the real server's are."""
+
+    def post(self, what: str = "") -> None:
+        self.svc.slurm_down = bool((self.json_body() or {}).get("down"))
+        self.reply({"ok": True})
+
+
+SLURM_DOWN = {
+    "jobs": ("Error executing Slurm command.", ["Command execution timeout limit exceeded."]),
+    "submit": (SLURM_ERROR.format(rc=1, err="sbatch: error: Batch job submission failed: "
+                                            "Unable to contact slurm controller (connect "
+                                            "failure)\n"), None),
+    "partitions": (SLURM_ERROR.format(rc=1, err="slurm_load_partitions error: Unable to "
+                                                "contact slurm controller (connect "
+                                                "failure)\n"), None),
+}
 
 
 class SystemsHandler(Handler):
     def get(self) -> None:
         s = self.svc
+        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        health = [{"serviceType": t, "lastChecked": now, "latency": 0.01, "healthy": True,
+                   "message": None} for t in ("scheduler", "ssh", "filesystem")]
+        health[2]["path"] = str(s.root)
+        transfer = {"service_type": "s3", "name": "stage", "public_url": s.base_url,
+                    "region": "us-east-1", "ttl": 3600} if s.staging else None
         self.reply({"systems": [{
-            "name": s.system, "host": "localhost", "sshPort": 22,
-            "scheduler": {"type": "slurm", "version": "22.05", "apiUrl": None},
-            "servicesHealth": [{"serviceType": t, "healthy": True} for t in
-                               ("scheduler", "ssh", "filesystem")],
+            "name": s.system,
+            "ssh": {"host": "localhost", "port": 22, "proxyHost": None, "proxyPort": None,
+                    "maxClients": 100, "timeout": {"connection": 5, "login": 5,
+                                                   "commandExecution": 5,
+                                                   "idleTimeout": 60, "keepAlive": 5}},
+            "scheduler": {"type": "slurm", "connectionMode": "ssh", "version": "22.05.8",
+                          "apiUrl": None, "apiVersion": None, "timeout": 10},
+            "servicesHealth": health,
+            "probing": {"services": {}, "intervalCheck": 60}, "lastHealthCheck": now,
             "fileSystems": [{"path": str(s.root), "dataType": "scratch",
                              "defaultWorkDir": True}],
-            "datatransferJobsDirectives": [],
+            # FirecREST leaves this one in snake case
+            "dataOperation": {"datatransfer_jobs_directives": ["#SBATCH --nodes=1"],
+                              "max_ops_file_size": OPS_SIZE_LIMIT, "data_transfer": transfer},
         }]})
 
 
@@ -316,9 +504,14 @@ class PartitionsHandler(Handler):
     def get(self, system: str) -> None:
         if not self.system_ok(system):
             return
+        if self.svc.slurm_down:
+            msg, _ = SLURM_DOWN["partitions"]
+            self.fail(500, msg, causedBy=[msg])
+            return
+        # scontrol's PartitionName, TotalCPUs, TotalNodes, State: no default, no MaxTime
         self.reply({"partitions": [
-            {"name": k, "cpus": v.get("cpus"), "totalNodes": v.get("nodes", 1), "partition": k,
-             "maxTime": v.get("max_time"), "default": bool(v.get("default"))}
+            {"name": k, "cpus": (v.get("cpus") or 1) * v.get("nodes", 1),
+             "totalNodes": v.get("nodes", 1), "partition": v.get("state", "UP")}
             for k, v in self.svc.partitions.items()]})
 
 
@@ -327,17 +520,29 @@ class UserinfoHandler(Handler):
         if not self.system_ok(system):
             return
         self.reply({"user": {"id": "1000", "name": self.user}, "group": {"id": "100",
-                    "name": "users"}, "groups": [{"id": "100", "name": "users"}]})
+                    "name": "users"}, "groups": [{"id": "100", "name": "users"}],
+                    "accounts": None})
 
 
 class JobsHandler(Handler):
+    def prepare(self) -> None:
+        super().prepare()
+        if not self._finished and self.svc.slurm_down:
+            msg, cause = SLURM_DOWN["submit" if self.request.method == "POST" else "jobs"]
+            self.fail(500, msg, causedBy=cause)
+
     def get(self, system: str, jid: str | None = None, what: str | None = None) -> None:
         if not self.system_ok(system):
             return
         s = self.svc
         if jid is None:
             self.reply({"jobs": [s.job_model(k) for k in sorted(s.jobs, key=int)
-                                 if s.visible(k, self.user)]})
+                                 if s.visible(k, self.user) and s.listed(k)]})
+            return
+        if not jid.isdigit():  # sacct: fatal: Bad job/step specified
+            self.fail(500, "Error executing Slurm command.",
+                      causedBy=[SLURM_ERROR.format(rc=1, err=f"sacct: fatal: Bad job/step "
+                                                           f"specified: {jid}\n")])
             return
         if not s.visible(jid, self.user):
             self.fail(404, "Job not found.")
@@ -358,10 +563,19 @@ class JobsHandler(Handler):
         if not isinstance(body, dict) or not isinstance(body.get("job"), dict):
             self.fail(400, "Field required: job", errorType="validation")
             return
+        job = body["job"]
+        if not (job.get("workingDirectory") or job.get("working_directory")):
+            self.fail(400, "1 validation error: field required: body.job.workingDirectory",
+                      errorType="validation", data={"fields": [
+                          {"location": "body", "name": "job", "message": "Field required"}]})
+            return
         try:
-            new = self.svc.submit(body["job"], self.user)
-        except PermissionError as e:
-            self.fail(403, str(e))
+            new = self.svc.submit(job, self.user)
+        except OutsideError as e:
+            self.fail(400, str(e))
+            return
+        except SlurmRefusal as e:
+            self.fail(500, str(e))
             return
         except ValueError as e:
             self.fail(400, str(e))
@@ -371,10 +585,17 @@ class JobsHandler(Handler):
     def delete(self, system: str, jid: str | None = None, what: str | None = None) -> None:
         if not self.system_ok(system):
             return
-        if jid is None or not self.svc.visible(jid, self.user):
-            self.fail(404, "Job not found")
+        if jid is None:
+            self.fail(405, "Method Not Allowed")
             return
-        self.svc.runner.cancel(jid)
+        try:
+            if jid in self.svc.jobs and not self.svc.visible(jid, self.user):
+                raise SlurmRefusal(f"scancel: error: Kill job error on job id {jid}: "
+                                   "Access/permission denied\n", rc=0)
+            self.svc.cancel(jid)
+        except SlurmRefusal as e:
+            self.fail(500, str(e))
+            return
         self.reply(None, 204)
 
 
@@ -387,17 +608,23 @@ class OpsHandler(Handler):
             return
         if op == "download":
             if not p.is_file():
-                self.fail(404, f"{p}: No such file or directory")
+                self.remote_failed(404, f"base64: {p}: No such file or directory")
                 return
             if p.stat().st_size > OPS_SIZE_LIMIT:
-                self.fail(413, "File is too large for a direct download; use the transfer")
+                self.fail(413, "File to download is too large.")
                 return
             self.set_header("Content-Type", "application/octet-stream")
             self.finish(p.read_bytes())
             return
         if not p.exists():
-            self.fail(404, f"ls: cannot access '{p}': No such file or directory"
-                      if op == "ls" else f"{p}: No such file or directory")
+            if op == "ls":
+                self.remote_failed(404, f"ls: cannot access '{p}': No such file or directory",
+                                   rc=2)
+            elif op == "view":
+                self.remote_failed(404, f"dd: failed to open '{p}': No such file or directory")
+            else:
+                self.remote_failed(404, f"{op}: cannot open '{p}' for reading: No such file "
+                                        "or directory")
             return
         if op == "ls":
             recursive = self.get_argument("recursive", "false") == "true"
@@ -420,10 +647,28 @@ class OpsHandler(Handler):
                                    "size": st.st_size, "atime": int(st.st_atime),
                                    "ctime": int(st.st_ctime), "mtime": int(st.st_mtime)}})
         elif op == "view":
-            data = p.read_bytes()
-            if len(data) > OPS_SIZE_LIMIT:
+            if p.is_dir():
+                self.remote_failed(500, f"dd: error reading '{p}': Is a directory")
+                return
+            try:
+                size = int(self.get_argument("size", str(OPS_SIZE_LIMIT)))
+                offset = int(self.get_argument("offset", "0"))
+            except ValueError:
+                self.fail(400, "size and offset must be integers", errorType="validation")
+                return
+            if offset < 0:
+                self.fail(400, "`offset` value must be an integer value equal or greater "
+                               "than 0")
+                return
+            if size <= 0:
+                self.fail(400, "`size` value must be an integer value greater than 0")
+                return
+            if size > OPS_SIZE_LIMIT:
                 self.fail(400, f"`size` value must be less than {OPS_SIZE_LIMIT} bytes")
                 return
+            with open(p, "rb") as f:
+                f.seek(offset)
+                data = f.read(size)
             self.reply({"output": data.decode(errors="replace")})
         elif op in ("head", "tail"):
             nbytes, lines = self.get_argument("bytes", None), self.get_argument("lines", None)
@@ -437,20 +682,27 @@ class OpsHandler(Handler):
                 n = int(nbytes)
                 if op == "tail":
                     out = data[max(0, n - 1):] if skip else data[-n:] if n else b""
+                    start, end = (n, -1) if skip else (-n, -1)
                 else:
                     out = data[:-n] if skip else data[:n]
+                    start, end = (0, -n) if skip else (0, n)
             else:
                 n = int(lines or 10)
                 rows = data.splitlines(keepends=True)
                 if op == "tail":
                     out = b"".join(rows[max(0, n - 1):] if skip else rows[-n:])
+                    start, end = (n, -1) if skip else (-n, -1)
                 else:
                     out = b"".join(rows[:-n] if skip else rows[:n])
+                    start, end = (0, -n) if skip else (0, n)
+            if len(out) > OPS_SIZE_LIMIT:  # the SSH client's output buffer
+                self.fail(413, "Command output exceeded buffer limit.")
+                return
             self.reply({"output": {"content": out.decode(errors="replace"),
                                    "contentType": "bytes" if nbytes else "lines",
-                                   "startPosition": 0, "endPosition": -1}})
+                                   "startPosition": start, "endPosition": end}})
         elif op == "checksum":
-            self.reply({"output": {"algorithm": "SHA-256",
+            self.reply({"output": {"algorithm": "SHA256",
                                    "checksum": hashlib.sha256(p.read_bytes()).hexdigest()}})
         elif op == "file":
             self.reply({"output": "directory" if p.is_dir() else "ASCII text"})
@@ -466,12 +718,18 @@ class OpsHandler(Handler):
             if p is None:
                 return
             if p.exists() and not p.is_dir():
-                self.fail(400, f"mkdir: cannot create directory '{p}': File exists")
+                self.remote_failed(500, f"mkdir: cannot create directory '{p}': File exists")
                 return
-            if not body.get("parent") and not p.parent.exists():
-                self.fail(400, f"mkdir: cannot create directory '{p}': No such file or "
-                               "directory")
-                return
+            if not p.exists():
+                first = p  # the first folder mkdir has to make
+                while not first.parent.exists():
+                    first = first.parent
+                if not body.get("parent") and first != p:
+                    self.remote_failed(404, f"mkdir: cannot create directory '{p}': No such "
+                                            "file or directory")
+                    return
+                if not self.may_write(first, f"mkdir: cannot create directory '{first}'"):
+                    return
             p.mkdir(parents=True, exist_ok=True)
             self.reply({"output": _file_entry(p, p.name)}, 201)
         elif op == "upload":
@@ -484,13 +742,15 @@ class OpsHandler(Handler):
                 return
             f = files[0]
             if len(f["body"]) > OPS_SIZE_LIMIT:
-                self.fail(413, "Uploaded file is too large.")
-                return
-            if not folder.is_dir():
-                self.fail(400, f"{folder}: No such file or directory")
+                self.fail(413, "File to upload is too large.")
                 return
             target = self.sys_path(str(folder / f["filename"]))
             if target is None:
+                return
+            if not folder.is_dir():  # the path is the folder; the file keeps its name
+                self.remote_failed(404, f"bash: line 1: {target}: No such file or directory")
+                return
+            if not self.may_write(target, f"bash: line 1: {target}"):
                 return
             target.write_bytes(f["body"])
             self.reply(None, 204)
@@ -507,7 +767,9 @@ class OpsHandler(Handler):
         if p is None:
             return
         if not p.exists():
-            self.fail(404, f"rm: cannot remove '{p}': No such file or directory")
+            self.remote_failed(404, f"rm: cannot remove '{p}': No such file or directory")
+            return
+        if not self.may_write(p, f"rm: cannot remove '{p}'"):
             return
         if p.is_dir():
             shutil.rmtree(p)
@@ -520,6 +782,9 @@ class TransferHandler(Handler):
     def post(self, system: str, op: str) -> None:
         if not self.system_ok(system):
             return
+        if not self.svc.staging:  # FirecREST without data_transfer configured
+            self.fail(500, "(\"'NoneType' object has no attribute 'service_type'\",)")
+            return
         body = self.json_body() or {}
         directives = body.get("transfer_directives") or body.get("transferDirectives") or {}
         method = directives.get("transfer_method") or directives.get("transferMethod") or "s3"
@@ -531,6 +796,8 @@ class TransferHandler(Handler):
         if op == "upload":
             target = self.sys_path(body.get("path") or body.get("sourcePath"))
             if target is None:
+                return
+            if not self.may_write(target, f"cp: cannot create regular file '{target}'"):
                 return
             size = directives.get("file_size") or directives.get("fileSize") or \
                 body.get("fileSize") or body.get("file_size")
@@ -605,6 +872,13 @@ class StageHandler(BaseHandler):
         if stage is None:
             return
         parts = sorted(stage.glob("part.*"))
+        small = [p for p in parts[:-1] if p.stat().st_size < MIN_PART_SIZE]
+        if small:  # S3: every part but the last must be at least 5 MiB
+            self.set_status(400)
+            self.set_header("Content-Type", "application/xml")
+            self.finish("<Error><Code>EntityTooSmall</Code><Message>Your proposed upload is "
+                        "smaller than the minimum allowed object size.</Message></Error>")
+            return
         with open(stage / "object.tmp", "wb") as out:
             for part in parts:
                 out.write(part.read_bytes())
@@ -635,6 +909,7 @@ def make_app(service: FirecrestService) -> web.Application:
     return web.Application([
         (r"/auth/token", TokenHandler),
         (r"/auth/certs", CertsHandler),
+        (r"/_emulator/(slurm)", SlurmFaultHandler),
         (r"/_emulator/(\w+)", AdminHandler),
         (r"/status/systems", SystemsHandler),
         (rf"/status/{sysre}/partitions", PartitionsHandler),
@@ -656,7 +931,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--client-id", default="cloudtik")
     parser.add_argument("--client-secret", default=os.environ.get("EMULATOR_CLIENT_SECRET"))
     parser.add_argument("--admin-token", default=os.environ.get("EMULATOR_ADMIN_TOKEN"))
-    parser.add_argument("--partitions", help="JSON {name: {max_time, cpus, nodes, default}}")
+    parser.add_argument("--partitions", help="JSON {name: {max_time, cpus (per node), "
+                                             "nodes, memory_mb, default, state}}")
+    parser.add_argument("--no-staging", action="store_true",
+                        help="no staged transfer (data_transfer not configured)")
     args = parser.parse_args(argv)
     if not args.client_secret:
         parser.error("--client-secret (or $EMULATOR_CLIENT_SECRET) is required")
@@ -664,7 +942,8 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(args.root)
     root.mkdir(parents=True, exist_ok=True)
     svc = FirecrestService(root, args.system, {args.client_id: args.client_secret}, admin,
-                           json.loads(args.partitions) if args.partitions else None)
+                           json.loads(args.partitions) if args.partitions else None,
+                           staging=not args.no_staging)
     app = make_app(svc)
 
     async def run() -> None:

@@ -63,7 +63,11 @@ class Zone:
 
 
 def start_zone(root: Path, name: str, offers: list[dict], token: str,
-               placement: dict | None = None) -> Zone:
+               placement: dict | None = None, providers: str = "",
+               config: dict | None = None) -> Zone:
+    """``providers`` (comma-separated, e.g. ``"local"``) are the providers whose offers
+    the zone places on and creates nodes with; ``config`` adds other sections of the
+    zone's ``jupyter_cloudtik_config.json`` (e.g. ``{"LocalProvider": {...}}``)."""
     state = root / name / "state"
     conf = root / name / "config"
     state.mkdir(parents=True)
@@ -71,12 +75,13 @@ def start_zone(root: Path, name: str, offers: list[dict], token: str,
     catalog = root / name / "catalog.json"
     catalog.write_text(json.dumps({"offers": offers}))
     (conf / "jupyter_cloudtik_config.json").write_text(
-        json.dumps({"Placement": {"zone_name": name, **(placement or {})}}))
+        json.dumps({**(config or {}),
+                    "Placement": {"zone_name": name, **(placement or {})}}))
     env = {"CLOUDTIK_STATE_DIR": str(state), "JUPYTER_CONFIG_DIR": str(conf),
            "CLOUDTIK_ZONE_TOKEN": token, "CLOUDTIK_LAUNCHER_IDLE": "5"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter_cloudtik.placement.server", "--port", "0",
-         "--zone-name", name, "--catalog", str(catalog), "--providers", ""],
+         "--zone-name", name, "--catalog", str(catalog), "--providers", providers],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, **env})
     line = proc.stdout.readline()

@@ -77,7 +77,20 @@ export function isCatalogEntry(provider: ProviderInfo): boolean {
   return typeof provider.kind === 'string' && provider.kind !== '';
 }
 
-export function clusterFields(provider: ProviderInfo, defaultWorkers: number): FieldSpec[] {
+/** The default runtime of a cluster config without `runtime:` (as on the server). */
+export const DEFAULT_RUNTIME = 'dask';
+
+/** The Runtime field's choices: each installed runtime, then all of them on the same
+ * nodes (`dask,spark`). */
+export function runtimeChoices(runtimes: string[]): string[] {
+  return runtimes.length > 1 ? [...runtimes, runtimes.join(',')] : [...runtimes];
+}
+
+export function clusterFields(
+  provider: ProviderInfo,
+  defaultWorkers: number,
+  runtimes: string[] = []
+): FieldSpec[] {
   const worker = workerType(provider);
   const maxWorkers = worker ? Number(worker[1].max_workers ?? 10000) : 10000;
   const fields: FieldSpec[] = [
@@ -98,6 +111,17 @@ export function clusterFields(provider: ProviderInfo, defaultWorkers: number): F
       minimum: 0
     }
   ];
+  if (runtimes.length > 1) {
+    fields.push({
+      key: 'runtime',
+      title: 'Runtime',
+      kind: 'enum',
+      section: 'cluster',
+      options: runtimeChoices(runtimes),
+      default: runtimes.includes(DEFAULT_RUNTIME) ? DEFAULT_RUNTIME : runtimes[0],
+      description: 'what the nodes run (runtime.types); several run side by side'
+    });
+  }
   if (worker) {
     fields.push(
       {
@@ -189,6 +213,10 @@ export function buildCreateRequest(
   if (idle !== undefined && idle !== 0) {
     config.idle_timeout_minutes = idle;
   }
+  const runtime = get('runtime');
+  if (runtime !== undefined && runtime !== DEFAULT_RUNTIME) {
+    config.runtime = { types: String(runtime).split(',') };
+  }
   const worker = workerType(provider);
   const cpu = get('worker.CPU');
   const memory = get('worker.memory');
@@ -232,6 +260,8 @@ export function fieldMatches(field: FieldSpec, serverField: string): boolean {
       return serverField.endsWith('resources.CPU');
     case 'worker.memory':
       return serverField.endsWith('resources.memory');
+    case 'runtime':
+      return serverField.startsWith('runtime');
   }
   return serverField === field.key || serverField.endsWith(`.${field.key}`);
 }

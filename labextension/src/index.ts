@@ -17,6 +17,7 @@ import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { serverApi } from './api';
+import { OPEN_DASHBOARD, setupDashboards } from './dashboards';
 import { JobsModel } from './jobs';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
@@ -77,7 +78,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
       await app.commands.execute('docmanager:open', { path });
     };
 
+    setupDashboards(app, restorer);
+    const openDashboard = async (cluster: string, page: string, url: string) => {
+      await app.commands.execute(OPEN_DASHBOARD, { cluster, page, url });
+    };
+
     const panel = new CloudTikPanel({
+      openDashboard,
       clusters: model,
       jobs,
       sidekicks,

@@ -10,6 +10,7 @@
 import { BadgeKind } from './format';
 import { CloudTikApi } from './model';
 import { CloudTikEvent } from './types';
+import { Observed, Refresher } from './poll';
 
 export interface NotebookError {
   cell: number;
@@ -33,6 +34,8 @@ export interface Job {
   error: NotebookError | null;
   op_id: string | null;
   output_notebook: string | null;
+  /** e.g. parameters the notebook ignores (submitted with allow_unknown_parameters) */
+  warnings?: string[];
   created_at: number;
   submitted_at: number | null;
   started_at: number | null;
@@ -66,9 +69,7 @@ export function jobRuntime(job: Job, now: number): number | null {
   return (job.finished_at ?? now) - job.started_at;
 }
 
-type Listener = () => void;
-
-export class JobsModel {
+export class JobsModel extends Observed {
   jobs: Job[] = [];
   error: string | null = null;
   loaded = false;
@@ -77,26 +78,19 @@ export class JobsModel {
   log = '';
   logOffset = 0;
 
-  private listeners = new Set<Listener>();
-  private timer: ReturnType<typeof setInterval> | null = null;
+  private readonly poller = new Refresher(() => this.refresh(), {
+    seconds: 10,
+    soonMs: 200,
+    name: 'cloudtik:jobs'
+  });
   private tailTimer: ReturnType<typeof setTimeout> | null = null;
-  private refreshQueued: ReturnType<typeof setTimeout> | null = null;
   private tailing = false;
 
   constructor(
     readonly api: CloudTikApi,
     readonly tailSeconds = 1
-  ) {}
-
-  onChange(listener: Listener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  private changed(): void {
-    for (const listener of [...this.listeners]) {
-      listener();
-    }
+  ) {
+    super();
   }
 
   async start(refreshSeconds = 10): Promise<void> {
@@ -107,17 +101,11 @@ export class JobsModel {
   }
 
   setRefresh(seconds: number): void {
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-    }
-    this.timer = setInterval(() => void this.refresh(), Math.max(seconds, 1) * 1000);
+    this.poller.start(seconds);
   }
 
   stop(): void {
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-      this.timer = null;
-    }
+    this.poller.stop();
     if (this.tailTimer !== null) {
       clearTimeout(this.tailTimer);
       this.tailTimer = null;
@@ -138,13 +126,7 @@ export class JobsModel {
   }
 
   private queueRefresh(): void {
-    if (this.refreshQueued !== null) {
-      return;
-    }
-    this.refreshQueued = setTimeout(() => {
-      this.refreshQueued = null;
-      void this.refresh();
-    }, 200);
+    this.poller.soon();
   }
 
   async refresh(): Promise<void> {

@@ -10,6 +10,7 @@
 import { Fetcher, followStream, SSEMessage } from './sse';
 import { OperationRow, OperationTracker } from './operations';
 import { Accepted, CloudTikEvent, Cluster, Operation, ProviderInfo } from './types';
+import { Observed, Refresher } from './poll';
 
 export class ApiError extends Error {
   constructor(
@@ -47,9 +48,11 @@ export async function errorFromResponse(response: Response): Promise<ApiError> {
 export type Listener = () => void;
 export type EventListener = (event: CloudTikEvent) => void;
 
-export class ClustersModel {
+export class ClustersModel extends Observed {
   clusters: Cluster[] = [];
   providers: ProviderInfo[] = [];
+  /** The installed runtimes (the server's `providers` answer): the form's Runtime field. */
+  runtimes: string[] = [];
   defaultProvider = 'local';
   readonly ops = new OperationTracker();
   /** the last error to show (the server's message) */
@@ -58,29 +61,22 @@ export class ClustersModel {
   live = false;
   loaded = false;
 
-  private listeners = new Set<Listener>();
   private eventListeners = new Set<EventListener>();
   private abort: AbortController | null = null;
-  private timer: ReturnType<typeof setInterval> | null = null;
-  private refreshQueued: ReturnType<typeof setTimeout> | null = null;
+  private readonly poller = new Refresher(() => this.refresh(), {
+    seconds: 10,
+    soonMs: 250,
+    name: 'cloudtik:clusters'
+  });
 
-  constructor(readonly api: CloudTikApi) {}
-
-  onChange(listener: Listener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
+  constructor(readonly api: CloudTikApi) {
+    super();
   }
 
   /** Every event of the stream, for sections that follow other operations (jobs). */
   onEvent(listener: EventListener): () => void {
     this.eventListeners.add(listener);
     return () => this.eventListeners.delete(listener);
-  }
-
-  protected changed(): void {
-    for (const listener of [...this.listeners]) {
-      listener();
-    }
   }
 
   /** Load everything, follow events, and refresh every `refreshSeconds` (ages, states). */
@@ -116,19 +112,13 @@ export class ClustersModel {
   }
 
   setRefresh(seconds: number): void {
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-    }
-    this.timer = setInterval(() => void this.refresh(), Math.max(seconds, 1) * 1000);
+    this.poller.start(seconds);
   }
 
   stop(): void {
     this.abort?.abort();
     this.abort = null;
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-      this.timer = null;
-    }
+    this.poller.stop();
   }
 
   onMessage(message: SSEMessage): void {
@@ -173,13 +163,7 @@ export class ClustersModel {
   }
 
   private queueRefresh(): void {
-    if (this.refreshQueued !== null) {
-      return;
-    }
-    this.refreshQueued = setTimeout(() => {
-      this.refreshQueued = null;
-      void this.refresh();
-    }, 250);
+    this.poller.soon();
   }
 
   async refresh(): Promise<void> {
@@ -192,10 +176,15 @@ export class ClustersModel {
 
   async loadProviders(): Promise<void> {
     const data = await this.guard(() =>
-      this.api.request<{ providers: ProviderInfo[]; default_provider: string }>('providers')
+      this.api.request<{
+        providers: ProviderInfo[];
+        default_provider: string;
+        runtimes?: string[];
+      }>('providers')
     );
     if (data) {
       this.providers = data.providers;
+      this.runtimes = data.runtimes ?? [];
       this.defaultProvider = data.default_provider;
     }
   }
@@ -212,6 +201,23 @@ export class ClustersModel {
         body: { workers }
       })
     );
+  }
+
+  /** Adaptive scaling between minimum and maximum workers, run by the server. */
+  async adapt(name: string, minimum: number, maximum: number): Promise<unknown> {
+    return this.api.request(`clusters/${encodeURIComponent(name)}/adapt`, {
+      method: 'PUT',
+      body: { minimum, maximum }
+    });
+  }
+
+  /** Cost so far, cost per hour and the size/price samples of the cluster's life. */
+  async usage(name: string): Promise<Usage> {
+    return this.api.request<Usage>(`clusters/${encodeURIComponent(name)}/usage`);
+  }
+
+  async adaptOff(name: string): Promise<unknown> {
+    return this.api.request(`clusters/${encodeURIComponent(name)}/adapt`, { method: 'DELETE' });
   }
 
   async shutdown(name: string): Promise<Accepted> {
@@ -251,4 +257,12 @@ export class ClustersModel {
       return null;
     }
   }
+}
+
+export interface Usage {
+  cluster: string;
+  cost_so_far: number;
+  cost_per_hour: number | null;
+  currency: string;
+  samples: { at: number; workers: number; cost_per_hour: number | null }[];
 }

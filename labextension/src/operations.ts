@@ -5,7 +5,7 @@
  * so a resumed stream or a catch-up fetch that repeats events changes nothing.
  */
 
-import { CloudTikEvent, Operation } from './types';
+import { CloudTikEvent, Operation, OperationResource } from './types';
 
 export const FINAL_STEPS = ['succeeded', 'failed', 'cancelled'];
 
@@ -25,7 +25,13 @@ export interface OperationRow {
   error: string | null;
 }
 
-export function clusterOf(target: string): string {
+/** The name an operation works on: its structured `resource` (servers before it sent
+ * only the `kind:name` string, read here and nowhere else). */
+export function resourceName(op: { target?: string; resource?: OperationResource }): string {
+  if (op.resource) {
+    return op.resource.name;
+  }
+  const target = op.target ?? '';
   const i = target.indexOf(':');
   return i >= 0 ? target.slice(i + 1) : target;
 }
@@ -38,7 +44,7 @@ export class OperationTracker {
     const row = this.rows.get(op.id) ?? {
       id: op.id,
       kind: op.kind,
-      cluster: clusterOf(op.target),
+      cluster: resourceName(op),
       state: op.state,
       fraction: 0,
       step: '',
@@ -50,7 +56,7 @@ export class OperationTracker {
       error: null
     };
     row.kind = op.kind;
-    row.cluster = clusterOf(op.target);
+    row.cluster = resourceName(op);
     if (FINAL_STEPS.includes(op.state)) {
       row.state = op.state;
       row.finishedAt = op.finished_at;
@@ -69,11 +75,12 @@ export class OperationTracker {
     let row = this.rows.get(event.op_id);
     if (!row) {
       // an operation started elsewhere (a notebook, the CLI): its first event says what
-      const [kind, target] = event.step === 'start' ? event.message.split(' ') : ['', ''];
+      const start = event.step === 'start' ? event.data : {};
+      const resource = start.resource as OperationResource | undefined;
       row = {
         id: event.op_id,
-        kind: kind || 'operation',
-        cluster: target ? clusterOf(target) : '',
+        kind: (start.kind as string | undefined) || 'operation',
+        cluster: resource ? resource.name : '',
         state: 'running',
         fraction: 0,
         step: '',

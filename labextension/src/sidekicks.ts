@@ -10,6 +10,7 @@
 
 import { BadgeKind } from './format';
 import { ApiError, CloudTikApi } from './model';
+import { Observed, Refresher } from './poll';
 
 export interface SidekickHealth {
   /** wall-clock seconds */
@@ -89,9 +90,7 @@ export function openUrl(s: Sidekick): string | null {
   return s.state === 'running' && s.instance?.url ? s.instance.url : null;
 }
 
-type Listener = () => void;
-
-export class SidekicksModel {
+export class SidekicksModel extends Observed {
   /** null until whoami answered; false when this server does not delegate to a hub */
   enabled: boolean | null = null;
   whoami: WhoAmI | null = null;
@@ -106,9 +105,8 @@ export class SidekicksModel {
   /** should a poll tick read the list? (set to the panel's visibility) */
   isShown: () => boolean = () => true;
 
-  private listeners = new Set<Listener>();
   private watchers = 0;
-  private timer: ReturnType<typeof setInterval> | null = null;
+  private readonly poller: Refresher;
   private retry: ReturnType<typeof setTimeout> | null = null;
   private refreshing: Promise<void> | null = null;
   private seq = 0;
@@ -117,17 +115,14 @@ export class SidekicksModel {
     readonly api: CloudTikApi,
     readonly refreshSeconds = 3,
     readonly retrySeconds = 30
-  ) {}
-
-  onChange(listener: Listener): () => void {
-    this.listeners.add(listener);
-    return () => this.listeners.delete(listener);
-  }
-
-  private changed(): void {
-    for (const listener of [...this.listeners]) {
-      listener();
-    }
+  ) {
+    super();
+    this.poller = new Refresher(() => this.refresh(), {
+      seconds: refreshSeconds,
+      minSeconds: 0.05,
+      isShown: () => this.isShown(),
+      name: 'cloudtik:sidekicks'
+    });
   }
 
   /** Ask whether we are under a hub; a 404 ends it, other failures are asked again later. */
@@ -180,21 +175,13 @@ export class SidekicksModel {
   }
 
   private startTimer(): void {
-    if (this.timer !== null) {
-      return;
+    if (!this.poller.running) {
+      this.poller.start();
     }
-    this.timer = setInterval(() => {
-      if (this.isShown()) {
-        void this.refresh();
-      }
-    }, Math.max(this.refreshSeconds, 0.05) * 1000);
   }
 
   private stopTimer(): void {
-    if (this.timer !== null) {
-      clearInterval(this.timer);
-      this.timer = null;
-    }
+    this.poller.stop();
   }
 
   private clearRetry(): void {

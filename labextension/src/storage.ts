@@ -7,6 +7,7 @@
  */
 
 import { CloudTikApi } from './model';
+import { Observed, Refresher } from './poll';
 import { Accepted, Operation } from './types';
 
 export interface BackendOption {
@@ -216,3 +217,46 @@ export interface StorageAccepted {
 }
 
 export type { Accepted };
+
+/**
+ * The storages the section shows, like the clusters' and jobs' models: the list, the last
+ * error, a change signal for the view, and one `Refresher` that polls every 10 s, every
+ * second while a storage operation runs (`watch(true)`), and stands by when hidden.
+ */
+export class StorageModel extends Observed {
+  readonly api: StorageApi;
+  /** null until the first answer */
+  storages: StorageInfo[] | null = null;
+  /** the last error to show (the server's message), kept until dismissed */
+  error: string | null = null;
+
+  private readonly poller = new Refresher(() => this.refresh(), {
+    seconds: 10,
+    name: 'cloudtik:storage'
+  });
+
+  constructor(api: CloudTikApi) {
+    super();
+    this.api = new StorageApi(api);
+  }
+
+  async refresh(): Promise<void> {
+    try {
+      this.storages = (await this.api.list()).storages;
+    } catch (e) {
+      this.error = e instanceof Error ? e.message : String(e);
+    }
+    this.changed();
+  }
+
+  /** Poll while the section is open (faster while `busy`); returns what stops it. */
+  watch(busy: boolean): () => void {
+    this.poller.start(busy ? 1 : 10);
+    return () => this.poller.stop();
+  }
+
+  setError(text: string | null): void {
+    this.error = text;
+    this.changed();
+  }
+}

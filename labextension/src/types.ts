@@ -11,10 +11,19 @@ export interface CloudTikEvent {
   data: Record<string, unknown>;
 }
 
+/** What an operation works on (the server's structured form of `target`). */
+export interface OperationResource {
+  kind: string;
+  name: string;
+  part?: string;
+}
+
 export interface Operation {
   id: string;
   kind: string;
+  /** `kind:name`, kept for older servers: read `resource` */
   target: string;
+  resource?: OperationResource;
   state: string;
   reason: string | null;
   result?: unknown;
@@ -36,6 +45,8 @@ export interface Cluster {
   state: string;
   reason: string | null;
   dashboard_link: string | null;
+  /** a cluster running Spark: its UI through the server (`{base_url}cloudtik/spark/NAME/`) */
+  spark_ui_link?: string | null;
   scheduler_address: string | null;
   target_workers: Record<string, number>;
   nodes: NodeInfo[];

@@ -90,4 +90,22 @@ describe('form from a provider schema', () => {
     expect(fieldMatches(byKey['provider.host'], 'provider.host')).toBe(true);
     expect(fieldMatches(byKey['provider.host'], 'cluster_name')).toBe(false);
   });
+
+  it('offers the installed runtimes, and all of them together', () => {
+    expect(clusterFields(local, 2, ['dask']).some(f => f.key === 'runtime')).toBe(false);
+    const fields = clusterFields(local, 2, ['dask', 'spark']);
+    const runtime = fields.find(f => f.key === 'runtime')!;
+    expect(runtime.kind).toBe('enum');
+    expect(runtime.options).toEqual(['dask', 'spark', 'dask,spark']);
+    expect(runtime.default).toBe('dask');
+    // the default runtime adds nothing: the same config as %cluster up
+    expect(buildCreateRequest(local, fields, initialValues(fields)).config.runtime).toBeUndefined();
+    const spark = { ...initialValues(fields), runtime: 'spark' };
+    expect(buildCreateRequest(local, fields, spark).config.runtime).toEqual({ types: ['spark'] });
+    const both = { ...initialValues(fields), runtime: 'dask,spark' };
+    expect(buildCreateRequest(local, fields, both).config.runtime).toEqual({
+      types: ['dask', 'spark']
+    });
+    expect(fieldMatches(runtime, 'runtime.types.0')).toBe(true);
+  });
 });

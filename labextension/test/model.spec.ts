@@ -40,7 +40,8 @@ describe('ClustersModel', () => {
       if (path === 'clusters' && init.method === 'POST') {
         return {
           cluster: 'demo',
-          operation: { id: 'op9', kind: 'cluster.up', target: 'cluster:demo', state: 'running',
+          operation: { id: 'op9', kind: 'cluster.up', target: 'cluster:demo',
+                       resource: { kind: 'cluster', name: 'demo' }, state: 'running',
                        reason: null, cancel_requested: false, created_at: 1, finished_at: null }
         };
       }
@@ -58,7 +59,8 @@ describe('ClustersModel', () => {
     model.onChange(() => changes++);
     model.onMessage({ event: 'progress', id: '1', data: JSON.stringify({
       id: 1, op_id: 'a', ts: 1, step: 'start', message: 'cluster.down cluster:demo',
-      fraction: 0, level: 'info', data: {} }) });
+      fraction: 0, level: 'info',
+      data: { kind: 'cluster.down', resource: { kind: 'cluster', name: 'demo' } } }) });
     model.onMessage({ event: 'progress', id: '2', data: JSON.stringify({
       id: 2, op_id: 'a', ts: 2, step: 'succeeded', message: 'done', fraction: 1,
       level: 'info', data: {} }) });

@@ -4,8 +4,8 @@ import { OperationTracker } from '../src/operations';
 import { CloudTikEvent, Operation } from '../src/types';
 
 function ev(id: number, step: string, message: string, fraction: number | null = null,
-            op = 'op1'): CloudTikEvent {
-  return { id, op_id: op, ts: 1000 + id, step, message, fraction, level: 'info', data: {} };
+            op = 'op1', data: Record<string, unknown> = {}): CloudTikEvent {
+  return { id, op_id: op, ts: 1000 + id, step, message, fraction, level: 'info', data };
 }
 
 const op: Operation = {
@@ -28,12 +28,22 @@ describe('OperationTracker', () => {
 
   it('knows operations started elsewhere from their first event', () => {
     const t = new OperationTracker();
-    const row = t.apply(ev(10, 'start', 'cluster.scale cluster:other', 0, 'op2'))!;
+    // the start event says what in its data (the message is for people)
+    const row = t.apply(ev(10, 'start', 'cluster.scale cluster:other', 0, 'op2', {
+      kind: 'cluster.scale', resource: { kind: 'cluster', name: 'other' } }))!;
     expect(row.kind).toBe('cluster.scale');
     expect(row.cluster).toBe('other');
     expect(t.needsDetails(row)).toBe(false);
     const blind = t.apply(ev(11, 'workers', 'x', 0.4, 'op3'))!;
     expect(t.needsDetails(blind)).toBe(true);
+  });
+
+  it('reads the structured resource, and the target string of older servers', () => {
+    const t = new OperationTracker();
+    const row = t.addOperation({ ...op, id: 'op7', target: 'cluster:a:b',
+                                 resource: { kind: 'cluster', name: 'a:b' } });
+    expect(row.cluster).toBe('a:b');
+    expect(t.addOperation({ ...op, id: 'op8', target: 'cluster:old' }).cluster).toBe('old');
   });
 
   it('ends with the final step and keeps failures visible longer', () => {

@@ -1,11 +1,14 @@
-import { describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it } from 'vitest';
+
+import { ApiError, CloudTikApi } from '../src/model';
 
 import {
   BackendSchema,
   buildStorageRequest,
   parentPath,
   storageFieldMatches,
-  storageFields
+  storageFields,
+  StorageModel
 } from '../src/storage';
 
 const s3: BackendSchema = {
@@ -70,5 +73,55 @@ describe('storage form', () => {
     expect(storageFieldMatches('endpoint', 'options.region')).toBe(false);
     expect(parentPath('a/b/c')).toBe('a/b');
     expect(parentPath('a')).toBe('');
+  });
+});
+
+/** A stand-in server whose storage list the test changes, counting the requests. */
+function server(): CloudTikApi & { calls: number; names: string[]; fail: boolean } {
+  const srv = {
+    calls: 0,
+    names: ['a'],
+    fail: false,
+    async request(path: string): Promise<any> {
+      expect(path).toBe('storages');
+      srv.calls += 1;
+      if (srv.fail) {
+        throw new ApiError('the state folder is locked', 503);
+      }
+      return { storages: srv.names.map(name => ({ name, backend: 'local', mount: null })) };
+    },
+    fetcher: async () => new Response('', { status: 200 })
+  };
+  return srv as any;
+}
+
+let stopWatch: (() => void) | null = null;
+afterEach(() => stopWatch?.());
+
+describe('StorageModel', () => {
+  it('lists, keeps the last error, and polls faster while an operation runs', async () => {
+    const srv = server();
+    const model = new StorageModel(srv);
+    let changes = 0;
+    model.onChange(() => (changes += 1));
+    await model.refresh();
+    expect(model.storages?.map(s => s.name)).toEqual(['a']);
+    srv.fail = true;
+    await model.refresh();
+    expect(model.error).toBe('the state folder is locked');
+    expect(model.storages?.map(s => s.name)).toEqual(['a']); // the last good list stays
+    expect(changes).toBe(2);
+    srv.fail = false;
+    srv.names = ['a', 'b'];
+    const before = srv.calls;
+    stopWatch = model.watch(true); // 1 s ticks while busy
+    await new Promise(resolve => setTimeout(resolve, 1300));
+    expect(srv.calls).toBe(before + 1);
+    expect(model.storages?.map(s => s.name)).toEqual(['a', 'b']);
+    stopWatch();
+    await new Promise(resolve => setTimeout(resolve, 1100));
+    expect(srv.calls).toBe(before + 1); // stopped: no more requests
+    model.setError(null);
+    expect(model.error).toBeNull();
   });
 });

@@ -11,7 +11,7 @@ import sys
 import pytest
 from dask_gateway import BasicAuth, Gateway
 
-from jupyter_cloudtik.core.cluster_manager import ClusterManager
+from jupyter_cloudtik.clusters.manager import ClusterManager
 from jupyter_cloudtik.core.errors import CloudTikError
 from jupyter_cloudtik.core.settings import CloudTik
 from jupyter_cloudtik.providers.dask_gateway import close_gateway
@@ -101,3 +101,57 @@ def test_unknown_cluster_option_names_the_field(gateway, state):
     assert "cluster_options.gpus" in e.value.message
     asyncio.run(mgr.down("gwopt"))
     assert _gateway_clusters(gateway) == []
+
+
+def test_a_storage_reaches_the_gateway_workers(gateway, state, tmp_path):
+    """storage.remotes on a gateway cluster: the rclone config (with the WebDAV password)
+    reaches every worker, a later one too, over the gateway's TLS connection, lands 0600
+    on a tmpfs, and is not in the cluster's options the gateway keeps."""
+    from jupyter_cloudtik.providers.dask_gateway import DaskGatewayNodeProvider
+    from jupyter_cloudtik.storage.manager import StorageManager
+    from jupyter_cloudtik.storage.servers import start_server
+
+    (tmp_path / "data" / "in").mkdir(parents=True)
+    (tmp_path / "data" / "in" / "hello.txt").write_text("read on a gateway worker")
+    mgr = ClusterManager(settings=CloudTik(state_dir=str(state), start_reaper=False))
+
+    def read_storage():
+        import os
+        import stat
+        import subprocess
+
+        conf = os.environ["RCLONE_CONFIG"]
+        r = subprocess.run([os.environ["CLOUDTIK_RCLONE"], "cat", "data:hello.txt"],
+                           capture_output=True, text=True, timeout=60)
+        return {"out": r.stdout, "err": r.stderr[-300:], "conf": conf,
+                "mode": oct(stat.S_IMODE(os.stat(conf).st_mode))}
+
+    with start_server("webdav", tmp_path / "data", workdir=tmp_path / "dav") as dav:
+        storage = StorageManager(settings=mgr.settings, store=mgr.store, supervise=False)
+        storage.add("data", "webdav", dav.storage_options(), source="in")
+        cfg = _config(gateway, "gwdata", 1)
+        cfg["storage"] = {"remotes": ["data"]}
+
+        async def run():
+            info = await mgr.up(cfg)
+            assert info.state == "running", info.reason
+            await mgr.scale("gwdata", 2)  # a worker that joins after the plugin was sent
+            _, connect = mgr.connect_info("gwdata")
+            client = await asyncio.to_thread(DaskGatewayNodeProvider.make_client, connect,
+                                             set_as_default=False)
+            try:
+                seen = await asyncio.to_thread(client.run, read_storage)
+                options = await asyncio.to_thread(
+                    lambda: Gateway(gateway.address, auth=BasicAuth(
+                        "alice", gateway.password)).list_clusters()[0].options)
+            finally:
+                await asyncio.to_thread(client.close)
+            await mgr.down("gwdata")
+            return seen, options
+
+        seen, options = asyncio.run(run())
+    assert len(seen) == 2, seen
+    for worker, r in seen.items():
+        assert r["out"] == "read on a gateway worker", (worker, r)
+        assert r["conf"].startswith("/dev/shm/") and r["mode"] == "0o600", r
+    assert dav.password not in json.dumps(options, default=str)

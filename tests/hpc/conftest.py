@@ -27,6 +27,7 @@ import psutil
 import pytest
 
 CLIENT_SECRET = "f7t-test-secret-9f8e7d"  # checked for leaks in the tests
+F7T_USER = "service-account-cloudtik"  # the user name in the emulator's tokens
 
 # --- notebooks --------------------------------------------------------------------------------
 
@@ -127,12 +128,13 @@ def wait_for(check, timeout: float = 30.0, interval: float = 0.1, what: str = "c
 def slurm(tmp_path_factory):
     from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
 
-    missing = missing_programs()
+    missing = missing_programs(accounting=True)
     if missing:
-        pytest.skip(f"Slurm is not installed ({', '.join(missing)}); "
+        pytest.skip(f"Slurm with accounting is not installed ({', '.join(missing)}); "
                     "run scripts/install-system-deps.sh")
+    # with slurmdbd + MariaDB, as real sites (and FirecREST, which calls sacct) have it
     cluster = SlurmCluster(tmp_path_factory.mktemp("slurm"), cpus=2, memory_mb=2000,
-                           max_time_minutes=60)
+                           max_time_minutes=60, accounting=True)
     cluster.start()
     yield cluster
     cluster.stop()
@@ -187,6 +189,8 @@ class Service:
 
     def reset(self) -> None:
         self.faults(down=False, fail=[], throttle={"count": 0}, queue_delay=0, token_ttl=300)
+        if self.module.endswith("firecrest"):
+            self.admin("slurm", {"down": False})
 
     def requests(self) -> list[dict]:
         return self.admin("requests")["requests"]
@@ -197,7 +201,7 @@ def firecrest_service(tmp_path_factory):
     svc = Service("jupyter_cloudtik.testing.firecrest", tmp_path_factory.mktemp("f7t"),
                   ["--system", "testsys", "--partitions",
                    json.dumps({"normal": {"max_time": 3600, "cpus": 2, "nodes": 1,
-                                          "default": True}})]).start()
+                                          "memory_mb": 2000, "default": True}})]).start()
     yield svc
     svc.stop()
 
@@ -265,7 +269,8 @@ def backend_configs(request):
         f = request.getfixturevalue("firecrest")
         return ({"type": "firecrest", "url": f.url, "token_uri": f.info["token_uri"],
                  "client_id": "cloudtik", "system": "testsys",
-                 "workdir": f"{f.info['root']}/jobs-{request.node.name[:40]}"},
+                 # users may write only in <mount>/<user name>, as on the real systems
+                 "workdir": f"{f.info['root']}/{F7T_USER}/jobs-{request.node.name[:40]}"},
                 {("firecrest", "client_secret"): CLIENT_SECRET})
 
     def arc_():

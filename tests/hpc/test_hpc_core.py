@@ -100,3 +100,54 @@ def test_script_environment_activation():
     env = Environment(conda_env="/opt/conda/envs/a", container_runtime="singularity")
     text = script.render(Submission("j3", "t", JobSpec(command=["echo", "a b"]), env))
     assert 'export PATH="$CONDA_PREFIX/bin:$PATH"' in text and "echo 'a b'" in text
+
+
+def test_remote_names_stay_inside_the_job_folder():
+    """The Slurm and FirecREST backends' own check of a file name on the remote system
+    (behind the job manager's): inside the job's folder, or refused naming the field."""
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.hpc.base import remote_inside
+
+    folder = "/scratch/alice/cloudtik/j1"
+    assert remote_inside(folder, "out/result.txt") == f"{folder}/out/result.txt"
+    assert remote_inside(folder, "a/../b.txt") == f"{folder}/b.txt"
+    for bad in ("../j2/secret", "..", "a/../../x", ""):
+        with pytest.raises(ConfigError, match="outside the job's folder") as e:
+            remote_inside(folder, bad)
+        assert e.value.field == "name"
+
+
+def test_notebook_parameters_are_read_the_way_papermill_reads_them():
+    """Typed and commented assignments count (papermill's Python translator); no cell
+    tagged ``parameters`` is None, not an empty list."""
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.hpc.notebook import check_parameters, notebook_parameters
+
+    def nb(src, tags):
+        return {"nbformat": 4, "nbformat_minor": 5,
+                "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                            "display_name": "Python 3"}},
+                "cells": [{"cell_type": "code", "metadata": {"tags": tags}, "source": src,
+                           "outputs": [], "execution_count": None}]}
+
+    tagged = nb("n = 3  # how many\nlabel: str = 'x'\nxs = [1,\n      2]\n", ["parameters"])
+    assert notebook_parameters(tagged) == ["n", "label", "xs"]
+    assert notebook_parameters(nb("n = 3", [])) is None
+    assert check_parameters(tagged, {"n": 1, "xs": []}, notebook="a.ipynb") == []
+    assert check_parameters(nb("n = 3", []), {}, notebook="a.ipynb") == []
+    with pytest.raises(ConfigError) as e:
+        check_parameters(tagged, {"n": 1, "m": 2, "k": 3}, notebook="a.ipynb")
+    assert e.value.field == "parameters.m" and "m=2, k=3 are not parameters of" in e.value.message
+    with pytest.raises(ConfigError, match="assigns: none"):
+        check_parameters(nb("# nothing yet", ["parameters"]), {"m": 2}, notebook="a.ipynb")
+    bare = nb("n = 3", ["parameters"])
+    bare["metadata"] = {}  # no kernelspec, no language: the job's kernel (python3) says
+    assert notebook_parameters(bare, "python3") == ["n"]
+    # papermill inspects only Python: an R notebook's names are not known here, so only
+    # the missing cell is refused (papermill fills a cell that exists)
+    r_nb = nb("alpha <- 1", ["parameters"])
+    r_nb["metadata"] = {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}}
+    assert check_parameters(r_nb, {"beta": 2}, notebook="r.ipynb", kernel="ir") == []
+    r_nb["cells"][0]["metadata"]["tags"] = []
+    with pytest.raises(ConfigError, match="no cell tagged 'parameters'"):
+        check_parameters(r_nb, {"beta": 2}, notebook="r.ipynb", kernel="ir")

@@ -48,6 +48,17 @@ def test_hpc_magics(ip, notebooks, capsys, tmp_path):
     assert ip.run_line_magic("hpc", f"wait {long.id}").state == "cancelled"
 
 
+def test_hpc_logs_follow_reads_until_the_job_ends(ip, notebooks, capsys):
+    """``--follow`` prints the output as it is written and returns once the job has ended
+    and all of it was read (the last ticks come after the first empty reads)."""
+    job = ip.run_line_magic("hpc", f"submit {notebooks['ticks']} -p n 4 -p delay 0.4")
+    capsys.readouterr()
+    ip.run_line_magic("hpc", f"logs {job.id} --follow")
+    out = capsys.readouterr().out
+    assert [f"tick {i}" in out for i in range(4)] == [True] * 4, out
+    assert ip.run_line_magic("hpc", f"status {job.id}").state == "succeeded"
+
+
 def test_hpc_magic_errors_are_one_line(ip, notebooks, tmp_path):
     with pytest.raises(UsageError, match=r"notebook: .*missing\.ipynb' does not exist"):
         ip.run_line_magic("hpc", f"submit {tmp_path / 'missing.ipynb'}")
@@ -63,7 +74,8 @@ def test_hpc_magic_errors_are_one_line(ip, notebooks, tmp_path):
 
 def test_hpc_cell_magic(ip, capsys):
     ip.user_ns.clear()
-    job = ip.run_cell_magic("hpc", "-p a 5 --wait", "print('got', a * 3)\n")
+    # the line as in the README, a comment with an apostrophe after the options
+    job = ip.run_cell_magic("hpc", "-p a 5 --wait  # it's one cell", "print('got', a * 3)\n")
     assert job.state == "succeeded", job.info.reason
     assert "got 15" in capsys.readouterr().out
     bad = ip.run_cell_magic("hpc", "--wait", "x = 1\nx / 0\n")
@@ -125,3 +137,94 @@ def test_backends_come_from_traitlets_and_a_config_file(tmp_path):
                        capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 2 and "backends.broken.type: missing; one of arc, dask, " \
         "firecrest, local, slurm" in r.stderr
+
+
+# --- parameters a notebook cannot receive (issue 20: no silent wrong results) ---------------
+
+def _small(notebooks) -> str:
+    """A notebook that assigns alpha in an untagged cell: papermill would inject -p alpha
+    at the top, the notebook's own ``alpha = 1`` would win, and the job would succeed."""
+    from .conftest import _nb
+
+    path = notebooks["param"].parent / "small.ipynb"
+    path.write_text(json.dumps(_nb(("alpha = 1\nprint('alpha is', alpha)", []))))
+    return str(path)
+
+
+def test_magic_refuses_parameters_the_notebook_cannot_receive(ip, notebooks, capsys):
+    small = _small(notebooks)
+    with pytest.raises(UsageError, match=r"^parameters\.alpha: 2 cannot reach the notebook: "
+                       r"'small\.ipynb' has no cell tagged 'parameters'.*tag the cell"):
+        ip.run_line_magic("hpc", f"submit {small} -p alpha 2")
+    with pytest.raises(UsageError, match=r"^parameters\.alpha: alpha=2 is not a parameter "
+                       r"of 'param\.ipynb'; its cell tagged `parameters` assigns: factor, "
+                       r"input_name \(or pass --allow-unknown-parameters"):
+        ip.run_line_magic("hpc", f"submit {notebooks['param']} -p factor 3 -p alpha 2")
+    assert "No jobs" in repr(ip.run_line_magic("hpc", "status"))  # nothing was submitted
+
+    # the opt-out: submitted, and the warning is everywhere the job is shown
+    capsys.readouterr()
+    job = ip.run_line_magic("hpc", f"submit {small} -p alpha 2 --allow-unknown-parameters "
+                                   "--wait")
+    err = capsys.readouterr().err
+    assert f"WARNING: job {job.id}: parameters: 'small.ipynb' has no cell tagged" in err
+    info = job.info
+    assert info.state == "succeeded", info.reason
+    assert len(info.warnings) == 1 and "no cell tagged 'parameters'" in info.warnings[0]
+    assert "WARNING    parameters: 'small.ipynb' has no cell tagged" in str(job)
+    assert "cloudtik-job-warning" in ip.run_line_magic("hpc", f"status {job.id}")._repr_html_()
+    events = list(job.client.events(job.id))
+    assert [(e.level, e.step) for e in events if e.level == "warning"] == [
+        ("warning", "warning")]
+    ip.run_line_magic("hpc", f"logs {job.id}")
+    assert "alpha is 1" in capsys.readouterr().out  # what the warning warned about
+
+    job = ip.run_line_magic("hpc", f"submit {notebooks['param']} -p alpha 2 "
+                                   "--allow-unknown-parameters")
+    assert "alpha=2 is not a parameter of 'param.ipynb'" in capsys.readouterr().err
+    assert "factor, input_name" in job.info.warnings[0]
+
+
+def test_cell_magic_parameters_always_have_a_cell(ip, capsys):
+    job = ip.run_cell_magic("hpc", "-p a 5 -p b 1 --wait", "print('sum', a + b)\n")
+    assert job.state == "succeeded" and job.info.warnings == []
+    assert "WARNING" not in capsys.readouterr().err
+
+
+def test_cli_refuses_parameters_the_notebook_cannot_receive(notebooks):
+    small = _small(notebooks)
+    r = _cli("submit", small, "-p", "alpha", "2")
+    assert r.returncode == 2, r.stderr
+    assert "parameters.alpha: 2 cannot reach the notebook" in r.stderr
+    assert "Traceback" not in r.stderr
+    r = _cli("submit", str(notebooks["param"]), "-p", "alpha", "2", "--json")
+    assert r.returncode == 2 and "its cell tagged `parameters` assigns: factor, input_name" \
+        in r.stderr
+    assert json.loads(r.stdout)["error"]["field"] == "parameters.alpha"
+    r = _cli("submit", "--command", "true", "-p", "alpha", "2")
+    assert r.returncode == 2 and "parameters.alpha: 2 has nowhere to go" in r.stderr
+    assert json.loads(_cli("status", "--json").stdout) == []  # nothing was submitted
+
+    r = _cli("submit", small, "-p", "alpha", "2", "--allow-unknown-parameters", "--wait",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    job = json.loads(r.stdout)
+    assert f"warning: job {job['id']}: parameters: 'small.ipynb' has no cell" in r.stderr
+    assert job["state"] == "succeeded" and "no cell tagged" in job["warnings"][0]
+    r = _cli("status", job["id"])
+    assert "WARNING    parameters: 'small.ipynb' has no cell tagged" in r.stdout
+
+
+def test_python_api_refuses_parameters_the_notebook_cannot_receive(notebooks):
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.hpc.api import Job
+
+    with pytest.raises(ConfigError, match=r"^parameters\.alpha: alpha=2 is not a parameter") \
+            as e:
+        Job.submit(str(notebooks["param"]), parameters={"alpha": 2})
+    assert e.value.field == "parameters.alpha" and Job.list() == []
+    job = Job.submit(str(notebooks["param"]), parameters={"factor": 2, "alpha": 2},
+                     inputs=[str(notebooks["data"])], allow_unknown_parameters=True,
+                     wait=True)
+    assert job.state == "succeeded" and "alpha=2" in job.info.warnings[0]
+    assert "warning:</b> parameters: alpha=2" in job._repr_html_()

@@ -52,9 +52,9 @@ def faults(hwc):
 @pytest.fixture
 def core(env):
     """(ClusterManager, WorkspaceManager) on one store, and a runner for their coroutines."""
-    from jupyter_cloudtik.core.cluster_manager import ClusterManager
+    from jupyter_cloudtik.clusters.manager import ClusterManager
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.core.workspace_manager import WorkspaceManager
+    from jupyter_cloudtik.workspaces.manager import WorkspaceManager
 
     settings = CloudTik(state_dir=str(env), start_reaper=False, operation_timeout=180)
     cm = ClusterManager(settings=settings)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
+import ssl
+
 
 def workspace_config(hwc, **extra):
     prov = {"type": "huaweicloud", "region": hwc.info["region"],
@@ -34,3 +38,23 @@ def leftovers(hwc, workspace: str) -> dict[str, list[str]]:
     if eips:
         left["server_eips"] = eips
     return left
+
+
+def relay_get(host: str, port: int, ctx: ssl.SSLContext, path: str = "/status") -> bytes:
+    """One HTTP/1.0 GET straight to a head's mutual-TLS relay over ``ctx`` (the raw
+    answer; b"" when the relay closed the connection after the handshake)."""
+    with socket.create_connection((host, port), timeout=5) as raw, \
+            ctx.wrap_socket(raw) as s:
+        s.settimeout(10)
+        s.sendall(f"GET {path} HTTP/1.0\r\nHost: {host}:{port}\r\n\r\n".encode())
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def created_sg_rules(hwc, since: int) -> list[dict]:
+    """The security-group rules the emulator created after request ``since``."""
+    return [json.loads(r["body"])["security_group_rule"]
+            for r in hwc.ctl.requests(since)
+            if r["action"] == "vpc.create_security_group_rule" and r["status"] < 300]

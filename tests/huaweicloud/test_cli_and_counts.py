@@ -93,8 +93,11 @@ def test_peering_with_a_vpc_of_the_same_region(hwc, core):
 
 
 def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):
-    """Provider level, emulator not booting: 1, 10 and 100 workers cost the same creation
-    calls (one create, a few job polls); only tagging grows (ECS tags one server a call)."""
+    """Provider level, emulator not booting: N workers cost ceil(N/100) creates (ECS takes
+    at most 100 a call), one listing per poll for all of them, and ceil(N/50) TMS calls to
+    tag them (TMS takes at most 50 servers a call), never one call per server."""
+    import math
+
     from hwc_helpers import cluster_config, workspace_config
 
     from jupyter_cloudtik.core import config as cfgmod
@@ -105,7 +108,7 @@ def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):
     faults.set_options(boot=False)
     try:
         per_n = {}
-        for n in (1, 10, 100):
+        for n in (1, 10, 150):
             cfg = cfgmod.build_config(cluster_config(f"count{n}", "counts", workers=n))
             prov = HuaweiCloudNodeProvider(cfg["provider"], f"count{n}", core.clusters.context)
             cfg = prov.bootstrap_config(cfg)
@@ -113,24 +116,35 @@ def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):
             nc = {**cfg["available_node_types"]["worker"]["node_config"],
                   "runtime": {"role": "worker", "scheduler_address": "tcp://10.0.0.1:8786",
                               "cluster_name": f"count{n}", "nthreads": 1}}
+            mark = hwc.ctl.last_request()
             made = prov.create_node(nc, {TAG_NODE_KIND: "worker"}, n)
             assert len(made) == n
+            prov.set_nodes_tags(list(made), {"cloudtik-node-status": "up-to-date"})
             assert len(prov.non_terminated_nodes({TAG_CLUSTER_NAME: f"count{n}"})) == n
             calls = {k: v - before.get(k, 0) for k, v in prov.clients.counts.items()
                      if v - before.get(k, 0)}
             per_n[n] = calls
             print(f"create_node({n}) API calls: {sum(calls.values())} {calls}")
+            counts = {r["action"] for r in hwc.ctl.requests(mark)
+                      if r["action"] == "ecs.create_post_paid_servers"
+                      and json.loads(r["body"])["server"]["count"] > 100}
+            assert not counts, "a create asked for more than 100 servers"
+            state = {s["id"]: s for s in hwc.ctl.state()["servers"]}
+            assert all(state[i]["tags"]["cloudtik-node-status"] == "up-to-date" for i in made)
             prov.terminate_nodes(list(made))
             assert prov.non_terminated_nodes({}) == []
+            prov.cleanup()  # as `down` does: the nodes' TLS object leaves the bucket
+            assert calls["obs.put_object"] == 1, calls  # one TLS bundle per create call
         for n, calls in per_n.items():
-            assert calls["ecs.create_post_paid_servers"] == 1, (n, calls)
-            assert calls["ecs.show_job"] <= 6, (n, calls)
-            assert calls["ecs.list_servers_details"] == (1 if n <= 100 else 2)
+            assert calls["ecs.create_post_paid_servers"] == math.ceil(n / 100), (n, calls)
+            assert calls.get("ecs.show_job", 0) == 0, (n, calls)  # all came up: no job asked
+            assert calls["ecs.list_servers_details"] <= 8, (n, calls)
+            assert calls["tms.create_resource_tag"] == math.ceil(n / 50), (n, calls)
+            assert "ecs.batch_create_server_tags" not in calls, (n, calls)
     finally:
         faults.set_options(boot=True)
         core.run(core.workspaces.delete("counts"))
     assert leftovers(hwc, "counts") == {}
-
 
 
 def test_python_api_of_workspaces(hwc, env):
@@ -151,3 +165,25 @@ def test_python_api_of_workspaces(hwc, env):
     finally:
         backend.runner.stop()
     assert leftovers(hwc, "pyws") == {}
+
+
+def test_benchmark_up_and_down_of_1000_workers_meets_its_targets(capsys, monkeypatch,
+                                                                  tmp_path):
+    """benchmarks/huaweicloud_up.py in --no-boot mode: ceil(N/100) create calls, `up` of
+    1,000 costs at most 3x the calls of 100, within 2 minutes; `down` likewise bounded."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[2] / "benchmarks" / "huaweicloud_up.py"
+    spec = importlib.util.spec_from_file_location("huaweicloud_up", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    for k in ("CLOUDTIK_STATE_DIR", "HOME", "HUAWEICLOUD_CREDENTIALS_FILE"):
+        monkeypatch.setenv(k, str(tmp_path))  # the benchmark sets them: restored after
+    got = bench.main([100, 1000])
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["N=100", "N=1000"]
+    assert got[100]["creates"] == 1 and got[1000]["creates"] == 10
+    assert got[1000]["up_calls"] <= 3 * got[100]["up_calls"], got
+    assert got[1000]["down_calls"] <= 3 * got[100]["down_calls"], got
+    assert got[1000]["up_s"] < 120, got

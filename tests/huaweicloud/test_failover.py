@@ -31,7 +31,7 @@ def test_nodes_fail_over_to_a_zone_with_capacity(hwc, core, faults):
         refused = [r for r in hwc.ctl.requests(first)
                    if r["action"] == "ecs.create_post_paid_servers" and r["status"] == 400]
         assert refused, "no create was refused: the test did not exercise failover"
-        assert {r["error"] for r in refused} == {"Ecs.0039"}
+        assert {r["error"] for r in refused} == {"Ecs.0319"}
         assert {json.loads(r["body"])["server"]["availability_zone"] for r in refused} <= set(
             full)
 

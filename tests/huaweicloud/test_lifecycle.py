@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
 
+import pytest
 from hwc_helpers import cluster_config, leftovers, workspace_config
 
 from jupyter_cloudtik.core.secrets import SecretStore
 from jupyter_cloudtik.providers.huaweicloud.bootstrap import PRIVATE_KEY_SECRET
 
 
-def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
+def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys, tmp_path):
     caplog.set_level(logging.DEBUG)
     first_request = hwc.ctl.last_request()
     ws = "life"
@@ -26,6 +28,20 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
             "nat_eip_id", "head_agency", "worker_agency", "bucket"} <= set(info.resources)
     status = core.run(core.workspaces.status(ws))
     assert status["healthy"], status["integrity"]
+    state = hwc.ctl.state()
+    # subnets carry the region's private DNS servers (the VPC API would leave them blank)
+    mine = [s for s in state["subnets"] if s["name"].startswith(f"cloudtik-{ws}-")]
+    assert [s["dns_servers"] for s in mine] == [["100.125.1.250", "100.125.129.250"]] * 2
+    # least privilege: nodes hold OBS rights only (nothing on a node calls ECS)
+    assert {a["name"]: a["roles"] for a in state["agencies"]
+            if a["name"].startswith(f"cloudtik-{ws}-")} == {
+        f"cloudtik-{ws}-head": [f"cloudtik-{ws}-obs"],
+        f"cloudtik-{ws}-worker": [f"cloudtik-{ws}-obs"]}
+    # ...and on the workspace bucket only (a custom policy, not account-wide OperateAccess)
+    policy = next(p for p in state["policies"] if p["name"] == f"cloudtik-{ws}-obs")
+    bucket = info.resources["bucket"]
+    assert [r for st in policy["policy"]["Statement"] for r in st["Resource"]] == [
+        f"obs:*:*:bucket:{bucket}", f"obs:*:*:object:{bucket}/*"]
 
     # creating again is a no-op that finds everything by name
     before = hwc.ctl.state()
@@ -41,7 +57,13 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
     # the head is reached through its EIP (a forwarded address, not the private one)
     head = next(n for n in cinfo.nodes if n.kind == "head")
     assert head.external_ip and head.external_ip != head.internal_ip
-    assert head.external_ip in cinfo.dashboard_link
+    # TLS only: the scheduler is tls:// at the EIP; the dashboard is on the head's loopback,
+    # and from outside only behind the mutual-TLS relay (8788; tests/huaweicloud/
+    # test_dashboard.py goes through it)
+    assert cinfo.dashboard_link == f"https://{head.external_ip}:8788/status"
+    assert cinfo.connect_info["extra"]["public_scheduler_address"] == \
+        f"tls://{head.external_ip}:8786"
+    assert "credentials" not in json.dumps(cinfo.connect_info)
 
     servers = [s for s in hwc.ctl.state()["servers"] if s["tags"].get("cloudtik-cluster-name")
                == "life1"]
@@ -52,6 +74,8 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
         assert s["key_name"] == f"cloudtik-{ws}-key"
         assert s["tags"]["cloudtik-workspace"] == ws
         assert len(s["tags"]) <= 10
+        assert s["dns_servers"], "a node without name servers cannot reach PyPI or OBS"
+        assert s["tags"]["cloudtik-node-status"] == "up-to-date"
 
     # compute, through the provider's client (the head's EIP)
     from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
@@ -63,6 +87,24 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
         assert len(client.scheduler_info()["workers"]) == 2
     finally:
         client.close()
+    from jupyter_cloudtik.runtime.tls import make_cluster_tls
+    from jupyter_cloudtik.testing.tlsprobe import attempts
+
+    other = make_cluster_tls("life1")  # the same name, another CA
+    for name, text in (("ca.pem", connect.credentials["ca"]), ("c.pem", other.client_cert),
+                       ("k.pem", other.client_key)):
+        (tmp_path / name).write_text(text)
+    refused = attempts(f"tls://{head.external_ip}:8786", str(tmp_path / "ca.pem"),
+                       str(tmp_path / "c.pem"), str(tmp_path / "k.pem"))
+    assert len(refused) == 3
+    assert all(v.startswith("refused") for v in refused.values()), refused
+    with pytest.raises(OSError):  # nothing listens for the dashboard on the EIP
+        socket.create_connection((head.external_ip, 8787), timeout=2).close()
+    tls_key_body = connect.credentials["key"].splitlines()[1]
+    from jupyter_cloudtik.runtime.tls import load_cluster_tls
+
+    node_key_body = load_cluster_tls(core.clusters.store.state_dir,
+                                     "life1").node_key.splitlines()[1]
 
     # one create call per batch: the two workers came from one call
     creates = [r for r in hwc.ctl.requests(first_request)
@@ -90,7 +132,8 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
     ak = creds.split("access_key = ")[1].split()[0]
     sk = creds.split("secret_key = ")[1].split()[0]
     key_body = private_key.splitlines()[1]
-    secrets = {"AK": ak, "SK": sk, "private key": key_body}
+    secrets = {"AK": ak, "SK": sk, "private key": key_body, "client TLS key": tls_key_body,
+               "node TLS key": node_key_body}
     texts = {
         "log": caplog.text,
         "output": "".join(capsys.readouterr()),
@@ -99,7 +142,8 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys):
         "workspace": json.dumps(core.workspaces.get(ws).to_dict(), default=str),
         "tables": json.dumps([dict(r) for t in ("clusters", "workspaces", "operations")
                               for r in store.query(f"SELECT * FROM {t}")], default=str),
-        "requests": json.dumps(hwc.ctl.requests(first_request)),
+        "requests": json.dumps([r for r in hwc.ctl.requests(first_request)
+                                if r.get("action") != "obs.put_object"]),
         "user_data": "".join(s["user_data"] for s in servers),
     }
     for where, text in texts.items():

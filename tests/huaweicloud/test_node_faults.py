@@ -75,7 +75,7 @@ def test_quota_refusal_is_a_node_launch_error(hwc, core, ws, faults):
     faults.inject("ecs.create_post_paid_servers", "quota", after=1, times=100)
     with pytest.raises(NodeLaunchError) as e:
         core.run(core.clusters.up(cluster_config("quota", ws, workers=2)))
-    assert "Ecs.0213" in e.value.message and "Quota exceeded" in e.value.message
+    assert "Ecs.0001" in e.value.message and "Quota exceeded" in e.value.message
     assert core.clusters.get("quota").state == "failed"
     core.run(core.clusters.down("quota"))
     assert _servers(hwc, ws, "quota") == []
@@ -103,3 +103,32 @@ def test_broken_servers_are_replaced_by_up_and_deleted_by_down(hwc, core, ws, fa
     faults.inject("ecs.delete_servers", "error", times=1)
     core.run(core.clusters.down("brk"))
     assert _servers(hwc, ws, "brk") == []
+
+
+@pytest.mark.parametrize("option, code", [
+    ("full_hosts", "Ecs.0319"),             # capacity: every zone is full (though listed)
+    ("image_flavor_refusals", "Ecs.0007"),  # the image cannot boot on the flavor
+])
+def test_refusals_everywhere_reach_the_user_as_one_line(hwc, core, ws, faults, option,
+                                                          code):
+    """Placement tries every zone; when all refuse, the user reads one line naming what was
+    asked (role, flavor, zone) and the cloud's code and message; nothing is left."""
+    flavor = "s6.medium.2"
+    zones = [f"{hwc.info['region']}{z}" for z in "abc"]
+    value = ([[flavor, z] for z in zones] if option == "full_hosts" else
+             [["Ubuntu 22.04 server 64bit", "s6"]])
+    faults.set_options(**{option: value})
+    mark = hwc.ctl.last_request()
+    try:
+        with pytest.raises(NodeLaunchError) as e:
+            core.run(core.clusters.up(cluster_config("refused", ws, workers=1)))
+    finally:
+        faults.set_options(**{option: []})
+    msg = e.value.message
+    assert "\n" not in msg and code in msg and flavor in msg, msg
+    assert "HTTP 400" in msg, msg
+    tried = {json.loads(r["body"])["server"].get("availability_zone")
+             for r in hwc.ctl.requests(mark) if r["action"] == "ecs.create_post_paid_servers"}
+    assert len(tried) == 3, tried  # failed over through every zone before giving up
+    core.run(core.clusters.down("refused"))
+    assert _servers(hwc, ws, "refused") == []

@@ -174,16 +174,29 @@ def test_deployment_ca_files(tmp_path):
 
 
 # -- through the proxy ---------------------------------------------------------------------
-def test_http_injection_and_overwrite(env):
+def test_http_injection_never_replaces_a_client_header(env):
     _update(env, _rules(env))
     base = f"http://127.0.0.1:{env['http']}"
     with _session(env, "alice", TOKEN_ALICE) as s:
-        r = s.get(f"{base}/api/items?x=1", headers={"Authorization": "mine"}, timeout=10)
+        r = s.get(f"{base}/api/items?x=1", timeout=10)
         assert r.status_code == 200
         h = _headers(r)
-        assert h["authorization"] == [SECRET]          # the client's value is replaced
+        assert h["authorization"] == [SECRET]          # injected
         assert "proxy-authorization" not in h
         assert r.json()["path"] == "/api/items?x=1"
+        assert r.headers["X-CloudTik-Egress"] == "applied rule=http-api"
+        # the client sent the header itself: its value goes out, the rule is not applied,
+        # and the response says why
+        r = s.get(f"{base}/api/items", headers={"Authorization": "mine"}, timeout=10)
+        assert _headers(r)["authorization"] == ["mine"]
+        assert r.headers["X-CloudTik-Egress"] == \
+            "not-applied rule=http-api reason=client-sent-header"
+        assert SECRET not in str(r.headers) and SECRET not in r.text
+        deadline = time.monotonic() + 10
+        while "not-applied=http-api(client-sent-header)" not in \
+                env["sup"].log_path.read_text():
+            assert time.monotonic() < deadline, "the proxy log does not say why"
+            time.sleep(0.1)
         # outside the path prefix: nothing injected, the client's own header passes
         r = s.get(f"{base}/other", headers={"Authorization": "mine"}, timeout=10)
         assert _headers(r)["authorization"] == ["mine"]
@@ -228,6 +241,12 @@ def test_https_intercepted_for_ruled_host(env):
         # the certificate the client saw is ours, not the upstream's
         with pytest.raises(requests.exceptions.SSLError):
             s.get(url, verify=str(env["upstream_ca"]), timeout=10)
+        # inside the interception too, a header the client sent is kept
+        r = s.get(url, headers={"X-Data-Token": "alices-own"}, verify=str(sup.bundle_path),
+                  timeout=10)
+        assert _headers(r)["x-data-token"] == ["alices-own"]
+        assert r.headers["X-CloudTik-Egress"] == \
+            "not-applied rule=tls-data reason=client-sent-header"
     with _session(env, "bob", TOKEN_BOB) as s:   # not in group physics: a plain tunnel
         r = s.get(url, verify=str(env["upstream_ca"]), timeout=10)
         assert "x-data-token" not in _headers(r)

@@ -21,7 +21,7 @@ from urllib.parse import urljoin
 import pytest
 import requests
 
-from jupyter_cloudtik.testing.browser import chromium
+from jupyter_cloudtik.testing.browser import confirm
 from jupyter_cloudtik.testing.hub import PASSWORD, Hub, start_hub
 from jupyter_cloudtik.testing.processes import (
     cloudtik_processes,
@@ -103,12 +103,6 @@ def hub(tmp_path_factory) -> Iterator[Hub]:
     assert not problems, problems
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
-
-
 def _login(page, hub: Hub, user: str) -> None:
     """Log in through the hub's form and open the panel of the user's JupyterLab."""
     page.goto(f"{hub.url}hub/login", timeout=30_000)
@@ -187,11 +181,7 @@ def test_alice_starts_and_stops_a_cluster_through_the_hub(hub, browser):
         assert mine[name].get("owner") == "alice", mine[name]
         assert name not in [c["name"] for c in _clusters(hub, "bob")]
 
-        item.locator(".jp-CloudTik-shutdown").click()
-        dialog = page.locator(".jp-Dialog")
-        dialog.wait_for()
-        assert name in dialog.inner_text()
-        dialog.locator("button.jp-mod-warn").click()
+        confirm(page, item.locator(".jp-CloudTik-shutdown"), name)
         item.wait_for(state="detached", timeout=60_000)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:

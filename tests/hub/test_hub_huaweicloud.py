@@ -105,6 +105,22 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
         for value in secret_values:
             assert value not in str(s.get("user_data", "")) and value not in str(s)
 
+    # a sidekick cluster is TLS only: alice's connect answer carries her client
+    # certificate, which works; bob gets nothing; the certificate is in no status answer
+    r = alice.get(local + "clusters/hwc1/connect")
+    assert r.status_code == 200, r.text
+    from jupyter_cloudtik.providers.base import ConnectInfo
+    from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
+
+    cinfo = ConnectInfo.from_dict(r.json()["connect_info"])
+    assert cinfo.extra.get("tls") and cinfo.credentials
+    assert cinfo.extra["public_scheduler_address"].startswith("tls://")
+    with HuaweiCloudNodeProvider.make_client(cinfo, timeout=30) as dask_client:
+        assert dask_client.submit(sum, [1, 2, 3]).result(timeout=60) == 6
+    assert bob.get(api + "clusters/hwc1/connect").status_code == 404
+    key_line = cinfo.credentials["key"].splitlines()[1]
+    assert key_line not in alice.get(local + "clusters/hwc1").text
+
     r = alice.delete(local + "clusters/hwc1")
     assert wait_operation(alice, local, r.json()["operation"]["id"])["state"] == "succeeded"
     r = admin.delete(api + "workspaces/research")

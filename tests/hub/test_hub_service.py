@@ -257,7 +257,7 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
         assert r.json()["value"] == "<secret>"
     assert bob.get(api + "hub/egress/rules").json()["rules"] == []
     assert bob.delete(api + "hub/egress/rules/plain").status_code == 404
-    # alice lets bob read one path of her project's host with her key, not see the key
+    # alice offers bob one path of her project's host with her key (he never sees it)
     r = alice.put(api + "hub/egress/rules/shared", json={
         "host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/shared",
         "header": "X-Project-Key", "value": EGRESS_SECRET, "users": ["bob"]})
@@ -313,10 +313,19 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     _, sb = session_for(bob, tmp / "bob")
     got = sb.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
     assert all(k.lower() not in ("authorization", "x-project-key") for k, _ in got["headers"])
+    # an offer is not consent: nothing of alice's reaches bob's requests until he accepts
+    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
+    assert all(k.lower() != "x-project-key" for k, _ in got["headers"])
+    applies = bob.get(api + "hub/egress/applies").json()
+    assert [(x["id"], x["share"], x["owner"]) for x in applies["shared"]] == [
+        ("shared", "offered", "alice")]
+    assert applies["applied"] == []
+    r = bob.post(api + "hub/egress/shares/shared/accept")
+    assert r.status_code == 200 and r.json()["share"] == "accepted", r.text
     got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
     assert ["X-Project-Key", EGRESS_SECRET] in got["headers"]
     assert all(k.lower() != "authorization" for k, _ in got["headers"])
-    assert bob.get(api + "hub/egress/rules").json()["rules"] == []  # not his to see
+    assert bob.get(api + "hub/egress/rules").json()["rules"] == []  # he owns none
 
 
 def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
@@ -460,7 +469,8 @@ def _sidekick_routes(prefix: str) -> list[tuple[str, str, str]]:
     from jupyter_cloudtik.server.routes import build_routes
 
     fill = {"name": "x", "op_id": "x", "fmt": "yaml", "backend": "s3", "kind": "provider",
-            "reservation_id": "x", "job_id": "x", "user": "alice", "rest": "/health"}
+            "reservation_id": "x", "job_id": "x", "user": "alice", "rest": "/health",
+            "action": "accept", "proxied_path": "/status"}
     out = []
     for pattern, handler in hub_routes(prefix) + build_routes(prefix):
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)\??", lambda m: fill[m.group(1)], pattern)
@@ -487,7 +497,8 @@ def test_every_sidekick_route_needs_a_hub_user_with_the_use_scope(hub):
         body = b"{}" if method in ("POST", "PUT", "PATCH") else None
         anon = requests.request(method, base + path, data=body, timeout=30,
                                 allow_redirects=False)
-        if handler in ("AdminPageHandler", "SidekickProxyHandler") and method == "GET":
+        if handler in ("AdminPageHandler", "SidekickProxyHandler", "DashboardHandler",
+                       "SparkUIHandler") and method == "GET":
             assert anon.status_code == 302 and "/hub/api/oauth2/authorize" in \
                 anon.headers["Location"], (method, path, anon.status_code)
         else:

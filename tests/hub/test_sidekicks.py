@@ -190,7 +190,11 @@ def test_job_gateway_runs_jobs_and_is_restarted_after_kill(tmp_path, sklog):
                                ({"command": ["true"], "script": "true"}, "command"),
                                ({"script": "true", "nodes": 0}, "nodes"),
                                ({"script": "true", "bogus": 1}, "bogus"),
-                               ({"script": "true", "backend": "nope"}, "backend")]:
+                               ({"script": "true", "backend": "nope"}, "backend"),
+                               # parameters the job cannot receive: refused, not dropped
+                               ({"script": "true", "parameters": {"n": 1}}, "parameters.n"),
+                               ({"script": "true", "allow_unknown_parameters": "yes"},
+                                "allow_unknown_parameters")]:
                 status, err = await http("POST", f"{url}/jobs", bad, headers)
                 assert status == 400, (bad, err)
                 assert err["field"] == field and field in err["message"], err

@@ -12,6 +12,7 @@ process of their state folders is left behind.
 
 from __future__ import annotations
 
+import io
 import os
 import secrets
 import shutil
@@ -24,6 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -228,3 +230,74 @@ def guarded(tmp_path_factory) -> Iterator[Server]:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
+
+
+# --------------------------------------------------------------------------- browsers
+@pytest.fixture(scope="module")
+def lab_only_browser(lab) -> Iterator[Any]:
+    """Chromium (the plain one is ``browser``, tests/conftest.py) that reaches nothing but
+    the ``lab`` server: a cluster's page it shows can
+    only have come through the server's routes."""
+    from jupyter_cloudtik.testing.browser import chromium
+
+    with chromium(reach_only=urlsplit(lab.url).netloc) as b:
+        yield b
+
+
+def coloured_fraction(png: bytes) -> float:
+    """The share of pixels that are neither white-ish nor grey background: plot content."""
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(png)).convert("RGB").resize((200, 150))
+    raw = img.tobytes()
+    pixels = [raw[i:i + 3] for i in range(0, len(raw), 3)]
+    coloured = sum(1 for r, g, b in pixels if max(r, g, b) - min(r, g, b) > 40)
+    return coloured / len(pixels)
+
+
+def wait_for_plot_content(page: Any, url: str, artifact: str, what: str,
+                          timeout: float = 60) -> None:
+    """Open a dashboard page and wait until its screenshot (kept as ``artifact``) shows
+    plot content: the canvas alone is drawn before the websocket data arrives."""
+    page.goto(url)
+    page.wait_for_selector("canvas", timeout=60_000)
+    deadline = time.monotonic() + timeout
+    fraction = 0.0
+    while time.monotonic() < deadline:
+        fraction = coloured_fraction(page.screenshot(path=str(ARTIFACTS / artifact)))
+        if fraction > 0.01:
+            return
+        time.sleep(1)
+    raise AssertionError(f"{what} ({fraction:.4f})")
+
+
+def panel_cluster_item(page: Any, lab: Server, workspace: str, name: str) -> Any:
+    """Open JupyterLab in a workspace of the test's own (the layout it leaves is restored
+    nowhere else), open the side panel and wait for cluster ``name``'s entry."""
+    page.goto(f"{lab.url}lab/workspaces/{workspace}?token={lab.token}")
+    page.wait_for_selector(".jp-LabShell", timeout=90_000)
+    page.click("li[data-id='jupyter-cloudtik-panel']")
+    item = page.locator(f".jp-CloudTik-cluster[data-name='{name}']")
+    item.wait_for(timeout=30_000)
+    return item
+
+
+# --------------------------------------------------------------------------- openapi.yaml
+@pytest.fixture(scope="session")
+def spec_checker(lab) -> Any:
+    """The OpenAPI document as the ``lab`` server serves it, pointed at that server."""
+    import yaml
+    from openapi_core import OpenAPI
+
+    served = yaml.safe_load(lab.get("openapi.yaml").text)
+    served["servers"] = [{"url": lab.api_url.rstrip("/")}]
+    return OpenAPI.from_dict(served)
+
+
+def checked(spec_checker: Any, resp: requests.Response) -> requests.Response:
+    """Validate a real response against the OpenAPI document, then return it."""
+    from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
+
+    spec_checker.validate_response(RequestsOpenAPIRequest(resp.request),
+                                   RequestsOpenAPIResponse(resp))
+    return resp

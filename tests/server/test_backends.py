@@ -9,8 +9,8 @@ import threading
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_cloudtik import session
-from jupyter_cloudtik.cluster import Cluster
+from jupyter_cloudtik.clusters.api import Cluster
+from jupyter_cloudtik.core import bridge
 from jupyter_cloudtik.core.errors import (
     ConfigError,
     ConflictError,
@@ -162,12 +162,13 @@ def shell(backend, monkeypatch, lab):
     else:
         monkeypatch.delenv("CLOUDTIK_API_URL", raising=False)
         monkeypatch.setenv("CLOUDTIK_STATE_DIR", backend.manager.settings.state_dir)
-        monkeypatch.setitem(session._backends, ("core", backend.manager.settings.state_dir),
+        monkeypatch.setitem(bridge._clients,
+                            ("clusters", "core", str(backend.manager.settings.state_dir)),
                             backend)
     ip = InteractiveShell.instance()
     ip.extension_manager.load_extension("jupyter_cloudtik")
     yield ip
-    session._backends.pop(("rest", lab.api_url), None)
+    bridge._clients.pop(("clusters", "rest", lab.api_url), None)
 
 
 def test_magics_either_way(shell, backend, capsys):

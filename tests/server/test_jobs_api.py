@@ -3,14 +3,13 @@ whole life of a job, bad input named by field, cancel."""
 
 from __future__ import annotations
 
+import base64
 import json
 import time
 
 import pytest
-import requests
-import yaml
-from openapi_core import OpenAPI
-from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
+
+from .conftest import checked
 
 
 def _nb(*cells) -> dict:
@@ -26,19 +25,6 @@ PARAM = _nb(("factor = 1", ["parameters"]),
             ("value = int(open('data.txt').read())\nprint('result', value * factor)\n"
              "open('result.txt', 'w').write(str(value * factor))", []))
 LONG = _nb(("import time\nprint('sleeping', flush=True)\ntime.sleep(300)", []))
-
-
-@pytest.fixture(scope="module")
-def spec_checker(lab):
-    served = yaml.safe_load(lab.get("openapi.yaml").text)
-    served["servers"] = [{"url": lab.api_url.rstrip("/")}]
-    return OpenAPI.from_dict(served)
-
-
-def checked(spec_checker, resp: requests.Response) -> requests.Response:
-    spec_checker.validate_response(RequestsOpenAPIRequest(resp.request),
-                                   RequestsOpenAPIResponse(resp))
-    return resp
 
 
 @pytest.fixture(scope="module")
@@ -121,6 +107,12 @@ def test_bad_job_requests_name_the_field(lab, spec_checker, job_files):
         ({"notebook": "jobs-api/param.ipynb", "inputs": ["jobs-api/absent.csv"]}, 404,
          "inputs"),
         ({"notebook": "jobs-api/param.ipynb", "surprise": 1}, 400, "body"),
+        # parameters the notebook cannot receive (papermill would run it without them)
+        ({"notebook": "jobs-api/param.ipynb", "parameters": {"alpha": 2}}, 400,
+         "parameters.alpha"),
+        ({"notebook": "jobs-api/long.ipynb", "parameters": {"seconds": 1}}, 400,
+         "parameters.seconds"),
+        ({"command": ["true"], "parameters": {"n": 1}}, 400, "parameters.n"),
         ({}, 400, "notebook"),
     ]
     before = len(lab.get("jobs").json()["jobs"])
@@ -134,6 +126,39 @@ def test_bad_job_requests_name_the_field(lab, spec_checker, job_files):
     assert lab.get("jobs/feedbeef0/logs").json()["reason"] == "not_found"
 
 
+def test_parameters_the_notebook_cannot_receive_over_rest(lab, spec_checker, job_files):
+    resp = lab.request("POST", "jobs", json={"notebook": "jobs-api/param.ipynb",
+                                             "parameters": {"factor": 2, "alpha": 2}})
+    assert resp.status_code == 400
+    assert resp.json()["message"] == (
+        "parameters.alpha: alpha=2 is not a parameter of 'param.ipynb'; its cell tagged "
+        "`parameters` assigns: factor (or pass --allow-unknown-parameters "
+        "(allow_unknown_parameters: true) to inject it anyway)")
+    resp = checked(spec_checker, lab.request("POST", "jobs", json={
+        "notebook": "jobs-api/param.ipynb", "parameters": {"factor": 2, "alpha": 2},
+        "inputs": ["jobs-api/data.txt"], "allow_unknown_parameters": True}))
+    assert resp.status_code == 202, resp.text
+    job = resp.json()["job"]
+    assert job["warnings"] == [
+        "parameters: alpha=2 is not a parameter of 'param.ipynb' (its cell tagged "
+        "`parameters` assigns: factor); papermill injects it after that cell anyway"]
+    job = wait_job(lab, job["id"])
+    assert job["state"] == "succeeded" and job["warnings"]  # still there when it ended
+    events = lab.get(f"operations/{job['op_id']}/events").json()["events"]
+    assert [e["message"] for e in events if e["level"] == "warning"] == job["warnings"]
+
+    # a notebook sent as content (how a user's server hands it to the hub's sidekick) is
+    # checked the same way, before anything is written or staged
+    small = json.dumps(_nb(("alpha = 1\nprint('alpha', alpha)", []))).encode()
+    resp = checked(spec_checker, lab.request("POST", "jobs", json={
+        "notebook": "small.ipynb", "parameters": {"alpha": 2},
+        "files": {"small.ipynb": base64.b64encode(small).decode()}}))
+    assert resp.status_code == 400 and resp.json()["field"] == "parameters.alpha"
+    assert "'small.ipynb' has no cell tagged 'parameters'" in resp.json()["message"]
+    content = lab.state_dir / "hpc" / "content"
+    assert not content.exists() or not any(content.iterdir())
+
+
 def test_cancel_over_rest(lab, spec_checker, job_files):
     job = lab.request("POST", "jobs", json={"notebook": "jobs-api/long.ipynb"}).json()["job"]
     wait_job(lab, job["id"], ("running",), 90)
@@ -145,4 +170,4 @@ def test_cancel_over_rest(lab, spec_checker, job_files):
     assert resp.status_code == 200
     assert wait_job(lab, job["id"], timeout=60)["state"] == "cancelled"
     outside = lab.request("POST", f"jobs/{job['id']}/fetch", json={"dest": "/tmp"})
-    assert outside.status_code == 400 and outside.json()["field"] == "dest"
+    assert outside.status_code == 403 and outside.json()["field"] == "dest"

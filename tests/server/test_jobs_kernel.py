@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from .kernels import running_kernel
+import pytest
+
+from .kernels import KernelError, running_kernel
 from .test_jobs_api import PARAM
 
 
@@ -24,12 +26,22 @@ def test_kernel_hpc_magics_use_the_server(lab):
         job_id, state = out.strip().splitlines()[-1].split()
         assert state == "succeeded"
         assert "result 42" in k.run(f"%hpc logs {job_id}")
+        assert "result 42" in k.run(f"%hpc logs {job_id} --follow")  # ended: all, then back
         out = k.run(f"paths = %hpc fetch {job_id}\nprint(open(sorted(map(str, paths))[-1])"
                     ".read())")
         assert out.strip().splitlines()[-1] == "42"
         assert (folder / "hpc-jobs" / job_id / "result.txt").read_text() == "42"
         out = k.run("%%hpc -p a 4 --wait\nprint('cell says', a * 10)\n")
         assert "cell says 40" in out
+        # a parameter the notebook cannot receive: refused by the server, one line
+        with pytest.raises(KernelError, match=r"parameters\.alpha: alpha=2 is not a "
+                           r"parameter of 'param\.ipynb'; its cell tagged `parameters` "
+                           r"assigns: factor") as e:
+            k.run("%hpc submit param.ipynb -p alpha 2")
+        assert "'UsageError'" in str(e.value) and "'traceback': []" in str(e.value)
+        out = k.run("w = %hpc submit param.ipynb -p factor 1 -p alpha 2 --inputs data.txt "
+                    "--allow-unknown-parameters\nprint(w.info.warnings)")
+        assert "WARNING: job " in out and "alpha=2 is not a parameter" in out
     job = lab.get(f"jobs/{job_id}").json()
     assert job["state"] == "succeeded"
     # the server's job manager submitted it: its operation belongs to the server process

@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from jupyter_cloudtik.testing.browser import chromium
+from jupyter_cloudtik.testing.browser import confirm
 
 from .conftest import ARTIFACTS
 from .test_jobs_api import LONG, _nb
@@ -21,12 +21,6 @@ TICKS = _nb(("n = 8\ndelay = 0.8", ["parameters"]),
             ("import time\nfor i in range(n):\n    print(f'tick {i}', flush=True)\n"
              "    time.sleep(delay)", []))
 FAIL = _nb(("x = 1", []), ("y = x / 0", []))
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -96,11 +90,7 @@ def test_cancel_from_the_panel(page, lab):
     row.wait_for(timeout=30_000)
     row.click()
     row.locator(".jp-CloudTik-badge[data-state='running']").wait_for(timeout=90_000)
-    row.locator(".jp-CloudTik-cancelJob").click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.wait_for()
-    assert job_id in dialog.inner_text()
-    dialog.locator("button.jp-mod-warn").click()
+    confirm(page, row.locator(".jp-CloudTik-cancelJob"), job_id)
     row.locator(".jp-CloudTik-badge[data-state='cancelled']").wait_for(timeout=60_000)
     assert lab.get(f"jobs/{job_id}").json()["state"] == "cancelled"
 
@@ -116,6 +106,22 @@ def test_failing_notebook_shows_its_error_cell(page, lab):
     cell.wait_for()
     assert "y = x / 0" in cell.inner_text() and "division by zero" in cell.inner_text()
     page.locator(".jp-CloudTik-panel").screenshot(path=str(ARTIFACTS / "jobs-panel.png"))
+
+
+def test_a_job_submitted_despite_unknown_parameters_shows_the_warning(page, lab):
+    """Issue 20: a notebook without a cell tagged `parameters`, submitted with
+    allow_unknown_parameters: its row says the parameter was not received (here the
+    notebook's own ``x = 1`` overwrites the injected x)."""
+    resp = lab.request("POST", "jobs", json={"notebook": "jobs-panel/fail.ipynb",
+                                             "parameters": {"x": 2},
+                                             "allow_unknown_parameters": True})
+    assert resp.status_code == 202, resp.text
+    job_id = resp.json()["job"]["id"]
+    row = page.locator(f".jp-CloudTik-job[data-job-id='{job_id}']")
+    row.wait_for(timeout=30_000)
+    warning = row.locator(".jp-CloudTik-jobWarning")
+    warning.wait_for(timeout=30_000)
+    assert "no cell tagged 'parameters'" in warning.inner_text()
 
 
 def test_no_errors_in_the_browser_console(page):

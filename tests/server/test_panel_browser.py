@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cloudtik.testing.browser import chromium
+from jupyter_cloudtik.testing.browser import confirm
 
 from .conftest import ARTIFACTS, unique
 
@@ -32,12 +32,6 @@ RECORD_STEPS = """
                              attributes: true});
 }
 """
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with chromium() as b:
-        yield b
 
 
 @pytest.fixture(scope="module")
@@ -105,8 +99,8 @@ def test_create_watch_scale_insert_shutdown(page, lab):
     assert fractions == sorted(fractions) and fractions[-1] == 1.0
     assert item.locator(".jp-CloudTik-workers").inner_text() == "1/1 workers"
     assert item.locator(".jp-CloudTik-nodes").inner_text() == "2 nodes"
-    assert item.locator(".jp-CloudTik-dashboard").get_attribute("href").startswith(
-        "http://127.0.0.1:")
+    assert item.locator(".jp-CloudTik-dashboard").get_attribute("href") == (
+        f"/cloudtik/dashboard/{name}/status")  # through the server, never the cluster's port
     assert item.locator(".jp-CloudTik-dashboard").get_attribute("target") == "_blank"
     shot(page, "panel", panel_only=True)
     shot(page, "lab-with-panel")
@@ -134,11 +128,7 @@ def test_create_watch_scale_insert_shutdown(page, lab):
     assert "Error" not in output.inner_text()
     shot(page, "client-code")
 
-    item.locator(".jp-CloudTik-shutdown").click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.wait_for()
-    assert name in dialog.inner_text()
-    dialog.locator("button.jp-mod-warn").click()
+    confirm(page, item.locator(".jp-CloudTik-shutdown"), name)
     item.wait_for(state="detached", timeout=60_000)
     assert lab.get(f"clusters/{name}").json()["state"] == "stopped"
 

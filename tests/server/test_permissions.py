@@ -40,9 +40,20 @@ ROUTES = _routes()
 
 
 def test_the_extension_registers_exactly_these_routes():
+    from jupyter_cloudtik.api.dashboard import DashboardHandler
+    from jupyter_cloudtik.api.spark_ui import SparkUIHandler
+
     registered = build_routes("/base/")
-    assert [h for _p, h in registered] == [h for _p, h in route_table()]
-    assert all(p.startswith("/base/cloudtik/api") for p, _h in registered)
+    # the dashboard and Spark UI proxies (their own auth: tests/server/test_dashboard_proxy.py,
+    # tests/server/test_spark_ui_browser.py), then the API
+    proxies = (DashboardHandler, SparkUIHandler)
+    dash = [(p, h) for p, h in registered if h is DashboardHandler]
+    spark = [(p, h) for p, h in registered if h is SparkUIHandler]
+    api = [(p, h) for p, h in registered if h not in proxies]
+    assert dash and all(p.startswith("/base/cloudtik/dashboard/") for p, _h in dash)
+    assert spark and all(p.startswith("/base/cloudtik/spark/") for p, _h in spark)
+    assert [h for _p, h in api] == [h for _p, h in route_table()]
+    assert all(p.startswith("/base/cloudtik/api") for p, _h in api)
     assert len(ROUTES) >= 17
 
 

@@ -6,51 +6,46 @@ from __future__ import annotations
 import json
 import socket
 
-import pytest
 import requests
-import yaml
-from openapi_core import OpenAPI
-from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 
 from jupyter_cloudtik.testing.zones import start_zone
 
+from .conftest import checked
+
 REQUEST = {"count": 2, "resources": {"CPU": 1}, "user": "ann", "cluster": "zoned",
            "weighers": {"cost": 1.0, "spread": 0.0, "anti_affinity": 0.0}}
+NODE = {"runtime": {"role": "head"}}  # each instance: one `dask scheduler` process
 
 
-@pytest.fixture(scope="module")
-def spec(lab):
-    served = yaml.safe_load(lab.get("openapi.yaml").text)
-    served["servers"] = [{"url": lab.api_url.rstrip("/")}]
-    return OpenAPI.from_dict(served)
-
-
-def checked(spec, resp: requests.Response) -> requests.Response:
-    spec.validate_response(RequestsOpenAPIRequest(resp.request), RequestsOpenAPIResponse(resp))
-    return resp
-
-
-def test_select_boot_and_reservation_through_the_extension(lab, spec):
-    sel = checked(spec, lab.request("POST", "zones/select", json={"request": REQUEST}))
+def test_select_boot_and_reservation_through_the_extension(lab, spec_checker):
+    sel = checked(spec_checker, lab.request("POST", "zones/select", json={"request": REQUEST}))
     assert sel.status_code == 200, sel.text
     [opt] = sel.json()["options"]  # this machine, as one offer
     assert opt["count"] == 2 and opt["price_per_hour"] == 0.0
-    boot = checked(spec, lab.request("POST", "zones/boot", json={
-        "request": REQUEST, "hints": [{"hint": opt["hint"], "count": 2}]}))
+    boot = checked(spec_checker, lab.request("POST", "zones/boot", json={
+        "request": REQUEST, "hints": [{"hint": opt["hint"], "count": 2}],
+        "node_config": NODE}))
     assert boot.status_code == 200, boot.text
     rid = boot.json()["reservation_id"]
-    res = checked(spec, lab.get(f"reservations/{rid}"))
+    res = checked(spec_checker, lab.get(f"reservations/{rid}"))
     assert res.json()["instances"] == 2 and res.json()["source"] == "zone"
     assert "offer" not in res.json()["claims"][0]
-    again = checked(spec, lab.request("POST", "zones/boot", json={
+    # boot created the nodes: the server's local provider runs them
+    servers = checked(spec_checker, lab.get(f"servers?reservation_id={rid}"))
+    assert servers.status_code == 200, servers.text
+    assert [s["state"] for s in servers.json()["servers"]] == ["running", "running"]
+    assert all(s["node_id"].startswith(f"zone-{rid}-head-") for s in servers.json()["servers"])
+    again = checked(spec_checker, lab.request("POST", "zones/boot", json={
         "request": REQUEST, "hints": [{"hint": opt["hint"], "count": 2}]}))
     assert again.status_code == 400 and again.json()["reason"] == "hint_refused"
-    rel = checked(spec, lab.request("POST", "zones/release", json={"reservation_id": rid}))
+    rel = checked(spec_checker, lab.request("POST", "zones/release", json={"reservation_id": rid}))
     assert rel.json()["state"] == "released"
+    after = checked(spec_checker, lab.get(f"servers?reservation_id={rid}")).json()["servers"]
+    assert [s["state"] for s in after] == ["terminated", "terminated"]
 
-    bad = checked(spec, lab.request("POST", "zones/select", json={"request": {"count": 0}}))
+    bad = checked(spec_checker, lab.request("POST", "zones/select", json={"request": {"count": 0}}))
     assert bad.status_code == 400 and bad.json()["field"] == "request.count"
-    missing = checked(spec, lab.get("reservations/nope"))
+    missing = checked(spec_checker, lab.get("reservations/nope"))
     assert missing.status_code == 404
     anonymous = requests.post(lab.api_url + "zones/select", json={"request": REQUEST},
                               timeout=30)
@@ -67,8 +62,12 @@ def test_a_parent_zone_places_into_this_server(lab, tmp_path):
         assert status == 200 and sel["skipped"] == [], sel
         [opt] = sel["options"]
         status, boot = parent.call("POST", "/cloudtik/api/zones/boot", {
-            "request": REQUEST, "hints": [{"hint": opt["hint"], "count": 2}]})
+            "request": REQUEST, "hints": [{"hint": opt["hint"], "count": 2}],
+            "node_config": NODE}, timeout=120)
         assert status == 200, boot
+        shown = json.loads(parent.cli("reservations", "show", boot["reservation_id"],
+                                      "--json").stdout)
+        assert [(s["zone"], s["state"]) for s in shown["servers"]] == [("lab", "running")] * 2
         [part] = json.loads(parent.cli("reservations", "show", boot["reservation_id"],
                                        "--json").stdout)["remote"]
         assert part["zone"] == "lab" and part["count"] == 2
@@ -81,5 +80,7 @@ def test_a_parent_zone_places_into_this_server(lab, tmp_path):
                                 {"reservation_id": boot["reservation_id"]})
         assert status == 200
         assert lab.get(f"reservations/{part['remote_id']}").json()["state"] == "released"
+        after = lab.get(f"servers?reservation_id={part['remote_id']}").json()["servers"]
+        assert [s["state"] for s in after] == ["terminated", "terminated"]
     finally:
         parent.stop()

@@ -8,31 +8,14 @@ import re
 import time
 
 import pytest
-import requests
 import yaml
-from openapi_core import OpenAPI
-from openapi_core.contrib.requests import RequestsOpenAPIRequest, RequestsOpenAPIResponse
 from openapi_spec_validator import validate as validate_spec
 
 from jupyter_cloudtik.rest_client import parse_sse
 from jupyter_cloudtik.server import openapi
 from jupyter_cloudtik.server.routes import route_table
 
-from .conftest import unique
-
-
-@pytest.fixture(scope="module")
-def spec_checker(lab):
-    served = yaml.safe_load(lab.get("openapi.yaml").text)
-    served["servers"] = [{"url": lab.api_url.rstrip("/")}]
-    return OpenAPI.from_dict(served)
-
-
-def checked(spec_checker, resp: requests.Response) -> requests.Response:
-    """Validate a real response against the OpenAPI document, then return it."""
-    spec_checker.validate_response(RequestsOpenAPIRequest(resp.request),
-                                   RequestsOpenAPIResponse(resp))
-    return resp
+from .conftest import checked, unique
 
 
 def test_openapi_document_is_served_and_valid(lab):

@@ -10,13 +10,14 @@ import pytest
 
 from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
 from jupyter_cloudtik.storage.servers import start_server
+from jupyter_cloudtik.testing.browser import confirm
 
 from .conftest import ARTIFACTS, unique
-from .test_panel_browser import browser, shot  # noqa: F401  (fixture)
+from .test_panel_browser import shot
 
 
 @pytest.fixture(scope="module")
-def page(browser, lab):  # noqa: F811
+def page(browser, lab):
     """JupyterLab with the side panel showing (its workspace may remember it open)."""
     ARTIFACTS.mkdir(exist_ok=True)
     context = browser.new_context(viewport={"width": 1400, "height": 900})
@@ -115,11 +116,7 @@ def test_add_test_browse_mount_remove(page, lab, s3):
             "?.getAttribute('data-mount') === ''", timeout=60_000)
         assert mount_entry(path) is None
 
-    item.locator(".jp-CloudTik-remove").click()
-    dialog = page.locator(".jp-Dialog")
-    dialog.wait_for()
-    assert name in dialog.inner_text()
-    dialog.locator("button.jp-mod-warn").click()
+    confirm(page, item.locator(".jp-CloudTik-remove"), name)
     item.wait_for(state="detached", timeout=30_000)
     assert lab.get(f"storages/{name}").status_code == 404
     assert s3.password not in page.content()

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from jupyter_cloudtik.core.cluster_manager import ClusterManager
+from jupyter_cloudtik.clusters.manager import ClusterManager
 from jupyter_cloudtik.core.errors import ConfigError
 
 # what a user's task on a worker would run: the node's rclone with the node's config
@@ -54,16 +54,67 @@ def test_cluster_nodes_get_the_storage(client, settings, s3_server):
     assert s3_server.password not in dump
 
 
-@pytest.mark.parametrize("provider", ["dask-gateway", "huaweicloud"])
-def test_providers_that_cannot_deliver_secrets_are_refused(client, settings, s3_server,
-                                                           provider):
+def test_huaweicloud_gets_storages_at_run_time_not_at_boot(client, settings, s3_server):
+    """huaweicloud nodes get the config over TLS once up (a worker plugin): nothing of it
+    goes into what the provider puts in user data (tests/huaweicloud/test_realistic.py
+    reads a remote on such nodes)."""
     from jupyter_cloudtik.storage.cluster import node_runtime
 
-    client.add("shared2", "s3", s3_server.storage_options())
+    client.add("shared3", "s3", s3_server.storage_options())
+    manager = ClusterManager(settings=settings)
+    cfg = {"cluster_name": "x", "provider": {"type": "huaweicloud"},
+           "storage": {"remotes": ["shared3"]}}
+    assert node_runtime(manager, cfg, "worker") == {"env": {"CLOUDTIK_STORAGES": "shared3"}}
+
+
+@pytest.mark.parametrize("provider", ["dask-gateway", "slurm"])
+def test_providers_that_deliver_at_run_time_get_nothing_private_at_boot(
+        client, settings, s3_server, provider):
+    from jupyter_cloudtik.storage.cluster import node_runtime
+
+    client.add("shared4", "s3", s3_server.storage_options())
     manager = ClusterManager(settings=settings)
     cfg = {"cluster_name": "x", "provider": {"type": provider},
-           "storage": {"remotes": ["shared2"]}}
-    with pytest.raises(ConfigError) as e:
-        node_runtime(manager, cfg, "head")
-    assert e.value.field == "storage.remotes" and provider in e.value.message
-    assert node_runtime(manager, {**cfg, "storage": {}}, "head") == {}
+           "storage": {"remotes": ["shared4"]}}
+    assert node_runtime(manager, cfg, "worker") == {"env": {"CLOUDTIK_STORAGES": "shared4"}}
+
+
+NO_DELIVERY_PROVIDER = """
+from jupyter_cloudtik.providers.base import NodeProvider
+
+
+class NoDelivery(NodeProvider):
+    provider_type = "nodelivery"
+"""
+
+
+def test_a_provider_that_cannot_deliver_secrets_is_refused(client, settings, s3_server,
+                                                           tmp_path, monkeypatch):
+    """A third-party provider that declares neither way of handing nodes credentials."""
+    import sys
+
+    from jupyter_cloudtik.core import plugins
+    from jupyter_cloudtik.storage.cluster import node_runtime
+
+    (tmp_path / "nodelivery_provider.py").write_text(NO_DELIVERY_PROVIDER)
+    info = tmp_path / "nodelivery_provider-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: nodelivery-provider\n"
+                                   "Version: 0.1\n")
+    (info / "entry_points.txt").write_text(
+        "[jupyter_cloudtik.providers]\nnodelivery = nodelivery_provider:NoDelivery\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    plugins._entry_points.cache_clear()
+    try:
+        client.add("shared2", "s3", s3_server.storage_options())
+        manager = ClusterManager(settings=settings)
+        cfg = {"cluster_name": "x", "provider": {"type": "nodelivery"},
+               "storage": {"remotes": ["shared2"]}}
+        with pytest.raises(ConfigError) as e:
+            node_runtime(manager, cfg, "head")
+        assert e.value.field == "storage.remotes" and "nodelivery" in e.value.message
+        assert node_runtime(manager, {**cfg, "storage": {}}, "head") == {}
+    finally:
+        sys.modules.pop("nodelivery_provider", None)
+        monkeypatch.undo()
+        plugins._entry_points.cache_clear()

@@ -66,7 +66,7 @@ def test_magics_in_a_kernel(face_env, s3_server, tmp_path, monkeypatch):
         f"%storage add nb s3://nb-bucket -o provider=Rclone -o endpoint={s3_server.url} "
         f"-o access_key_id={s3_server.user} -o secret_access_key=$sk",
         "%storage test nb",
-        "%storage ls nb:",
+        "%storage ls nb:             # it's the bucket (a comment, as in the README)",
         f"%storage cp nb: {tmp_path / 'nbcopy'}",
         "%storage list",
         "%storage ls ghost:",

@@ -110,13 +110,15 @@ def test_shutdown_unmounts_and_recover_mounts_again(make_client, s3_server, stat
 
 
 def test_mount_path_must_be_empty_and_inside_the_working_dir(client, s3_server, workdir):
-    from jupyter_cloudtik.core.errors import ConfigError, ConflictError
+    from jupyter_cloudtik.core.errors import ConflictError, PermissionDeniedError
 
-    with pytest.raises(ConfigError) as e:
+    # outside the working folder is a refusal (403 over REST) naming the field
+    with pytest.raises(PermissionDeniedError) as e:
         client.add("outside", "s3", s3_server.storage_options(), mount_path="/etc/x")
-    assert e.value.field == "mount_path"
-    with pytest.raises(ConfigError):
+    assert e.value.field == "mount_path" and "outside the folder" in e.value.message
+    with pytest.raises(PermissionDeniedError) as e:
         client.add("outside", "s3", s3_server.storage_options(), mount_path="../x")
+    assert e.value.field == "mount_path"
     (workdir / "busy").mkdir()
     (workdir / "busy" / "mine.txt").write_text("do not hide me")
     (s3_server.root / "mount4").mkdir()

@@ -6,6 +6,12 @@ session sees the real certificate); ``CONNECT`` to a host with a rule is interce
 session gets a leaf certificate of the deployment CA, each request inside is read, given its
 rule headers per path and sent on over a fresh TLS connection that verifies the real upstream.
 
+A rule never replaces a header the client sent: when the request already carries the rule's
+header, the client's value goes out, the rule is not applied, and the response says so in
+``X-CloudTik-Egress: not-applied rule=ID reason=client-sent-header`` (and the log line in
+``not-applied=ID(client-sent-header)``).  Which users a rule reaches is decided before the
+proxy sees it (consent between users: ``hub/egress_rules.py``).
+
 Secrets (rule values, client tokens) appear in nothing but outbound request heads: not in
 logs, not in error responses, not in exceptions.
 """
@@ -31,7 +37,7 @@ from typing import Any
 from .ca import DeploymentCA
 from .rules import Rule, RuleSet, normalize_host
 
-__all__ = ["DEFAULT_DENY_NETWORKS", "Client", "EgressProxy", "Identity", "Limits",
+__all__ = ["DEFAULT_DENY_NETWORKS", "EGRESS_HEADER", "Client", "EgressProxy", "Identity", "Limits",
            "ProxyConfig"]
 
 log = logging.getLogger("jupyter_cloudtik.egress")
@@ -46,6 +52,10 @@ _HOSTNAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,252})$")
 _HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
                "proxy-connection", "te", "trailer", "transfer-encoding", "upgrade"}
 _NO_BODY_STATUS = {204, 304}
+# on each response: which rules acted on the request ("applied rule=ID") and which were
+# not applied because the client sent the header itself
+# ("not-applied rule=ID reason=client-sent-header"); never a value
+EGRESS_HEADER = "X-CloudTik-Egress"
 _CHUNK = 65536
 
 
@@ -313,6 +323,10 @@ def _same_origin(host_header: str, host: str, port: int) -> bool:
 def _host_header(host: str, port: int, default: int) -> str:
     h = f"[{host}]" if ":" in host else host
     return h if port == default else f"{h}:{port}"
+
+
+def _skipped_note(skipped: Sequence[Rule]) -> str:
+    return " ".join(f"not-applied={r.id}(client-sent-header)" for r in skipped)
 
 
 def _reason(status: int) -> str:
@@ -681,6 +695,7 @@ class _Connection:
         method, _, version = req.start
         h = req.headers
         rules: list[Rule] = []
+        skipped: list[Rule] = []
         upstream_failed = False
         sent_head = False
         try:
@@ -695,7 +710,13 @@ class _Connection:
             if expect - {"100-continue"}:
                 raise HTTPError(417, "only Expect: 100-continue is supported")
             config = self.proxy.config
-            rules = config.rules.match(ident.user, ident.groups, host, port, path)
+            matched = config.rules.match(ident.user, ident.groups, host, port, path)
+            # a header the client sent is the client's: a rule never silently replaces
+            # it (someone else's credential in place of the user's own); the rule is
+            # not applied and the response says so
+            rules = [r for r in matched if not h.get_all(r.header)]
+            skipped = [r for r in matched if r not in rules]
+            notes = [f"not-applied rule={r.id} reason=client-sent-header" for r in skipped]
             drop = (_HOP_BY_HOP | conn_tokens | {"host", "expect", "content-length"}
                     | {r.header.lower() for r in rules})
             default = 443 if tls else 80
@@ -744,7 +765,7 @@ class _Connection:
                 await self._send(rhead)
                 sent_head = True
                 self._log(ident, method, self._url(tls, host, port, path), status, rules,
-                          started)
+                          started, note=_skipped_note(skipped))
                 up = self.upstream
                 self.upstream = None
                 assert up is not None
@@ -754,8 +775,10 @@ class _Connection:
                 return False
             dechunk = rframing == "chunked" and version != "HTTP/1.1"
             client_keep = client_keep and rframing != "close" and not dechunk
-            rdrop = _HOP_BY_HOP | up_tokens
+            rdrop = _HOP_BY_HOP | up_tokens | {EGRESS_HEADER.lower()}
             rout = rh.without(rdrop).items
+            rout += [(EGRESS_HEADER, n) for n in notes]
+            rout += [(EGRESS_HEADER, f"applied rule={r.id}") for r in rules]
             if rframing == "chunked" and not dechunk:
                 rout.append(("Transfer-Encoding", "chunked"))
             if not client_keep:
@@ -775,7 +798,8 @@ class _Connection:
             if not up_keep:
                 up.close()
                 self.upstream = None
-            self._log(ident, method, self._url(tls, host, port, path), status, rules, started)
+            self._log(ident, method, self._url(tls, host, port, path), status, rules, started,
+                      note=_skipped_note(skipped))
             return client_keep
         except HTTPError as e:
             if self.upstream is not None:

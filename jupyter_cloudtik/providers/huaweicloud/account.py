@@ -57,7 +57,8 @@ def names(workspace: str) -> dict[str, str]:
     return {"vpc": f"{p}-vpc", "public_subnet": f"{p}-public", "private_subnet": f"{p}-private",
             "security_group": f"{p}-sg", "nat": f"{p}-nat", "nat_eip": f"{p}-nat-eip",
             "bandwidth": f"{p}-bandwidth", "peering": f"{p}-peering",
-            "head_agency": f"{p}-head", "worker_agency": f"{p}-worker", "keypair": f"{p}-key"}
+            "head_agency": f"{p}-head", "worker_agency": f"{p}-worker", "keypair": f"{p}-key",
+            "obs_policy": f"{p}-obs"}
 
 
 def bucket_name(workspace: str, domain_id: str) -> str:

@@ -35,8 +35,9 @@ def latest_ubuntu(clients) -> Any:
     from huaweicloudsdkims.v2 import ListImagesRequest
 
     images = clients.call("ims", "list_images", ListImagesRequest(
-        platform="Ubuntu", imagetype="gold", status="active", sort_key="created_at",
-        sort_dir="desc", limit=100)).images or []
+        platform="Ubuntu", imagetype="gold", status="active", limit=100)).images or []
+    # (newest first is IMS's default order; its sort_key takes name, container_format,
+    # disk_format, status, id or size, not created_at: ListImagesRequest docstring)
     best = None
     for img in images:
         m = UBUNTU.match(img.os_version or img.name or "")

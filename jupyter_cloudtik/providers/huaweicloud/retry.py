@@ -1,6 +1,6 @@
 """Retrying Huawei Cloud calls: exponential backoff with jitter inside a bounded budget.
 
-The SDK does not retry.  Throttling (HTTP 429, ``APIGW.0308``) and server errors (5xx,
+The SDK does not retry.  Throttling (HTTP 429, ``APIG.0308``) and server errors (5xx,
 dropped connections, timeouts) are retried with "equal jitter" backoff — half the
 exponential delay fixed, half random — so many clients that were throttled together do not
 come back together.  Every call has a budget of attempts *and* of seconds spent waiting,
@@ -25,11 +25,17 @@ from ...core.errors import NodeLaunchError, OperationCancelled, ProviderError
 
 T = TypeVar("T")
 
-THROTTLE_CODES = {"APIGW.0308", "APIGW.0309", "APIGW.0310", "Ecs.0043", "429"}
-QUOTA_CODES = {"Ecs.0213", "Ecs.0039", "Ecs.0620", "VPC.0106", "VPC.0513", "NAT.0024",
-               "KPS.0004", "1109"}
-# capacity and quota problems of a node launch: the message comes from the cloud as is
-LAUNCH_CODES = QUOTA_CODES | {"Ecs.0010", "Ecs.0039"}
+# APIG.0308 is the gateway's documented throttling code (HTTP 429); the APIGW.* forms are
+# kept for gateways that prefix their codes so
+THROTTLE_CODES = {"APIG.0308", "APIGW.0308", "APIGW.0309", "APIGW.0310", "429"}
+# insufficient quota: ECS "Ecs.0001" on HTTP 400 (ECS API reference, Error Codes,
+# https://support.huaweicloud.com/intl/en-us/api-ecs/ecs_07_0002.html); VPC/EIP/NAT/KPS
+# quota codes of their services' error-code pages
+QUOTA_CODES = {"Ecs.0001", "VPC.0106", "VPC.0513", "NAT.0024", "KPS.0004"}
+# what another offer (zone, flavor) may serve: quota, the flavor's capacity ("Ecs.0319",
+# sold out), IP addresses of the subnet ("Ecs.0012"), an image the flavor cannot run
+# ("Ecs.0007"); the message comes from the cloud as is
+LAUNCH_CODES = QUOTA_CODES | {"Ecs.0319", "Ecs.0012", "Ecs.0007"}
 
 
 @dataclass
@@ -136,8 +142,7 @@ def as_launch_error(exc: BaseException, what: str) -> ProviderError:
         error_code(exc))
     if isinstance(exc, NodeLaunchError):
         return exc
-    status = exc.details.get("status") if isinstance(exc, ProviderError) else status_code(exc)
-    if code in LAUNCH_CODES or (status == 403 and code and code.startswith("Ecs")):
+    if code in LAUNCH_CODES:
         msg = (exc.details.get("cloud") or exc.message) if isinstance(exc, ProviderError) \
             else describe(exc)
         return NodeLaunchError(f"Huawei Cloud refused to {what}: {msg}", code=code)

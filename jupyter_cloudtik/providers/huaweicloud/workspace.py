@@ -31,15 +31,36 @@ from .account import (
     retry_reporter,
     wait_until,
 )
+from .limits import dns_servers
+from .userdata import list_keys
 
 if TYPE_CHECKING:
     from ...core.operations import OperationContext
 
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 
-DASK_PORTS = (8786, 8787)
-HEAD_ROLES = ("ECS FullAccess", "OBS OperateAccess")
-WORKER_ROLES = ("OBS OperateAccess",)
+# opened to allowed_dashboard_sources: only ports that require the cluster's client
+# certificate (mutual TLS): the scheduler, and the relay in front of the head's web UIs
+# (Dask's dashboard, and the Spark master's UI chosen by ALPN: no port of its own), which
+# themselves stay on the head's loopback (userdata.py)
+DASK_PORTS = (8786, 8786)
+DASHBOARD_TLS_PORTS = (8788, 8788)
+SPARK_MASTER_PORT = 7077  # runtime/spark.py NODE_MASTER_PORT; its UI is behind the relay
+# Least privilege: what runs on a node only reads and writes the workspace bucket (the
+# Dask runtime's wheels and TLS certificate, the storage mount); nothing on a node calls
+# ECS, VPC or IAM (scaling is driven from the client), so no node holds ECS rights.
+# Without managed storage the agencies hold no role at all.  With it, both hold one custom
+# policy that names the workspace bucket and its objects and nothing else (IAM "Creating a
+# Custom Policy for Cloud Services", https://support.huaweicloud.com/en-us/api-iam/iam_02_0013.html:
+# Version "1.1", at most 8 statements of at most 100 actions, Resource
+# "service:region:account-id:resource-type:path"), not the account-wide OBS OperateAccess.
+OBS_NODE_ACTIONS = [
+    "obs:bucket:HeadBucket", "obs:bucket:ListBucket", "obs:bucket:ListBucketMultipartUploads",
+    "obs:object:GetObject", "obs:object:PutObject", "obs:object:DeleteObject",
+    "obs:object:AbortMultipartUpload", "obs:object:ListMultipartUploadParts",
+]
+#: the prefix of every object jupyter_cloudtik puts in a workspace bucket itself
+OUR_PREFIX = "cloudtik/"
 CIDR_LIST = {"type": "array", "items": {"type": "string", "format": "cidr",
                                        "pattern": r"^[0-9.]+/[0-9]{1,2}$"}}
 
@@ -62,6 +83,14 @@ PROVIDER_PROPERTIES: dict[str, Any] = {
 }
 
 
+def subnet_prefix(vpc_cidr: str, kind: str) -> int:
+    """The public subnet is a /24 (the heads, the NAT gateway); the private one, where the
+    workers go, as large as /20 when the VPC allows it: a subnet holds its size less 5
+    addresses the cloud keeps, so a /24 (251 servers) could not hold 1,000 workers."""
+    vpc_prefix = ipaddress.ip_network(vpc_cidr).prefixlen
+    return 24 if kind == "public_subnet" else min(max(vpc_prefix + 1, 20), 24)
+
+
 class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
     provider_type = "huaweicloud"
     config_schema: ClassVar[dict[str, Any]] = {
@@ -75,13 +104,19 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
                          "description": "Private CIDR of the workspace VPC (/16 to /24)."},
             "allowed_ssh_sources": {**CIDR_LIST, "description": "Who may reach port 22."},
             "allowed_dashboard_sources": {
-                **CIDR_LIST, "description": "Who may reach the Dask scheduler and dashboard "
-                                            "(8786, 8787) at the head's EIP; default: the SSH "
-                                            "sources."},
+                **CIDR_LIST, "description": "Who may reach the Dask scheduler (8786) and "
+                                            "the web UI relay (8788: Dask's dashboard, "
+                                            "Spark's UI), both mutual TLS, at the head's "
+                                            "EIP; default: the SSH sources."},
             "peer_vpc_id": {"type": "string", "description": "VPC of the machine you work "
                             "from, to peer with (same region only)."},
             "peer_region": {"type": "string"},
             "managed_storage": {"type": "boolean", "description": "Create an OBS bucket."},
+            "dns_servers": {"type": "array", "minItems": 1, "maxItems": 5,
+                            "items": {"type": "string", "format": "ipv4"},
+                            "description": "Name servers of the workspace subnets; default: "
+                                           "the region's private DNS servers (a subnet "
+                                           "created without any has no name resolution)."},
             "nat_bandwidth": {"type": "integer", "minimum": 1, "maximum": 300},
             "credentials": {"type": "object", "description": "access_key, secret_key, "
                             "project_id: kept in the secret store, never recorded."},
@@ -92,6 +127,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
     def normalize_config(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
         p = dict(provider_config)
         p.setdefault("vpc_cidr", "192.168.0.0/16")
+        if p.get("region"):  # before anything is made: subnets need name servers
+            dns_servers(p["region"], p.get("dns_servers"))
         try:
             net = ipaddress.ip_network(p["vpc_cidr"])
         except ValueError:
@@ -282,10 +319,14 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         # 2. subnets
         self._progress("subnets", "public and private subnets", 1 / steps)
         subnets = self.find_subnets(vpc.id)
-        free = self._free_cidrs(vpc_cidr, [s.cidr for s in subnets.values()])
+        used = [s.cidr for s in subnets.values()]
         for kind in ("public_subnet", "private_subnet"):
             if kind not in subnets:
-                subnets[kind] = self._create_subnet(vpc.id, kind, next(free))
+                cidr = self._free_cidr(vpc_cidr, used, subnet_prefix(vpc_cidr, kind))
+                used.append(cidr)
+                subnets[kind] = self._create_subnet(vpc.id, kind, cidr)
+            elif not (subnets[kind].primary_dns or subnets[kind].dns_list):
+                self._repair_subnet_dns(vpc.id, kind, subnets[kind])
             self.on_resource(kind + "_id", subnets[kind].id)
             res[kind + "_id"] = subnets[kind].id
         wait_until(lambda: all(s.status == "ACTIVE" for s in self._refresh_subnets(subnets)),
@@ -321,9 +362,16 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         # identities
         self._progress("identity", "IAM agencies for head and worker nodes", step / steps)
         step += 1
-        for key, roles in (("head_agency", HEAD_ROLES), ("worker_agency", WORKER_ROLES)):
+        policy_id = None
+        if p.get("managed_storage", True):
+            policy = self.find_obs_policy() or self._create_obs_policy()
+            policy_id = policy.id
+            self.on_resource("obs_policy", n["obs_policy"])
+            res["obs_policy"] = n["obs_policy"]
+        for key in ("head_agency", "worker_agency"):
             agency = self.find_agency(key) or self._create_agency(key)
-            self._grant(agency.id, roles)
+            if policy_id:
+                self._grant_role(agency.id, policy_id, n["obs_policy"])
             self.on_resource(key, n[key])
             res[key] = n[key]
 
@@ -337,11 +385,13 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             res["bucket"] = bucket
         return res
 
-    def _free_cidrs(self, vpc_cidr: str, used: list[str]):
+    def _free_cidr(self, vpc_cidr: str, used: list[str], prefix: int) -> str:
         taken = [ipaddress.ip_network(u) for u in used]
-        for net in ipaddress.ip_network(vpc_cidr).subnets(new_prefix=24):
+        for net in ipaddress.ip_network(vpc_cidr).subnets(new_prefix=prefix):
             if not any(net.overlaps(t) for t in taken):
-                yield str(net)
+                return str(net)
+        raise ConfigError(f"provider.vpc_cidr: {vpc_cidr} has no free /{prefix} left for a "
+                          "subnet", field="provider.vpc_cidr")
 
     def _refresh_subnets(self, subnets: dict[str, Any]) -> list[Any]:
         from huaweicloudsdkvpc.v2 import ShowSubnetRequest
@@ -361,12 +411,38 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         )
 
         gateway = str(next(ipaddress.ip_network(cidr).hosts()))
+        # the VPC API leaves DNS empty unless given, and then nothing on the subnet resolves
+        # names (PyPI, OBS): give the region's private DNS servers, as the console does
+        dns = dns_servers(self.clients.region, self.provider_config.get("dns_servers"))
         got = self.clients.call("vpc", "create_subnet", CreateSubnetRequest(
             CreateSubnetRequestBody(subnet=CreateSubnetOption(
-                name=self.names[kind], cidr=cidr, gateway_ip=gateway, vpc_id=vpc_id))),
+                name=self.names[kind], cidr=cidr, gateway_ip=gateway, vpc_id=vpc_id,
+                primary_dns=dns[0], secondary_dns=dns[1] if len(dns) > 1 else None,
+                dns_list=dns))),
             recover=lambda: self.find_subnets(vpc_id).get(kind),
             what=f"create the {kind.replace('_', ' ')}")
         return getattr(got, "subnet", got)
+
+    def _repair_subnet_dns(self, vpc_id: str, kind: str, subnet) -> None:
+        """A subnet made before jupyter_cloudtik gave DNS servers (or by hand) has none, and
+        nothing on it resolves names: give it the region's (or ``dns_servers``) with the
+        VPC API's update call ("Updating Subnet Information", vpc_subnet01_0004; ``name``
+        is mandatory there, so the subnet's own is sent back). New servers get them."""
+        from huaweicloudsdkvpc.v2 import (
+            UpdateSubnetOption,
+            UpdateSubnetRequest,
+            UpdateSubnetRequestBody,
+        )
+
+        dns = dns_servers(self.clients.region, self.provider_config.get("dns_servers"))
+        self._progress("subnets", f"the {kind.replace('_', ' ')} has no DNS servers: "
+                       f"setting {', '.join(dns)}", 1 / 7)
+        self.clients.call("vpc", "update_subnet", UpdateSubnetRequest(
+            vpc_id=vpc_id, subnet_id=subnet.id, body=UpdateSubnetRequestBody(
+                subnet=UpdateSubnetOption(
+                    name=subnet.name, primary_dns=dns[0],
+                    secondary_dns=dns[1] if len(dns) > 1 else None, dns_list=dns))),
+            what=f"set the DNS servers of the {kind.replace('_', ' ')}")
 
     def _create_security_group(self, vpc_id: str):
         from huaweicloudsdkvpc.v2 import (
@@ -386,16 +462,25 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         rules = [{"direction": "ingress", "ethertype": "IPv4", "protocol": None,
                   "port_range_min": None, "port_range_max": None, "remote_ip_prefix": None,
                   "remote_group_id": sg_id}]
+        # the Spark master (runtime spark): a driver elsewhere in the VPC (a notebook on
+        # an ECS, a VPN's end) submits to it; never wider than the VPC's own block (the
+        # cluster's own members already reach it through the rule above)
+        rules.append({"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+                      "port_range_min": SPARK_MASTER_PORT, "port_range_max": SPARK_MASTER_PORT,
+                      "remote_ip_prefix": str(ipaddress.ip_network(vpc_cidr, strict=False)),
+                      "remote_group_id": None})
         for cidr in p.get("allowed_ssh_sources") or []:
             rules.append({"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
                           "port_range_min": 22, "port_range_max": 22,
                           "remote_ip_prefix": str(ipaddress.ip_network(cidr, strict=False)),
                           "remote_group_id": None})
         for cidr in p.get("allowed_dashboard_sources") or []:
-            rules.append({"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
-                          "port_range_min": DASK_PORTS[0], "port_range_max": DASK_PORTS[1],
-                          "remote_ip_prefix": str(ipaddress.ip_network(cidr, strict=False)),
-                          "remote_group_id": None})
+            for lo, hi in (DASK_PORTS, DASHBOARD_TLS_PORTS):
+                rules.append({"direction": "ingress", "ethertype": "IPv4", "protocol": "tcp",
+                              "port_range_min": lo, "port_range_max": hi,
+                              "remote_ip_prefix": str(ipaddress.ip_network(cidr,
+                                                                           strict=False)),
+                              "remote_group_id": None})
         return rules
 
     def _ensure_rules(self, sg_id: str, vpc_cidr: str) -> None:
@@ -562,22 +647,59 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             recover=lambda: self.find_agency(key), what=f"create the {key.replace('_', ' ')}")
         return getattr(got, "agency", got)
 
-    def _grant(self, agency_id: str, roles: tuple[str, ...]) -> None:
+    def find_obs_policy(self):
+        from huaweicloudsdkiam.v3 import ListCustomPoliciesRequest
+
+        page = 1
+        while True:
+            got = self.clients.call("iam", "list_custom_policies", ListCustomPoliciesRequest(
+                page=page, per_page=300)).roles or []
+            for r in got:
+                if r.display_name == self.names["obs_policy"]:
+                    return r
+            if len(got) < 300:
+                return None
+            page += 1
+
+    def obs_policy_document(self) -> dict[str, Any]:
+        """What the nodes may do: the bucket's own operations and its objects' (the runtime's
+        wheels and TLS certificate, the storage mount), on this bucket only."""
+        b = self.bucket()
+        return {"Version": "1.1", "Statement": [{
+            "Effect": "Allow", "Action": list(OBS_NODE_ACTIONS),
+            "Resource": [f"obs:*:*:bucket:{b}", f"obs:*:*:object:{b}/*"]}]}
+
+    def _create_obs_policy(self):
         from huaweicloudsdkiam.v3 import (
-            AssociateAgencyWithAllProjectsPermissionRequest,
-            KeystoneListPermissionsRequest,
+            CreateCloudServiceCustomPolicyRequest,
+            CreateCloudServiceCustomPolicyRequestBody,
+            ServicePolicy,
+            ServicePolicyRoleOption,
+            ServiceStatement,
         )
 
+        doc = self.obs_policy_document()
+        st = doc["Statement"][0]
+        got = self.clients.call("iam", "create_cloud_service_custom_policy",
+                                CreateCloudServiceCustomPolicyRequest(
+            body=CreateCloudServiceCustomPolicyRequestBody(role=ServicePolicyRoleOption(
+                display_name=self.names["obs_policy"], type="AX",
+                description=f"jupyter_cloudtik nodes of workspace {self.workspace_name}: "
+                            "its OBS bucket only",
+                policy=ServicePolicy(version=doc["Version"], statement=[ServiceStatement(
+                    effect=st["Effect"], action=st["Action"], resource=st["Resource"])])))),
+            recover=self.find_obs_policy,
+            what="create the nodes' OBS policy (the workspace bucket only)")
+        return getattr(got, "role", got)
+
+    def _grant_role(self, agency_id: str, role_id: str, display: str) -> None:
+        from huaweicloudsdkiam.v3 import AssociateAgencyWithAllProjectsPermissionRequest
+
         c = self.clients
-        for display in roles:
-            found = c.call("iam", "keystone_list_permissions",
-                           KeystoneListPermissionsRequest(display_name=display)).roles
-            if not found:
-                raise ProviderError(f"IAM has no system role '{display}' to grant")
-            c.call("iam", "associate_agency_with_all_projects_permission",
-                   AssociateAgencyWithAllProjectsPermissionRequest(
-                       domain_id=c.domain_id, agency_id=agency_id, role_id=found[0].id),
-                   what=f"grant '{display}' to the agency")
+        c.call("iam", "associate_agency_with_all_projects_permission",
+               AssociateAgencyWithAllProjectsPermissionRequest(
+                   domain_id=c.domain_id, agency_id=agency_id, role_id=role_id),
+               what=f"grant '{display}' to the agency")
 
     def _create_bucket(self, bucket: str) -> None:
         from huaweicloudsdkobs.v1 import CreateBucketRequest, CreateBucketRequestBody
@@ -588,6 +710,29 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             what=f"create the OBS bucket {bucket}")
 
     # delete ---------------------------------------------------------------------------------
+    def _delete(self, service: str, method: str, request: Any, what: str,
+                timeout: float = 600) -> None:
+        """Delete something that may still be in use while its dependents drain.
+
+        The cloud deletes asynchronously: a server's port outlives its delete call until
+        the ECS job ends, a SNAT rule and a NAT gateway stay PENDING_DELETE.  Until then
+        deleting what they use (subnet, security group, NAT gateway, EIP, VPC) answers 409
+        "in use"; that is waited out (growing pauses, bounded), never given up half-way."""
+        def attempt():
+            try:
+                self.clients.call(service, method, request, missing_ok=True, what=what)
+            except ProviderError as e:
+                if e.details.get("status") == 409:
+                    log.info("huaweicloud: %s: still in use (%s); waiting", what,
+                             e.details.get("code"))
+                    return None
+                raise
+            return True
+
+        wait_until(attempt, what=f"{what} (in use by resources being deleted)",
+                   timeout=timeout, first=0.2, most=5.0,
+                   checkpoint=self.ctx.checkpoint if self.ctx else None)
+
     def delete_workspace(self, ctx: OperationContext | None, delete_storage: bool = True,
                          rolling_back: bool = False) -> None:
         self._use(ctx)
@@ -598,6 +743,9 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         def step(name: str, message: str, i: int) -> None:
             self._progress(name, message, base + span * i / 8)
 
+        if delete_storage and not rolling_back and self.bucket_exists():
+            # refuse before anything is torn down, not after the network is gone
+            self._check_bucket_is_ours(self.bucket())
         vpc = self.find_vpc()
         step("peering", "VPC peering", 0)
         peering = self.find_peering()
@@ -614,8 +762,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         if eip is not None:
             from huaweicloudsdkeip.v2 import DeletePublicipRequest
 
-            c.call("eip", "delete_publicip", DeletePublicipRequest(publicip_id=eip.id),
-                   missing_ok=True, what="delete the NAT gateway's EIP")
+            self._delete("eip", "delete_publicip", DeletePublicipRequest(publicip_id=eip.id),
+                         "delete the NAT gateway's EIP")
         self.on_resource("nat_eip_id", None)
 
         step("security-group", "security group", 3)
@@ -623,9 +771,9 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         if sg is not None:
             from huaweicloudsdkvpc.v2 import DeleteSecurityGroupRequest
 
-            c.call("vpc", "delete_security_group",
-                   DeleteSecurityGroupRequest(security_group_id=sg.id), missing_ok=True,
-                   what="delete the security group")
+            self._delete("vpc", "delete_security_group",
+                         DeleteSecurityGroupRequest(security_group_id=sg.id),
+                         "delete the security group")
         self.on_resource("security_group_id", None)
 
         step("subnets", "subnets and VPC", 4)
@@ -633,13 +781,13 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             from huaweicloudsdkvpc.v2 import DeleteSubnetRequest, DeleteVpcRequest
 
             for kind, s in self.find_subnets(vpc.id).items():
-                c.call("vpc", "delete_subnet", DeleteSubnetRequest(vpc_id=vpc.id,
-                       subnet_id=s.id), missing_ok=True, what=f"delete the {kind}")
+                self._delete("vpc", "delete_subnet", DeleteSubnetRequest(
+                    vpc_id=vpc.id, subnet_id=s.id), f"delete the {kind}")
                 self.on_resource(kind + "_id", None)
             wait_until(lambda: not self.find_subnets(vpc.id), what="the subnets going away",
                        timeout=300, checkpoint=ctx.checkpoint if ctx else None)
-            c.call("vpc", "delete_vpc", DeleteVpcRequest(vpc_id=vpc.id), missing_ok=True,
-                   what="delete the VPC")
+            self._delete("vpc", "delete_vpc", DeleteVpcRequest(vpc_id=vpc.id),
+                         "delete the VPC")
         self.on_resource("vpc_id", None)
 
         step("identity", "IAM agencies", 5)
@@ -651,6 +799,13 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
                 c.call("iam", "delete_agency", DeleteAgencyRequest(agency_id=agency.id),
                        missing_ok=True, what=f"delete the {key.replace('_', ' ')}")
             self.on_resource(key, None)
+        policy = self.find_obs_policy()
+        if policy is not None:
+            from huaweicloudsdkiam.v3 import DeleteCustomPolicyRequest
+
+            c.call("iam", "delete_custom_policy", DeleteCustomPolicyRequest(role_id=policy.id),
+                   missing_ok=True, what="delete the nodes' OBS policy")
+        self.on_resource("obs_policy", None)
 
         step("keypair", "cluster key pair", 6)
         if self.find_keypair() is not None:
@@ -666,6 +821,7 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
                 from huaweicloudsdkobs.v1 import DeleteBucketRequest
 
                 bucket = self.bucket()
+                self._empty_our_prefix(bucket)
                 try:
                     c.call("obs", "delete_bucket", DeleteBucketRequest(bucket_name=bucket),
                            missing_ok=True, what=f"delete the OBS bucket {bucket}")
@@ -677,6 +833,35 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
                     raise
             self.on_resource("bucket", None)
 
+    def _check_bucket_is_ours(self, bucket: str) -> list[str]:
+        """The bucket's keys, all under our own prefix; else refuse, naming what is not."""
+        keys = list_keys(self.clients, bucket, None, missing_ok=False,
+                         what=f"list the objects of the OBS bucket {bucket}")
+        foreign = [k for k in keys if not k.startswith(OUR_PREFIX)]
+        if foreign:
+            raise ProviderError(
+                f"the OBS bucket {bucket} holds {len(foreign)} object(s) that "
+                f"jupyter_cloudtik did not put there (e.g. "
+                f"{', '.join(foreign[:3])}{', ...' if len(foreign) > 3 else ''}); move or "
+                "delete them, or delete the workspace with --keep-storage to keep the "
+                "bucket", field="bucket", value=bucket)
+        return keys
+
+    def _empty_our_prefix(self, bucket: str) -> None:
+        """Delete what jupyter_cloudtik itself put in the bucket (``cloudtik/``: clusters'
+        TLS material, manifests and wheels, left when a cluster's ``down`` never
+        finished); a bucket holding anything else is refused, untouched."""
+        from huaweicloudsdkobs.v1 import DeleteObjectRequest
+
+        ours = self._check_bucket_is_ours(bucket)
+        if ours:
+            log.info("huaweicloud: deleting %d object(s) under %s in %s", len(ours),
+                     OUR_PREFIX, bucket)
+        for key in ours:
+            self.clients.call("obs", "delete_object", DeleteObjectRequest(
+                bucket_name=bucket, object_key=key), missing_ok=True,
+                what=f"delete {key} from the OBS bucket {bucket}")
+
     def _delete_nat(self, nat) -> None:
         from huaweicloudsdknat.v2 import (
             DeleteNatGatewayRequest,
@@ -685,13 +870,24 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         )
 
         c = self.clients
-        for r in c.call("nat", "list_nat_gateway_snat_rules",
-                        ListNatGatewaySnatRulesRequest(nat_gateway_id=[nat.id])).snat_rules:
+
+        def rules():
+            return c.call("nat", "list_nat_gateway_snat_rules", ListNatGatewaySnatRulesRequest(
+                nat_gateway_id=[nat.id])).snat_rules or []
+
+        for r in rules():
+            if r.status == "PENDING_DELETE":
+                continue
             c.call("nat", "delete_nat_gateway_snat_rule", DeleteNatGatewaySnatRuleRequest(
                 nat_gateway_id=nat.id, snat_rule_id=r.id), missing_ok=True,
                 what="delete a SNAT rule")
-        c.call("nat", "delete_nat_gateway", DeleteNatGatewayRequest(nat_gateway_id=nat.id),
-               missing_ok=True, what="delete the NAT gateway")
+        # SNAT rules go asynchronously; the gateway refuses deletion until they are gone
+        wait_until(lambda: not rules(), what="the SNAT rules going away", timeout=600,
+                   checkpoint=self.ctx.checkpoint if self.ctx else None)
+        if nat.status != "PENDING_DELETE":
+            self._delete("nat", "delete_nat_gateway",
+                         DeleteNatGatewayRequest(nat_gateway_id=nat.id),
+                         "delete the NAT gateway")
         wait_until(lambda: self.find_nat() is None, what="the NAT gateway going away",
                    timeout=600, checkpoint=self.ctx.checkpoint if self.ctx else None)
 
@@ -732,7 +928,10 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         out["vpc"] = "ok" if vpc else "missing"
         subnets = self.find_subnets(vpc.id) if vpc else {}
         for kind in ("public_subnet", "private_subnet"):
-            out[kind] = "ok" if kind in subnets else "missing"
+            sub = subnets.get(kind)
+            out[kind] = ("missing" if sub is None else "ok" if sub.primary_dns or
+                         sub.dns_list else "no DNS servers: nodes cannot resolve names; "
+                         f"`jupyter cloudtik workspace create {self.workspace_name}` sets them")
         out["security_group"] = "ok" if self.find_security_group() else "missing"
         nat = self.find_nat()
         out["nat_gateway"] = ("ok" if nat and nat.status == "ACTIVE" else
@@ -743,11 +942,12 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         for key in ("head_agency", "worker_agency"):
             out[key] = "ok" if self.find_agency(key) else "missing"
         if self.provider_config.get("managed_storage", True):
+            out["obs_policy"] = "ok" if self.find_obs_policy() else "missing"
             out["bucket"] = "ok" if self.bucket_exists() else "missing"
         return out
 
     def get_workspace_info(self) -> dict[str, Any]:
-        from ...core.workspace_manager import workspace_record
+        from ...workspaces.manager import workspace_record
 
         rec = workspace_record(self.context.store, self.workspace_name) or {}
         return rec.get("resources", {})

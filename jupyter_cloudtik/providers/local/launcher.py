@@ -23,8 +23,6 @@ and enforces each worker's memory limit the way a Dask nanny would (terminate at
 from __future__ import annotations
 
 import argparse
-import errno
-import fcntl
 import hashlib
 import json
 import os
@@ -40,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..._version import __version__
+from ...core.locks import try_flock
 
 MEMORY_TERMINATE_FRACTION = 0.95
 PROTOCOL = 1
@@ -149,14 +148,9 @@ class Launcher:
     def acquire_lock(self) -> bool:
         ldir = local_dir(self.state_dir)
         ldir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(ldir / "launcher.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            os.close(fd)
-            if e.errno in (errno.EAGAIN, errno.EACCES):
-                return False
-            raise
+        fd = try_flock(ldir / "launcher.lock")
+        if fd is None:
+            return False
         os.ftruncate(fd, 0)
         os.write(fd, str(os.getpid()).encode())
         self.lock_fd = fd

@@ -12,29 +12,17 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+from ...core.env import scrub_environment  # noqa: F401  (kept importable from here)
 from .processes import CLUSTER_ENV, NODE_ID_ENV, STATE_DIR_ENV
 
 SETUP_FAILED_EXIT = 3
-
-# Variables that must not travel from the process that started the launcher (a kernel, a
-# server) into node processes: API tokens and cloud credentials.
-_SENSITIVE_MARKERS = ("TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL", "_SK", "API_KEY")
-_SENSITIVE_PREFIXES = ("HUAWEICLOUD_SDK_", "AWS_SECRET", "JUPYTERHUB_", "JPY_")
-
-
-def scrub_environment(env: dict[str, str]) -> dict[str, str]:
-    """A copy of ``env`` without credentials and session tokens."""
-    clean = {}
-    for key, value in env.items():
-        upper = key.upper()
-        if upper.startswith(_SENSITIVE_PREFIXES) or any(m in upper for m in _SENSITIVE_MARKERS):
-            continue
-        clean[key] = value
-    return clean
-
+CANCELLED_EXIT = 4
+#: written by ``terminate_nodes`` into a node folder: a launch still in flight must not start
+CANCELLED_MARK = "cancelled"
 
 def prepare_process(spec: dict[str, Any]) -> None:
     """Turn the current (fresh or forked) process into the node described by ``spec``."""
@@ -47,6 +35,13 @@ def prepare_process(spec: dict[str, Any]) -> None:
     os.dup2(log_fd, 2)
     os.close(null_fd)
     os.close(log_fd)
+    # The log fd above is what marks this process as the node's (processes.py).  Checking
+    # the mark only now closes the race with a terminate that came while the launch was in
+    # flight: it writes the mark and then looks for marked processes, so either it finds
+    # this one or this one sees the mark.
+    if (node_dir / CANCELLED_MARK).exists():
+        print("[cloudtik] node was terminated before it started", flush=True)
+        os._exit(CANCELLED_EXIT)
     os.chdir(node_dir)
     for key in list(os.environ):
         if key not in spec["env"] and key not in spec.get("keep_env", ()):
@@ -77,11 +72,27 @@ def run_setup_commands(commands: list[str]) -> None:
 
 
 def run_runtime(spec: dict[str, Any]) -> int:
-    """Run the Dask process of this node until it ends; returns its exit code."""
+    """Run the runtimes of this node until they end; returns the exit code.
+
+    Runtimes other than Dask (Spark) start their processes as children first; Dask runs
+    in this process (forked from the launcher with Dask preloaded)."""
     import dask
 
     dask.config.refresh()  # the environment changed since Dask was imported (fork)
     run_setup_commands(spec.get("setup_commands") or [])
+    types = spec.get("runtimes") or ["dask"]
+    children = []
+    if types != ["dask"]:
+        from ...runtime.base import runtime_class
+
+        for t in types:
+            proc = runtime_class(t)().start_local(spec) if t != "dask" else None
+            if isinstance(proc, list):
+                children.extend(proc)
+            elif proc is not None:
+                children.append(proc)
+    if "dask" not in types:
+        return _wait_children(children)
     role = spec["role"]
     if role == "head":
         from distributed.cli import dask_scheduler as cli
@@ -94,6 +105,35 @@ def run_runtime(spec: dict[str, Any]) -> int:
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return 0
+
+
+def _wait_children(children: list[subprocess.Popen]) -> int:
+    """The node lives as long as all of its runtime's processes (the first that ends ends
+    it); stopping it (SIGTERM to its group) waits for them, so none is left behind as an
+    orphan."""
+    import signal
+
+    def stop(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
+    code = 0
+    try:
+        # the first to end ends the node (a dead JVM must not be hidden by a live mount)
+        while children and all(proc.poll() is None for proc in children):
+            time.sleep(0.2)
+        code = next((p.returncode for p in children if p.returncode is not None), 0)
+    finally:
+        for proc in children:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in children:
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    return code
 
 
 def run_node(spec: dict[str, Any]) -> int:

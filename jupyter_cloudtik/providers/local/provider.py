@@ -21,7 +21,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from traitlets import Bool, Enum, Float, Unicode, default
@@ -29,6 +29,7 @@ from traitlets.config import Configurable
 
 from ...core.errors import NodeLaunchError
 from ...core.store import dumps, loads
+from ...runtime.tls import attach, ensure_cluster_tls, is_loopback, node_files, remove_cluster_tls
 from ..base import (
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
@@ -38,8 +39,11 @@ from ..base import (
     ProviderContext,
 )
 from . import launcher
-from .node import scrub_environment
+from .node import CANCELLED_MARK, scrub_environment
 from .processes import find_marked_processes, is_alive, terminate_group
+
+if TYPE_CHECKING:
+    from ...runtime.base import Runtime
 
 LOCAL_MIGRATIONS = [
     """
@@ -135,6 +139,8 @@ def prewarm_launcher(settings) -> bool:
 class LocalNodeProvider(NodeProvider):
     provider_type = "local"
     delivers_secret_files = True  # 0600 files in the node's own folder
+    #: runtime.pip / sync_env: the nodes run this very Python, nothing to install
+    installs_packages = "shared"
     config_schema = {
         "type": "object",
         "title": "Local machine",
@@ -177,6 +183,8 @@ class LocalNodeProvider(NodeProvider):
         self.host = provider_config.get("host") or self.settings.host
         self.launch_method = provider_config.get("launch_method") or self.settings.launch_method
         self.nodes_dir = launcher.local_dir(context.state_dir) / "nodes"
+        # off loopback, nothing answers without the cluster's certificate (runtime.tls)
+        self.tls = not is_loopback(self.host)
 
     # defaults -------------------------------------------------------------------------
     @classmethod
@@ -373,6 +381,13 @@ class LocalNodeProvider(NodeProvider):
             return {}
         info = loads(row["info"], {})
         info.update({"pid": row["pid"], "state": row["state"]})
+        for t in info.get("runtimes") or ():  # what a runtime's node wrote (its ports)
+            if t != "dask":
+                try:
+                    info[t] = json.loads(
+                        (self._node_dir(node_id) / f"runtime-{t}.json").read_text())
+                except (OSError, ValueError):
+                    pass
         if row["exit_reason"]:
             info["exit_reason"] = row["exit_reason"]
         return info
@@ -435,8 +450,13 @@ class LocalNodeProvider(NodeProvider):
                 "setup_commands": runtime.get("setup_commands") or [],
                 "memory_limit": runtime.get("memory_limit") or 0,
                 "title": f"cloudtik {role} {node_id}",
+                # runtimes other than Dask start their own processes (runtime/base.py)
+                "runtimes": runtime.get("types") or ["dask"],
+                "runtime": {k: v for k, v in runtime.items() if k != "secret_files"},
+                "host": self.internal_ip(node_id),
             }
-            info = {"node_dir": str(node_dir), "launch_method": self.launch_method}
+            info = {"node_dir": str(node_dir), "launch_method": self.launch_method,
+                    "runtimes": spec["runtimes"]}
             with self.store.transaction() as conn:
                 conn.execute(
                     "INSERT INTO local_nodes (node_id, cluster, tags, state, resources, info,"
@@ -467,11 +487,20 @@ class LocalNodeProvider(NodeProvider):
         self, role: str, node_id: str, node_dir: Path, runtime: dict[str, Any]
     ) -> list[str]:
         dask_opts = runtime.get("dask") or {}
+        tls: list[str] = []
+        # with TLS the dashboards (no authentication of their own) stay on loopback
+        dash_host = "127.0.0.1" if self.tls else self.host
+        if self.tls:
+            ensure_cluster_tls(self.context.state_dir, self.cluster_name)
+            files = node_files(self.context.state_dir, self.cluster_name)
+            tls = ["--protocol", "tls", "--tls-ca-file", files["ca"], "--tls-cert",
+                   files["cert"], "--tls-key", files["key"]]
         if role == "head":
             return [
                 "--host", self.host, "--port", "0",
-                "--dashboard-address", f"{self.host}:0",
+                "--dashboard-address", f"{dash_host}:0",
                 "--scheduler-file", str(node_dir / "scheduler.json"),
+                *tls,
                 *dask_opts.get("scheduler_options", []),
             ]
         argv = [
@@ -481,8 +510,9 @@ class LocalNodeProvider(NodeProvider):
             "--memory-limit", str(int(runtime.get("memory_limit") or 0)),
             "--local-directory", str(node_dir / "work"),
             "--host", self.host,
-            "--dashboard-address", f"{self.host}:0",
+            "--dashboard-address", f"{dash_host}:0",
             "--death-timeout", "60",
+            *tls,
         ]
         argv += ["--nanny", "--nworkers", "1"] if dask_opts.get("nanny") else ["--no-nanny"]
         return argv + list(dask_opts.get("worker_options", []))
@@ -537,6 +567,11 @@ class LocalNodeProvider(NodeProvider):
             t.start()
         for t in threads:
             t.join()
+        for r in rows:  # a launch still in flight sees this and does not start (node.py)
+            try:
+                (self._node_dir(r["node_id"]) / CANCELLED_MARK).touch()
+            except OSError:
+                pass
         # a process whose pid never reached the record (crash mid-launch) is still marked
         for pid, _node in find_marked_processes(
             self.context.state_dir, node_ids=[r["node_id"] for r in rows]
@@ -559,6 +594,38 @@ class LocalNodeProvider(NodeProvider):
         return len(orphans)
 
     def connect_info(self, head_node_id: str) -> ConnectInfo | None:
+        row = self._row(head_node_id)
+        types = (loads(row["info"], {}) if row else {}).get("runtimes") or ["dask"]
+        if types != ["dask"]:
+            return self._runtimes_connect_info(head_node_id, types)
+        return self._dask_connect_info(head_node_id)
+
+    def _runtimes_connect_info(self, head_node_id: str,
+                               types: list[str]) -> ConnectInfo | None:
+        """Dask's scheduler file plus what every other runtime's head wrote (None until
+        all of them are up)."""
+        from ...runtime.base import runtime_class
+
+        host = self.internal_ip(head_node_id) or "127.0.0.1"
+        extra = {}
+        for t in types:
+            if t == "dask":
+                continue
+            part = runtime_class(t)().head_info(self._node_dir(head_node_id), host)
+            if part is None:
+                return None
+            extra[t] = part
+        if "dask" in types:
+            info = self._dask_connect_info(head_node_id)
+            if info is not None:
+                info.extra.update(extra)
+            return info
+        first = extra[types[0]]
+        return ConnectInfo(scheduler_address=first.get("master_url") or "",
+                           dashboard_link=first.get("ui"), http_address=first.get("ui"),
+                           extra=extra)
+
+    def _dask_connect_info(self, head_node_id: str) -> ConnectInfo | None:
         path = self._node_dir(head_node_id) / "scheduler.json"
         try:
             data = json.loads(path.read_text())
@@ -568,15 +635,50 @@ class LocalNodeProvider(NodeProvider):
         port = (data.get("services") or {}).get("dashboard")
         address = data["address"]
         if self.host in ("0.0.0.0", ""):
-            address = f"tcp://{host}:{address.rsplit(':', 1)[1]}"
-        return ConnectInfo(
+            scheme = address.split("://", 1)[0]
+            address = f"{scheme}://{host}:{address.rsplit(':', 1)[1]}"
+        dash = "127.0.0.1" if self.tls else host
+        info = ConnectInfo(
             scheduler_address=address,
-            dashboard_link=f"http://{host}:{port}/status" if port else None,
-            http_address=f"http://{host}:{port}" if port else None,
+            dashboard_link=f"http://{dash}:{port}/status" if port else None,
+            http_address=f"http://{dash}:{port}" if port else None,
+            extra={"tls": True} if self.tls else {},
         )
+        return attach(info, self.context.state_dir, self.cluster_name)
+
+    def forget_history(self) -> int:
+        """Every ended node of this cluster: its folder (log included) and its record."""
+        rows = self.store.query(
+            "SELECT node_id FROM local_nodes WHERE cluster = ? AND state = 'terminated'",
+            (self.cluster_name,))
+        for r in rows:
+            shutil.rmtree(self._node_dir(r["node_id"]), ignore_errors=True)
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM local_nodes WHERE cluster = ? AND state = 'terminated'",
+                         (self.cluster_name,))
+        return len(rows)
+
+    def _runtimes_run(self) -> list[Runtime]:
+        """Every runtime that a node of this cluster ran here (its rows' ``runtimes``),
+        each once; one no longer installed is passed over (nothing can release for it)."""
+        from ...runtime.base import installed, runtime_class
+
+        types: list[str] = []
+        for r in self.store.query("SELECT info FROM local_nodes WHERE cluster = ?",
+                                  (self.cluster_name,)):
+            for t in loads(r["info"], {}).get("runtimes") or ["dask"]:
+                if t not in types:
+                    types.append(t)
+        have = set(installed())
+        return [runtime_class(t)() for t in types if t in have]
 
     def cleanup(self) -> None:
-        """Forget node folders of this cluster that ended more than a week ago."""
+        """Forget node folders of this cluster that ended more than a week ago, and its
+        TLS material (a next ``up`` makes a new CA)."""
+        if not self._rows(cluster=self.cluster_name):
+            remove_cluster_tls(self.context.state_dir, self.cluster_name)
+            for rt in self._runtimes_run():
+                rt.release_local(self.context.state_dir, self.cluster_name)
         cutoff = time.time() - 7 * 24 * 3600
         rows = self.store.query(
             "SELECT node_id FROM local_nodes WHERE cluster = ? AND state = 'terminated'"

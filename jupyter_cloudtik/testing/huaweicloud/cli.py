@@ -27,6 +27,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="servers become ACTIVE without running their user data")
     p.add_argument("--boot-seconds", type=float, default=0.3,
                    help="how long a server stays in BUILD (default 0.3)")
+    p.add_argument("--realistic", action="store_true",
+                   help="servers are separate hosts: network namespaces, VPC routing, "
+                        "NAT gateway egress (needs root, iproute2, iptables)")
+    p.add_argument("--image", metavar="SUITE",
+                   help="with --realistic: servers boot from a stock Debian root of SUITE "
+                        "(e.g. bookworm; debootstrap, built once and cached)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -62,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"error: --port {args.port} is not a port number", file=sys.stderr)
         return 2
     opts = Options(region=args.region, host=args.host, port=args.port,
-                   boot=not args.no_boot, boot_seconds=args.boot_seconds)
+                   boot=not args.no_boot, boot_seconds=args.boot_seconds,
+                   realistic=args.realistic, image=args.image)
     emu = Emulator(root, opts)
 
     def announce() -> None:

@@ -11,7 +11,9 @@ handed back for the machine layer to carry out.
 from __future__ import annotations
 
 import base64
+import fnmatch
 import hashlib
+import html
 import ipaddress
 import itertools
 import json
@@ -32,6 +34,23 @@ DEFAULT_QUOTAS = {
 MAX_TAGS = 10
 MAX_USER_DATA = 32 * 1024
 PAGE_DEFAULT = 25
+MAX_CREATE_COUNT = 100     # PostPaidServer.count: "at most 100" (SDK docstring)
+MAX_DELETE = 1000          # "A maximum of 1,000 ECSs can be deleted at a time" (ecs_02_0103)
+MAX_METADATA = 10          # PostPaidServer.metadata: at most 10 pairs
+MAX_LIST_LIMIT = 1000      # ListServersDetailsRequest.limit: at most 1000
+# Capacity refusals: "Ecs.0319" (the selected flavor's capacity is insufficient, as the
+# MGC error-code page quotes ECS: https://support.huaweicloud.com/mgc_faq/mgc_04_6131.html)
+CAPACITY_CODE = "Ecs.0319"
+UUID_RE = re.compile(r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
+# PostPaidServer.name: Chinese characters, letters, digits, '_', '-', '.'; 1-64 characters,
+# 1-59 when count > 1 (the cloud appends "-0001"...)
+SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9_\-.\u4e00-\u9fa5]+$")
+# PostPaidServerTag (server_tags at create): key 1-36 characters, value 0-43, neither
+# containing control characters or = * < > \ , | (and no / in keys)
+CREATE_TAG_KEY_BAD = re.compile(r"[\x00-\x1f=*<>\\,|/]")
+CREATE_TAG_VALUE_BAD = re.compile(r"[\x00-\x1f=*<>\\,|]")
+METADATA_KEY_RE = re.compile(r"^[A-Za-z0-9_\-:.]{1,255}$")
+VOLUME_TYPES = {"SATA", "SAS", "SSD", "GPSSD", "co-p1", "uh-l1", "ESSD", "GPSSD2", "ESSD2"}
 
 FLAVORS = [
     # id, vcpus, ram MiB, family note
@@ -54,10 +73,36 @@ ROLES = [
     ("VPC ReadOnlyAccess", "system_vpc_read", "vpc"),
 ]
 
-TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_\-.\u4e00-\u9fa5]{1,36}$")
-TAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_\-.\u4e00-\u9fa5]{0,43}$")
+# BatchAddServerTag (tags/action): key 1-36 of A-Z a-z 0-9 - _ and \u4e00-\u9fff; value
+# 0-43 of the same and '.' (SDK docstring of huaweicloudsdkecs.v2.BatchAddServerTag)
+TAG_KEY_RE = re.compile(r"^[A-Za-z0-9_\-\u4e00-\u9fff]{1,36}$")
+TAG_VALUE_RE = re.compile(r"^[A-Za-z0-9_\-.\u4e00-\u9fff]{0,43}$")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 NAME_RE = re.compile(r"^[A-Za-z0-9_\-.\u4e00-\u9fa5]{1,64}$")
+
+
+# ServiceStatement.Action: "service:resource-type:operation", the service lower case, * in
+# the others (huaweicloudsdkiam/v3/model/service_statement.py)
+POLICY_ACTION_RE = re.compile(r"^[a-z0-9]+:[A-Za-z0-9*]+:[A-Za-z0-9*]+$")
+# the emulated OBS operations and their IAM actions (OBS "Permissions and Supported Actions")
+OBS_ACTIONS = {
+    "get_object": "obs:object:GetObject", "put_object": "obs:object:PutObject",
+    "delete_object": "obs:object:DeleteObject", "list_objects": "obs:bucket:ListBucket",
+    "get_bucket_metadata": "obs:bucket:HeadBucket", "create_bucket": "obs:bucket:CreateBucket",
+    "delete_bucket": "obs:bucket:DeleteBucket", "list_buckets": "obs:bucket:ListAllMyBuckets",
+}
+
+
+def _matches_action(pattern: str, action: str) -> bool:
+    p, a = pattern.split(":"), action.split(":")
+    return len(p) == len(a) == 3 and p[0] == a[0] and all(
+        fnmatch.fnmatchcase(x.lower(), y.lower()) for y, x in zip(p[1:], a[1:], strict=True))
+
+
+def _matches_resource(pattern: str, resource: str) -> bool:
+    p, r = pattern.split(":", 4), resource.split(":", 4)
+    return len(p) == len(r) == 5 and p[0].lower() == r[0] and p[3].lower() == r[3] and all(
+        fnmatch.fnmatchcase(x, y) for y, x in ((p[1], r[1]), (p[2], r[2]), (p[4], r[4])))
 
 
 def now_iso(t: float | None = None) -> str:
@@ -104,21 +149,40 @@ class Cloud:
         # (flavor, zone) that the flavor listing still shows as "normal" but whose hosts are
         # full: the cloud's view lags, and only the create call finds out (as it happens)
         self.full_hosts: set[tuple[str, str]] = set()
+        self.credential_seconds = 3600.0  # agency credentials from the metadata service
+        # (image name, flavor family) pairs the flavor cannot boot (e.g. a Xen-only image
+        # on a KVM flavor): refused at create with Ecs.0007 ("image attributes invalid:
+        # adjust the flavor or image type", ECS Error Codes)
+        self.image_flavor_refusals: set[tuple[str, str]] = set()
         self.boot_seconds = boot_seconds
         self.settle_seconds = settle_seconds
+        # deletes take time: a server keeps its port (and so its subnet, security group and
+        # EIP stay in use) until its delete job ends; a SNAT rule and a NAT gateway stay
+        # PENDING_DELETE (and block what they use) for as long
+        self.delete_seconds = max(settle_seconds, 0.3)
+        self.server_delete_seconds: float | None = None  # None: delete_seconds
+        # a new server shows in listings only after this (ECS is eventually consistent:
+        # the create answer and show_server know it at once, list_servers_details later)
+        self.list_lag = settle_seconds
         self.quotas = dict(DEFAULT_QUOTAS)
         self.lock = threading.RLock()
         self.r: dict[str, dict[str, dict[str, Any]]] = {
             k: {} for k in ("vpc", "subnet", "security_group", "security_group_rule",
                             "peering", "routetable", "publicip", "nat", "snat", "agency",
-                            "keypair", "server", "job", "bucket")
+                            "keypair", "server", "job", "bucket", "policy")
         }
         self.role_grants: list[tuple[str, str]] = []  # (agency id, role id)
-        self.client_tokens: dict[str, dict[str, Any]] = {}
+        # token -> (body digest, first answer, when): ECS idempotency (create_post_paid_servers)
+        self.client_tokens: dict[str, tuple[str, dict[str, Any], float]] = {}
+        self.token_ttl = 8 * 3600.0
         self.pending_faults: dict[str, list[str]] = {}  # action -> fault kinds for the cloud
         self._private = iter(list(private_net.hosts())[1:])
         self._public = iter(list(public_net.hosts())[1:])
         self._free_private: list[str] = []
+        #: realistic mode (network.py): servers get addresses of their subnet's CIDR
+        self.subnet_ips = False
+        #: server id -> its console text (the emulator reads its machines' console.log)
+        self.console_reader: Any = None
         self._free_public: list[str] = []
         self._seq = itertools.count(1)
         self.images = [
@@ -142,14 +206,38 @@ class Cloud:
         if used + asked > limit:
             raise quota_exceeded(service, kind, limit, used, asked)
 
-    def _alloc_private(self) -> str:
+    def _alloc_private(self, subnet: dict[str, Any] | None = None) -> str:
+        if self.subnet_ips and subnet is not None:
+            return self._alloc_in_subnet(subnet)
         if self._free_private:
             return self._free_private.pop(0)
         try:
             return str(next(self._private))
         except StopIteration:
-            raise ApiError(409, "Ecs.0620", "No free private IP addresses left in the "
-                           "emulator's address range.", "ecs") from None
+            raise ApiError(400, "Ecs.0012", "The subnet does not contain enough IP "
+                           "addresses (the emulator's address range is used up).",
+                           "ecs") from None
+
+    def _subnet_room(self, sub: dict[str, Any]) -> int:
+        """Addresses left in a subnet: its size less 5 the cloud keeps (network, gateway,
+        DHCP/DNS, broadcast: the stricter reading of "available_ip_address_count")."""
+        size = ipaddress.ip_network(sub["cidr"]).num_addresses - 5
+        used = sum(1 for s in self.r["server"].values()
+                   if s["subnet_id"] == sub["id"] and s["status"] != "DELETED")
+        used += sum(1 for n in self.r["nat"].values() if n["internal_network_id"] == sub["id"])
+        return size - used
+
+    def _alloc_in_subnet(self, subnet: dict[str, Any]) -> str:
+        """Realistic mode: the next free address of the subnet (after the gateway, and
+        skipping the first ten, which DHCP and DNS of a real subnet keep)."""
+        used = {s["private_ip"] for s in self.r["server"].values()
+                if s["status"] != "DELETED" and s.get("subnet_id") == subnet["id"]}
+        used.add(subnet["gateway_ip"])
+        for n, host in enumerate(ipaddress.ip_network(subnet["cidr"]).hosts()):
+            if n >= 10 and str(host) not in used:
+                return str(host)
+        raise ApiError(409, "Ecs.0620", f"No free private IP addresses left in subnet "
+                       f"{subnet['cidr']}.", "ecs")
 
     def _alloc_public(self) -> str:
         if self._free_public:
@@ -200,6 +288,16 @@ class Cloud:
         eff = Effects()
         t = time.time()
         with self.lock:
+            for srv in self.r["server"].values():
+                if srv.get("deleting_until") and t >= srv["deleting_until"] and \
+                        srv["status"] != "DELETED":
+                    self._finish_delete(srv)
+            for rid in [k for k, r in self.r["snat"].items()
+                        if r["status"] == "PENDING_DELETE" and t >= r["delete_at"]]:
+                self._drop_snat(rid)
+            for nid in [k for k, n in self.r["nat"].items()
+                        if n["status"] == "PENDING_DELETE" and t >= n["delete_at"]]:
+                del self.r["nat"][nid]
             for sub in self.r["subnet"].values():
                 if sub["status"] == "UNKNOWN" and t >= sub["ready_at"]:
                     sub["status"] = "ACTIVE"
@@ -243,7 +341,7 @@ class Cloud:
                 states.append("SUCCESS")
             elif srv["status"] == "ERROR":
                 sub["fail_reason"] = (srv.get("fault") or {}).get("message", "error")
-                sub["error_code"] = "Ecs.0010"
+                sub["error_code"] = "Ecs.0000"
                 states.append("FAIL")
             else:
                 states.append("RUNNING")
@@ -255,7 +353,7 @@ class Cloud:
             if job["status"] == "FAIL":
                 failed = [s for s in job["sub_jobs"] if s["status"] == "FAIL"]
                 job["fail_reason"] = failed[0].get("fail_reason") or "creation failed"
-                job["error_code"] = failed[0].get("error_code") or "Ecs.0010"
+                job["error_code"] = failed[0].get("error_code") or "Ecs.0000"
 
     # ============================================================== IAM ==================
     def keystone_list_auth_domains(self, call: Call):
@@ -332,11 +430,128 @@ class Cloud:
         self._get("agency", aid, "iam", "agency")
         if call.params["domain_id"] != self.domain_id:
             raise ApiError(403, "1103", "The domain_id does not match the caller's.", "iam")
-        if not any(r["id"] == rid for r in self.roles):
+        if not any(r["id"] == rid for r in self.roles) and rid not in self.r["policy"]:
             raise not_found("iam", "role", rid)
         if (aid, rid) not in self.role_grants:
             self.role_grants.append((aid, rid))
         return 204, None
+
+    # custom policies ("Creating a Custom Policy for Cloud Services", IAM API iam_02_0013:
+    # https://support.huaweicloud.com/en-us/api-iam/iam_02_0013.html; SDK
+    # huaweicloudsdkiam/v3/model/service_statement.py for the Action and Resource forms)
+    def _check_policy(self, role: dict[str, Any]) -> None:
+        def bad(msg: str) -> ApiError:
+            return bad_request("iam", f"role.{msg}")
+
+        name = role.get("display_name")
+        if not isinstance(name, str) or not 1 <= len(name) <= 128:
+            raise bad(f"display_name {name!r} is required (1-128 characters)")
+        if role.get("type") not in ("AX", "XA"):
+            raise bad(f"type {role.get('type')!r} must be AX (account level) or XA "
+                      "(project level)")
+        if not isinstance(role.get("description"), str):
+            raise bad("description is required")
+        policy = role.get("policy")
+        if not isinstance(policy, dict) or policy.get("Version") != "1.1":
+            raise bad("policy.Version must be \"1.1\" for a custom policy")
+        statements = policy.get("Statement")
+        if not isinstance(statements, list) or not 1 <= len(statements) <= 8:
+            raise bad("policy.Statement must hold 1 to 8 statements")
+        for i, st in enumerate(statements):
+            where = f"policy.Statement[{i}]"
+            if not isinstance(st, dict) or st.get("Effect") not in ("Allow", "Deny"):
+                raise bad(f"{where}.Effect must be Allow or Deny")
+            actions = st.get("Action")
+            if not isinstance(actions, list) or not 1 <= len(actions) <= 100:
+                raise bad(f"{where}.Action must hold 1 to 100 actions")
+            services = set()
+            for a in actions:
+                if not isinstance(a, str) or not POLICY_ACTION_RE.match(a):
+                    raise bad(f"{where}.Action {a!r} is not service:resource-type:operation "
+                              "(a lower-case service name; * allowed in the others)")
+                services.add(a.split(":")[0])
+            resources = st.get("Resource")
+            if resources is None:
+                continue
+            if not isinstance(resources, list) or not 1 <= len(resources) <= 10:
+                raise bad(f"{where}.Resource must hold 1 to 10 resources")
+            for r in resources:
+                parts = r.split(":", 4) if isinstance(r, str) else []
+                if len(parts) != 5 or not all(parts) or parts[0].lower() not in services:
+                    raise bad(f"{where}.Resource {r!r} is not service:region:account-id:"
+                              "resource-type:resource-path of a service its actions name")
+            if len(st.get("Condition") or {}) > 10:
+                raise bad(f"{where}.Condition may hold at most 10 conditions")
+
+    def _policy_view(self, p: dict[str, Any]) -> dict[str, Any]:
+        return {"id": p["id"], "name": p["name"], "display_name": p["display_name"],
+                "type": p["type"], "description": p["description"], "catalog": "CUSTOMED",
+                "domain_id": self.domain_id, "policy": p["policy"],
+                "created_time": p["created_time"], "updated_time": p["created_time"],
+                "links": {"self": f"/v3/roles/{p['id']}"}}
+
+    def create_cloud_service_custom_policy(self, call: Call):
+        role = self._body(call, "role")
+        self._check_policy(role)
+        if any(p["display_name"] == role["display_name"] for p in self.r["policy"].values()):
+            raise conflict("iam", f"A custom policy named {role['display_name']} already "
+                           "exists.", "1109")
+        pid = uuid.uuid4().hex
+        p = {"id": pid, "name": "custom_" + pid[:8], "display_name": role["display_name"],
+             "type": role["type"], "description": role["description"],
+             "policy": role["policy"], "created_time": now_iso()}
+        self.r["policy"][pid] = p
+        return 201, {"role": self._policy_view(p)}
+
+    def list_custom_policies(self, call: Call):
+        items = list(self.r["policy"].values())
+        page = int(call.query.get("page", 1) or 1)
+        per_page = int(call.query.get("per_page", 300) or 300)
+        if not 1 <= per_page <= 300 or page < 1:
+            raise bad_request("iam", "page must be ≥ 1 and per_page 1..300")
+        out = [self._policy_view(p) for p in items[(page - 1) * per_page: page * per_page]]
+        return 200, {"roles": out, "total_number": len(items), "links": {"self": ""}}
+
+    def delete_custom_policy(self, call: Call):
+        pid = call.params["role_id"]
+        self._get("policy", pid, "iam", "custom policy")
+        del self.r["policy"][pid]
+        self.role_grants = [g for g in self.role_grants if g[1] != pid]
+        return 200, {}
+
+    def obs_allows(self, agency_name: str, action: str, bucket: str | None,
+                   key: str | None) -> bool:
+        """Whether an agency's grants allow an OBS operation: OBS OperateAccess everything
+        but creating and deleting buckets; a custom policy what its Allow statements name
+        (actions and resources, with *), unless a Deny statement names it."""
+        agency = next((a for a in self.r["agency"].values() if a["name"] == agency_name),
+                      None)
+        if agency is None:
+            return False
+        wanted = OBS_ACTIONS.get(action, "")
+        resource = (f"obs:{self.region}:{self.domain_id}:object:{bucket}/{key}" if key else
+                    f"obs:{self.region}:{self.domain_id}:bucket:{bucket or ''}")
+        allowed = False
+        for aid, rid in self.role_grants:
+            if aid != agency["id"]:
+                continue
+            system = next((r for r in self.roles if r["id"] == rid), None)
+            if system is not None:
+                if system["name"] == "system_obs_operate" and action not in (
+                        "create_bucket", "delete_bucket"):
+                    allowed = True
+                continue
+            policy = self.r["policy"].get(rid)
+            for st in (policy or {}).get("policy", {}).get("Statement", []):
+                if not any(_matches_action(a, wanted) for a in st["Action"]):
+                    continue
+                if st.get("Resource") is not None and not any(
+                        _matches_resource(r, resource) for r in st["Resource"]):
+                    continue
+                if st["Effect"] == "Deny":
+                    return False
+                allowed = True
+        return allowed
 
     # ============================================================== VPC ==================
     def _vpc_view(self, v):
@@ -396,8 +611,9 @@ class Cloud:
     def _subnet_view(self, s):
         return {"id": s["id"], "name": s["name"], "cidr": s["cidr"],
                 "gateway_ip": s["gateway_ip"], "vpc_id": s["vpc_id"], "status": s["status"],
-                "dhcp_enable": True, "primary_dns": "100.125.1.250",
-                "secondary_dns": "100.125.21.250", "availability_zone": s["availability_zone"],
+                "dhcp_enable": True, "primary_dns": s["primary_dns"],
+                "secondary_dns": s["secondary_dns"], "dnsList": list(s["dns_list"]),
+                "availability_zone": s["availability_zone"],
                 "neutron_network_id": s["id"], "neutron_subnet_id": s["neutron_subnet_id"],
                 "description": "", "ipv6_enable": False, "tenant_id": self.project_id,
                 "created_at": s["created_at"], "updated_at": s["created_at"],
@@ -420,14 +636,67 @@ class Cloud:
             if s["vpc_id"] == vpc["id"] and ipaddress.ip_network(s["cidr"]).overlaps(net):
                 raise conflict("vpc", f"subnet cidr {net} overlaps subnet {s['name']}",
                                "VPC.0205")
+        name = opt.get("name") or ""
+        if not NAME_RE.match(name):
+            raise bad_request("vpc", f"subnet name {name!r} is invalid (1-64 characters: "
+                              "letters, digits, '_', '-', '.')")
+        # CreateSubnetOption: primary_dns/secondary_dns/dnsList are empty unless given, and
+        # then the subnet "cannot use the cloud's private DNS" (SDK docstring): recorded,
+        # and a server in this subnet gets no name servers (metadata network_data.json)
+        dns = self._subnet_dns(opt)
         self._check_quota("vpc", "subnet")
-        s = {"id": new_id(), "name": opt.get("name") or "", "cidr": str(net),
+        s = {"id": new_id(), "name": name, "cidr": str(net),
+             "primary_dns": opt.get("primary_dns"), "secondary_dns": opt.get("secondary_dns"),
+             "dns_list": dns,
              "gateway_ip": str(gw), "vpc_id": vpc["id"], "status": "UNKNOWN",
              "availability_zone": opt.get("availability_zone") or "",
              "neutron_subnet_id": new_id(), "created_at": now_iso(),
              "ready_at": time.time() + self.settle_seconds}
         self.r["subnet"][s["id"]] = s
         return 200, {"subnet": self._subnet_view(s)}
+
+    def _subnet_dns(self, opt: dict[str, Any]) -> list[str]:
+        """The name servers a create/update subnet body gives: IPv4 addresses only, and
+        ``dnsList`` a superset of primary and secondary (CreateSubnetOption and
+        UpdateSubnetOption docstrings; vpc_subnet01_0004)."""
+        dns: list[str] = []
+        for ip in [opt.get("primary_dns"), opt.get("secondary_dns"),
+                   *(opt.get("dnsList") or [])]:
+            if ip is None:
+                continue
+            try:
+                if ipaddress.ip_address(ip).version != 4:
+                    raise ValueError
+            except ValueError:
+                raise bad_request("vpc", f"DNS server {ip!r} is not an IPv4 address") \
+                    from None
+            if ip not in dns:
+                dns.append(ip)
+        if opt.get("dnsList") and not {opt.get("primary_dns"), opt.get("secondary_dns")} \
+                - {None} <= set(opt["dnsList"]):
+            raise bad_request("vpc", "dnsList must contain primary_dns and secondary_dns")
+        return dns
+
+    def update_subnet(self, call: Call):
+        # "Updating Subnet Information" (vpc_subnet01_0004): PUT under the subnet's VPC;
+        # ``name`` is mandatory (1-64 of letters, digits, _ - .); the DNS fields as at
+        # create. Servers made afterwards get the new name servers (DHCP).
+        sid = call.params["subnet_id"]
+        s = self._get("subnet", sid, "vpc", "subnet")
+        if s["vpc_id"] != call.params["vpc_id"]:
+            raise not_found("vpc", "subnet", sid)
+        opt = self._body(call, "subnet")
+        name = opt.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise bad_request("vpc", f"subnet.name {name!r} is required (1-64 characters: "
+                              "letters, digits, '_', '-', '.')")
+        dns = self._subnet_dns(opt)
+        s["name"] = name
+        if dns:
+            s.update(primary_dns=opt.get("primary_dns") or dns[0],
+                     secondary_dns=opt.get("secondary_dns") or (
+                         dns[1] if len(dns) > 1 else None), dns_list=dns)
+        return 200, {"subnet": {"id": s["id"], "status": s["status"]}}
 
     def list_subnets(self, call: Call):
         items = list(self.r["subnet"].values())
@@ -658,6 +927,15 @@ class Cloud:
         size = bw.get("size") or 0
         if bw.get("share_type") not in ("PER", "WHOLE") or not 1 <= int(size) <= 2000:
             raise bad_request("eip", "bandwidth.share_type must be PER or WHOLE and size 1..2000")
+        # CreatePublicipBandwidthOption: a PER bandwidth needs its name (1-64 of letters,
+        # digits, '_', '-', '.'); charge_mode is bandwidth or traffic
+        if bw["share_type"] == "PER" and not NAME_RE.match(bw.get("name") or ""):
+            raise bad_request("eip", f"bandwidth.name {bw.get('name')!r} is required for a "
+                              "PER bandwidth (1-64 of letters, digits, '_', '-', '.')")
+        if bw.get("charge_mode") not in (None, "", "bandwidth", "traffic"):
+            raise bad_request("eip", "bandwidth.charge_mode must be bandwidth or traffic")
+        if pub.get("alias") is not None and not NAME_RE.match(pub["alias"]):
+            raise bad_request("eip", f"publicip.alias {pub['alias']!r} is invalid")
         e = self._new_eip(alias=pub.get("alias"), size=int(size), share_type=bw["share_type"],
                           bw_name=bw.get("name") or "", iptype=pub["type"])
         v = self._eip_view(e)
@@ -699,8 +977,12 @@ class Cloud:
         sub = self._get("subnet", opt.get("internal_network_id") or "-", "nat", "network")
         if sub["vpc_id"] != vpc["id"]:
             raise bad_request("nat", "internal_network_id is not a subnet of router_id")
-        if str(opt.get("spec")) not in ("1", "2", "3", "4"):
-            raise bad_request("nat", f"spec {opt.get('spec')!r} must be 1, 2, 3 or 4")
+        if str(opt.get("spec")) not in ("1", "2", "3", "4", "5"):
+            raise bad_request("nat", f"spec {opt.get('spec')!r} must be 1, 2, 3, 4 or 5")
+        # CreateNatGatewayOption.name: at most 64 of digits, letters, '_', '-' (no '.')
+        if not re.match(r"^[A-Za-z0-9_\-\u4e00-\u9fa5]{1,64}$", opt.get("name") or ""):
+            raise bad_request("nat", f"name {opt.get('name')!r} is invalid: at most 64 "
+                              "characters of digits, letters, '_', '-'")
         if any(n["router_id"] == vpc["id"] for n in self.r["nat"].values()):
             raise conflict("nat", f"VPC {vpc['id']} already has a NAT gateway.", "NAT.0009")
         self._check_quota("nat", "nat")
@@ -727,9 +1009,12 @@ class Cloud:
     def delete_nat_gateway(self, call: Call):
         nid = call.params["nat_gateway_id"]
         self._get("nat", nid, "nat", "nat gateway")
+        n = self.r["nat"][nid]
         if any(r["nat_gateway_id"] == nid for r in self.r["snat"].values()):
-            raise conflict("nat", "The NAT gateway still has SNAT rules.", "NAT.0013")
-        del self.r["nat"][nid]
+            raise conflict("nat", "The NAT gateway still has SNAT rules (deleting ones "
+                           "included).", "NAT.0013")
+        if n["status"] != "PENDING_DELETE":
+            n["status"], n["delete_at"] = "PENDING_DELETE", time.time() + self.delete_seconds
         return 204, None
 
     def _snat_view(self, r):
@@ -778,11 +1063,15 @@ class Cloud:
         r = self._get("snat", rid, "nat", "snat rule")
         if r["nat_gateway_id"] != call.params["nat_gateway_id"]:
             raise not_found("nat", "snat rule", rid)
-        del self.r["snat"][rid]
+        if r["status"] != "PENDING_DELETE":
+            r["status"], r["delete_at"] = "PENDING_DELETE", time.time() + self.delete_seconds
+        return 204, None
+
+    def _drop_snat(self, rid: str) -> None:
+        r = self.r["snat"].pop(rid)
         eip = self.r["publicip"].get(r["floating_ip_id"])
         if eip and not any(x["floating_ip_id"] == eip["id"] for x in self.r["snat"].values()):
             eip["status"] = "DOWN"
-        return 204, None
 
     # ============================================================== IMS ==================
     def list_images(self, call: Call):
@@ -798,10 +1087,19 @@ class Cloud:
             items = []
         if q.get("__imagetype") and q["__imagetype"] != "gold":
             items = []
-        key = q.get("sort_key") or "created_at"
-        if key not in ("created_at", "name", "id"):
-            raise bad_request("ims", f"sort_key {key!r} is not supported")
-        items.sort(key=lambda i: i[key], reverse=(q.get("sort_dir") or "desc") == "desc")
+        # ListImagesRequest.sort_key: name, container_format, disk_format, status, id or size;
+        # without it, by creation time (SDK docstring)
+        key = q.get("sort_key")
+        if key is not None and key not in ("name", "container_format", "disk_format",
+                                           "status", "id", "size"):
+            raise bad_request("ims", f"sort_key {key!r} is not supported (name, "
+                              "container_format, disk_format, status, id, size)")
+        if q.get("sort_dir") not in (None, "asc", "desc"):
+            raise bad_request("ims", "sort_dir must be asc or desc")
+        if key in ("container_format", "disk_format", "status", "size"):
+            key = None
+        items.sort(key=lambda i: i[key or "created_at"],
+                   reverse=(q.get("sort_dir") or "desc") == "desc")
         out = [{"id": i["id"], "name": i["name"], "status": "active", "visibility": "public",
                 "__platform": i["platform"], "__os_version": i["os_version"],
                 "__imagetype": "gold", "__os_type": "Linux", "__os_bit": "64",
@@ -824,7 +1122,8 @@ class Cloud:
     def create_keypair(self, call: Call):
         opt = self._body(call, "keypair")
         name = opt.get("name") or ""
-        if not re.match(r"^[A-Za-z0-9_-]{1,64}$", name):
+        # CreateKeypairAction.name: letters, digits, '_', '-', at most 255 bytes
+        if not re.match(r"^[A-Za-z0-9_-]{1,255}$", name):
             raise bad_request("kps", f"key pair name {name!r} is invalid")
         if any(k["name"] == name for k in self.r["keypair"].values()):
             raise conflict("kps", f"A key pair named {name} already exists.", "KPS.0003")
@@ -934,13 +1233,64 @@ class Cloud:
             "maxServerGroups": 10, "maxServerGroupMembers": 16, "totalServerGroupsUsed": 0}}
 
     def create_post_paid_servers(self, call: Call):
+        # "Idempotent Requests" (ECS API reference): the token is an 8-4-4-4-12 lower-case
+        # UUID (Ecs.0123 otherwise); the same token with the same parameters returns the
+        # first request's result (the same job and servers, nothing new is made); with
+        # other parameters it is Ecs.0122; a token is valid for 8 hours, then Ecs.0124
+        # (the zh-cn page: "幂等标识具有时效性(8小时)…返回Ecs.0124错误码")
         token = call.headers.get("x-client-token")
-        if token and token in self.client_tokens:
-            return 200, self.client_tokens[token]
+        digest = hashlib.sha256(json.dumps(call.body, sort_keys=True).encode()).hexdigest()
+        if token is not None:
+            if not UUID_RE.match(token):
+                raise bad_request("ecs", f"X-Client-Token {token!r} is not a UUID in the "
+                                  "format xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx", "Ecs.0123")
+            if token in self.client_tokens:
+                seen_digest, answer, at = self.client_tokens[token]
+                if time.time() - at > self.token_ttl:
+                    raise bad_request("ecs", f"X-Client-Token {token} has expired (an "
+                                      "idempotency identifier is valid for "
+                                      f"{self.token_ttl / 3600:g} hours)", "Ecs.0124")
+                if seen_digest != digest:
+                    raise bad_request("ecs", f"X-Client-Token {token} was already used with "
+                                      "different request parameters", "Ecs.0122")
+                return 200, answer
         spec = self._body(call, "server")
         count = spec.get("count", 1)
-        if not isinstance(count, int) or not 1 <= count <= 500:
-            raise bad_request("ecs", f"count {count!r} must be 1..500")
+        if not isinstance(count, int) or not 1 <= count <= MAX_CREATE_COUNT:
+            raise bad_request("ecs", f"count {count!r} is invalid: one request creates 1 to "
+                              f"{MAX_CREATE_COUNT} servers")
+        base = spec.get("name") or ""
+        most = 59 if count > 1 else 64
+        if not SERVER_NAME_RE.match(base) or len(base) > most:
+            raise bad_request("ecs", f"name {base!r} is invalid: 1-{most} characters of "
+                              "letters, digits, '_', '-', '.'" + (
+                                  " (59 when count > 1)" if count > 1 else ""))
+        metadata = spec.get("metadata") or {}
+        if len(metadata) > MAX_METADATA or not all(
+                METADATA_KEY_RE.match(str(k)) and len(str(v)) <= 255
+                for k, v in metadata.items()):
+            raise bad_request("ecs", f"metadata is invalid: at most {MAX_METADATA} pairs, keys "
+                              "of 1-255 of A-Z a-z 0-9 - _ : ., values of at most 255")
+        root = spec.get("root_volume")
+        if not isinstance(root, dict) or root.get("volumetype") not in VOLUME_TYPES:
+            raise bad_request("ecs", f"root_volume.volumetype is required, one of "
+                              f"{', '.join(sorted(VOLUME_TYPES))}")
+        if root.get("size") is not None and not 1 <= int(root["size"]) <= 1024:
+            raise bad_request("ecs", f"root_volume.size {root['size']} must be 1..1024 GB")
+        eip_req = (spec.get("publicip") or {}).get("eip")
+        if eip_req:
+            bw = eip_req.get("bandwidth") or {}
+            if eip_req.get("iptype") not in ("5_bgp", "5_sbgp"):
+                raise bad_request("ecs", f"publicip.eip.iptype {eip_req.get('iptype')!r} is "
+                                  "not offered in this region (5_bgp, 5_sbgp)")
+            if bw.get("sharetype") not in ("PER", "WHOLE"):
+                raise bad_request("ecs", "publicip.eip.bandwidth.sharetype must be PER or "
+                                  "WHOLE")
+            if bw.get("sharetype") == "PER" and not 1 <= int(bw.get("size") or 0) <= 2000:
+                raise bad_request("ecs", "publicip.eip.bandwidth.size must be 1..2000 Mbit/s")
+            if bw.get("chargemode") not in (None, "", "traffic"):
+                raise bad_request("ecs", f"publicip.eip.bandwidth.chargemode "
+                                  f"{bw.get('chargemode')!r} must be empty or 'traffic'")
         fid = spec.get("flavorRef")
         flavor = self._flavor(fid or "")
         if flavor is None:
@@ -949,14 +1299,19 @@ class Cloud:
         if zone not in self.zones:
             raise bad_request("ecs", f"availability_zone {zone} does not exist", "Ecs.0019")
         if (fid, zone) in self.sold_out:
-            raise ApiError(400, "Ecs.0039", f"Flavor {fid} is sold out in {zone}.", "ecs")
+            raise ApiError(400, CAPACITY_CODE, f"The capacity of flavor {fid} in {zone} is "
+                           "insufficient (sold out).", "ecs")
         if (fid, zone) in self.full_hosts:
-            raise ApiError(400, "Ecs.0039", f"Flavor {fid} is sold out in {zone}: "
-                           "insufficient capacity.", "ecs")
+            raise ApiError(400, CAPACITY_CODE, f"The capacity of flavor {fid} in {zone} is "
+                           "insufficient.", "ecs")
         image = next((i for i in self.images if i["id"] == spec.get("imageRef")), None)
         if image is None:
             raise bad_request("ecs", f"imageRef {spec.get('imageRef')!r} does not exist",
                               "Ecs.0004")
+        family = (fid or "").split(".")[0]
+        if (image["name"], family) in self.image_flavor_refusals:
+            raise ApiError(400, "Ecs.0007", f"The image {image['name']} cannot be used with "
+                           f"flavor {fid}: adjust the flavor or the image type.", "ecs")
         vpc = self._get("vpc", spec.get("vpcid") or "-", "ecs", "vpc")
         nics = spec.get("nics") or []
         if len(nics) != 1:
@@ -964,24 +1319,29 @@ class Cloud:
         sub = self._get("subnet", nics[0].get("subnet_id") or "-", "ecs", "subnet")
         if sub["vpc_id"] != vpc["id"]:
             raise bad_request("ecs", "the nic's subnet is not in vpcid", "Ecs.0011")
+        if self._subnet_room(sub) < count:
+            raise ApiError(400, "Ecs.0012", f"The subnet {sub['name'] or sub['id']} does not "
+                           f"contain enough IP addresses for {count} server(s) "
+                           f"({max(self._subnet_room(sub), 0)} left).", "ecs")
         sgs = [g.get("id") for g in spec.get("security_groups") or []]
         for g in sgs:
             self._get("security_group", g or "-", "ecs", "security group")
         if spec.get("key_name") and spec["key_name"] not in self.r["keypair"]:
             raise bad_request("ecs", f"key pair {spec['key_name']} does not exist", "Ecs.0314")
-        metadata = dict(spec.get("metadata") or {})
+        metadata = dict(metadata)
         agency = metadata.get("agency_name")
         if agency and not any(a["name"] == agency for a in self.r["agency"].values()):
             raise bad_request("ecs", f"agency {agency} does not exist", "Ecs.0051")
         tags = spec.get("server_tags") or []
-        self._check_tags(tags)
+        self._check_create_tags(tags)
+        # PostPaidServer.user_data: base64; at most 32 KB *before* encoding
         user_data = spec.get("user_data") or ""
-        if len(user_data) > MAX_USER_DATA:
-            raise bad_request("ecs", "user_data is longer than 32 KB", "Ecs.0014")
         try:
             script = base64.b64decode(user_data, validate=True) if user_data else b""
         except ValueError:
             raise bad_request("ecs", "user_data is not base64", "Ecs.0014") from None
+        if len(script) > MAX_USER_DATA:
+            raise bad_request("ecs", "user_data is longer than 32 KB", "Ecs.0014")
         ext = spec.get("extendparam") or {}
         spot = ext.get("marketType") == "spot"
         eip_spec = (spec.get("publicip") or {}).get("eip")
@@ -998,7 +1358,6 @@ class Cloud:
             fail_idx = set(range(count // 2 if count > 1 else 1))
         error_idx = set(range(count)) if "server_error" in faults else set()
 
-        base = spec.get("name") or "server"
         job_id = uuid.uuid4().hex
         ids, subs = [], []
         for i in range(count):
@@ -1007,7 +1366,7 @@ class Cloud:
                 f"{base}-{i + 1:04d}")
             if i in fail_idx:
                 subs.append({"server_id": sid, "failed": True, "status": "FAIL",
-                             "job_id": uuid.uuid4().hex, "error_code": "Ecs.0010",
+                             "job_id": uuid.uuid4().hex, "error_code": CAPACITY_CODE,
                              "fail_reason": "EcsCapacityInsufficient: the host pool has no "
                                             f"free capacity for {fid} in {zone}"})
                 ids.append(sid)
@@ -1016,11 +1375,13 @@ class Cloud:
                 "id": sid, "name": name, "status": "BUILD", "flavor": fid, "vcpus": vcpus,
                 "ram": ram, "image": image["id"], "zone": zone, "vpc_id": vpc["id"],
                 "subnet_id": sub["id"], "security_groups": sgs,
+                "dns_servers": list(sub["dns_list"]),
                 "key_name": spec.get("key_name"), "metadata": metadata,
                 "tags": {t["key"]: t.get("value", "") for t in tags},
                 "user_data": user_data, "script": script.decode("utf-8", "replace"),
-                "private_ip": self._alloc_private(), "port_id": new_id(),
+                "private_ip": self._alloc_private(sub), "port_id": new_id(),
                 "created_at": now_iso(), "ready_at": time.time() + self.boot_seconds,
+                "listed_at": time.time() + self.list_lag,
                 "spot": spot, "eip_id": None,
                 "fail_as": "the hypervisor reported an error while building the server"
                 if i in error_idx else None,
@@ -1045,8 +1406,25 @@ class Cloud:
                                  "begin_time": now_iso(), "sub_jobs": subs}
         answer = {"job_id": job_id, "serverIds": ids}
         if token:
-            self.client_tokens[token] = answer
+            self.client_tokens[token] = (digest, answer, time.time())
         return 200, answer
+
+    def _check_create_tags(self, tags: list[dict[str, Any]]) -> None:
+        seen: set[str] = set()
+        for t in tags:
+            key, value = str(t.get("key") or ""), str(t.get("value") or "")
+            if not 1 <= len(key) <= 36 or CREATE_TAG_KEY_BAD.search(key):
+                raise bad_request("ecs", f"server_tags key {key!r} is invalid (1-36 "
+                                  "characters, none of = * < > \\ , | /)")
+            if len(value) > 43 or CREATE_TAG_VALUE_BAD.search(value):
+                raise bad_request("ecs", f"server_tags value {value!r} of {key} is invalid "
+                                  "(0-43 characters, none of = * < > \\ , |)")
+            if key in seen:
+                raise bad_request("ecs", f"server_tags key {key} is given twice")
+            seen.add(key)
+        if len(tags) > MAX_TAGS:
+            raise bad_request("ecs", f"a server can have at most {MAX_TAGS} tags "
+                              f"({len(tags)} asked)")
 
     def _check_tags(self, tags: list[dict[str, Any]], existing: dict[str, str] | None = None):
         merged = dict(existing or {})
@@ -1100,7 +1478,8 @@ class Cloud:
             "metadata": s["metadata"], "tags": [f"{k}={v}" for k, v in s["tags"].items()],
             "OS-EXT-STS:vm_state": vm_state,
             "OS-EXT-STS:power_state": {"ACTIVE": 1, "SHUTOFF": 4}.get(s["status"], 0),
-            "OS-EXT-STS:task_state": "spawning" if s["status"] == "BUILD" else None,
+            "OS-EXT-STS:task_state": "deleting" if s.get("deleting_until") else
+            "spawning" if s["status"] == "BUILD" else None,
             "OS-SRV-USG:launched_at": s.get("launched_at") or "",
             "OS-EXT-SRV-ATTR:user_data": s["user_data"],
             "fault": s.get("fault"), "progress": 100 if s["status"] == "ACTIVE" else 0,
@@ -1114,15 +1493,21 @@ class Cloud:
 
     def list_servers_details(self, call: Call):
         q = call.query
-        items = self._visible_servers()
+        now = time.time()
+        items = [s for s in self._visible_servers()
+                 if now >= s.get("listed_at", 0)]
+        # ListServersDetailsRequest.tags: "servers whose tag field *contains* this value".
+        # The stricter reading: a substring match against each "key=value", so
+        # tags=cloudtik-cluster-name=ana also finds the servers of cluster "analysis";
+        # the provider must check tags exactly itself.
         if q.get("tags"):
-            want = [t for t in q["tags"].split(",") if t]
+            want = q["tags"]
             items = [s for s in items
-                     if all(w in {f"{k}={v}" for k, v in s["tags"].items()} or
-                            ("=" not in w and w in s["tags"]) for w in want)]
+                     if any(want in f"{k}={v}" for k, v in s["tags"].items())]
         if q.get("not-tags"):
-            nots = [t for t in q["not-tags"].split(",") if t]
-            items = [s for s in items if not any(n in s["tags"] for n in nots)]
+            nots = q["not-tags"]
+            items = [s for s in items
+                     if not any(nots in f"{k}={v}" for k, v in s["tags"].items())]
         if q.get("name"):
             items = [s for s in items if re.search(q["name"], s["name"])]
         if q.get("status"):
@@ -1136,11 +1521,27 @@ class Cloud:
             offset = int(q.get("offset") or 1)
         except ValueError:
             raise bad_request("ecs", "limit and offset must be numbers") from None
-        if not 1 <= limit <= 1000 or offset < 0:
-            raise bad_request("ecs", "limit must be 1..1000 and offset >= 0")
+        if not 1 <= limit <= MAX_LIST_LIMIT or offset < 0:
+            raise bad_request("ecs", f"limit must be 1..{MAX_LIST_LIMIT} and offset >= 0")
         start = (max(offset, 1) - 1) * limit
         return 200, {"count": len(items),
                      "servers": [self._server_view(s) for s in items[start:start + limit]]}
+
+    def show_server_console_output(self, call: Call):
+        """The last ``length`` lines of the server's console (cloud-init's output), as
+        ``GET /v1/{project_id}/cloudservers/{server_id}/console-output`` answers
+        (huaweicloudsdkecs ShowServerConsoleOutputRequest/Response: ``{"output": str}``)."""
+        s = self.r["server"].get(call.params["server_id"])
+        if s is None or s["status"] == "DELETED":
+            raise not_found("ecs", "Instance", call.params["server_id"])
+        try:
+            length = int(call.query.get("length") or 50)
+        except ValueError:
+            raise bad_request("ecs", "length must be an integer") from None
+        reader = self.console_reader
+        text = reader(s["id"]) if reader is not None else ""
+        lines = text.splitlines()
+        return 200, {"output": "\n".join(lines[-length:] if length > 0 else lines)}
 
     def show_server(self, call: Call):
         s = self.r["server"].get(call.params["server_id"])
@@ -1151,28 +1552,42 @@ class Cloud:
     def delete_servers(self, call: Call):
         body = self._body(call)
         ids = [x.get("id") for x in body.get("servers") or []]
-        if not ids or len(ids) > 1000:
-            raise bad_request("ecs", "servers must list 1..1000 servers")
+        if not ids or len(ids) > MAX_DELETE:
+            raise bad_request("ecs", f"servers must list 1..{MAX_DELETE} servers")
         gone = []
+        until = time.time() + (self.delete_seconds if self.server_delete_seconds is None
+                               else self.server_delete_seconds)
         for sid in ids:
             s = self.r["server"].get(sid or "")
             if s is None or s["status"] == "DELETED":
                 continue
-            s["status"] = "DELETED"
-            gone.append(sid)
-            self._free_private.append(s["private_ip"])
-            eip = self.r["publicip"].get(s.get("eip_id") or "")
-            if eip:
-                if body.get("delete_publicip") or eip.get("delete_on_termination"):
-                    del self.r["publicip"][eip["id"]]
-                    self._free_public.append(eip["address"])
-                else:
-                    eip.update(server_id=None, status="DOWN", port_id=None, private_ip=None)
+            if not s.get("deleting_until"):
+                s["deleting_until"] = until
+                s["delete_publicip"] = body.get("delete_publicip")
+                gone.append(sid)  # its processes stop now; its port goes when the job ends
         job_id = uuid.uuid4().hex
         self.r["job"][job_id] = {"id": job_id, "type": "deleteServers", "status": "RUNNING",
                                  "begin_time": now_iso(), "sub_jobs": [],
-                                 "ready_at": time.time() + self.settle_seconds}
+                                 "ready_at": max([until] + [
+                                     self.r["server"][i]["deleting_until"] for i in ids
+                                     if i in self.r["server"]
+                                     and self.r["server"][i].get("deleting_until")])}
         return 200, {"job_id": job_id, "_stopped": gone}
+
+    def _finish_delete(self, s: dict[str, Any]) -> None:
+        s["status"] = "DELETED"
+        if not self.subnet_ips:  # realistic mode hands out addresses per subnet
+            self._free_private.append(s["private_ip"])
+        eip = self.r["publicip"].get(s.get("eip_id") or "")
+        if eip:
+            # delete_publicip true deletes; unset leaves it to delete_on_termination
+            # (ecs_02_0103, Deleting ECSs)
+            drop = s.get("delete_publicip")
+            if drop or (drop is None and eip.get("delete_on_termination")):
+                del self.r["publicip"][eip["id"]]
+                self._free_public.append(eip["address"])
+            else:
+                eip.update(server_id=None, status="DOWN", port_id=None, private_ip=None)
 
     def batch_create_server_tags(self, call: Call):
         s = self.r["server"].get(call.params["server_id"])
@@ -1193,6 +1608,66 @@ class Cloud:
 
     batch_delete_server_tags = batch_create_server_tags
 
+    # ============================================================== TMS ==================
+    def _tms_batch(self, call: Call) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """TMS batch-create/-delete ("Creating Tags in Batches",
+        https://support.huaweicloud.com/intl/en-us/api-tms/CreateResourceTag.html): at most 50
+        resources a call, at most 10 tags a resource, keys 1-36 of A-Z a-z 0-9 - _, values
+        0-43 of those and '.'.  Only ECS servers are emulated (resource_type "ecs"), and
+        project_id is required for them (a regional service)."""
+        body = self._body(call)
+        resources = body.get("resources") or []
+        tags = body.get("tags") or []
+        if not 1 <= len(resources) <= 50:
+            raise bad_request("tms", f"resources must list 1..50 resources "
+                              f"({len(resources)} given)", "TMS.0001")
+        if not 1 <= len(tags) <= 10:
+            raise bad_request("tms", f"tags must list 1..10 tags ({len(tags)} given)",
+                              "TMS.0001")
+        if body.get("project_id") != self.project_id:
+            raise bad_request("tms", "project_id is required for regional resources (ecs) "
+                              "and must be the caller's", "TMS.0001")
+        for r in resources:
+            if r.get("resource_type") != "ecs":
+                raise bad_request("tms", f"resource_type {r.get('resource_type')!r} is not "
+                                  "supported here (ecs)", "TMS.0001")
+        for t in tags:
+            key, value = t.get("key") or "", t.get("value")
+            if not TAG_KEY_RE.match(key) or (value is not None and not TAG_VALUE_RE.match(
+                    str(value))):
+                raise bad_request("tms", f"tag {key!r}={value!r} is invalid (keys 1-36 of "
+                                  "A-Z a-z 0-9 - _, values 0-43 of those and '.')",
+                                  "TMS.0001")
+        return resources, tags
+
+    def create_resource_tag(self, call: Call):
+        resources, tags = self._tms_batch(call)
+        failed = []
+        for r in resources:
+            s = self.r["server"].get(r.get("resource_id") or "")
+            if s is None or s["status"] == "DELETED":
+                failed.append({"resource_id": r.get("resource_id"), "resource_type": "ecs",
+                               "error_code": "TMS.0005",
+                               "error_msg": "The resource does not exist."})
+                continue
+            merged = {**s["tags"], **{t["key"]: t.get("value") or "" for t in tags}}
+            if len(merged) > MAX_TAGS:
+                failed.append({"resource_id": s["id"], "resource_type": "ecs",
+                               "error_code": "TMS.0006",
+                               "error_msg": f"A resource has at most {MAX_TAGS} tags."})
+                continue
+            s["tags"] = merged
+        return 200, {"failed_resources": failed}
+
+    def delete_resource_tag(self, call: Call):
+        resources, tags = self._tms_batch(call)
+        for r in resources:
+            s = self.r["server"].get(r.get("resource_id") or "")
+            if s is not None:
+                for t in tags:
+                    s["tags"].pop(t["key"], None)
+        return 200, {"failed_resources": []}
+
     # ============================================================== OBS ==================
     def obs_list_buckets(self, call: Call):
         items = "".join(
@@ -1205,7 +1680,11 @@ class Cloud:
                      "</ListAllMyBucketsResult>")
 
     def obs_create_bucket(self, call: Call, bucket: str):
-        if not BUCKET_RE.match(bucket) or ".." in bucket:
+        # OBS bucket names: 3-63 of lowercase letters, digits, '-', '.'; starting and ending
+        # with a letter or digit; no "..", ".-" or "-."; not an IP address
+        # (https://support.huaweicloud.com/intl/en-us/sdk-android-devg-obs/obs_26_0108.html)
+        if not BUCKET_RE.match(bucket) or any(x in bucket for x in ("..", ".-", "-.")) or \
+                re.match(r"^\d+\.\d+\.\d+\.\d+$", bucket):
             raise ApiError(400, "InvalidBucketName", f"The bucket name {bucket} is invalid.",
                            "obs")
         if bucket in self.r["bucket"]:
@@ -1248,6 +1727,14 @@ class Cloud:
         b["objects"][key] = call.body if isinstance(call.body, bytes) else b""
         return 200, None
 
+    def obs_get_object(self, call: Call, bucket: str, key: str):
+        b = self.r["bucket"].get(bucket)
+        if b is None:
+            raise ApiError(404, "NoSuchBucket", "The specified bucket does not exist", "obs")
+        if key not in b["objects"]:
+            raise ApiError(404, "NoSuchKey", "The specified key does not exist.", "obs")
+        return 200, b["objects"][key]
+
     def obs_delete_object(self, call: Call, bucket: str, key: str):
         b = self.r["bucket"].get(bucket)
         if b is None:
@@ -1259,11 +1746,30 @@ class Cloud:
         b = self.r["bucket"].get(bucket)
         if b is None:
             raise ApiError(404, "NoSuchBucket", "The specified bucket does not exist", "obs")
-        contents = "".join(f"<Contents><Key>{k}</Key><Size>{len(v)}</Size></Contents>"
-                           for k, v in sorted(b["objects"].items()))
+        # "Listing Objects in a Bucket" (OBS API, obs_04_0022): lexicographic order, keys
+        # after ``marker`` that start with ``prefix``, at most ``max-keys`` (1..1000; more
+        # is taken as 1000), and NextMarker (the last key returned) when truncated
+        q = call.query or {}
+        prefix, marker = q.get("prefix") or "", q.get("marker") or ""
+        try:
+            most = int(q.get("max-keys") or 1000)
+        except ValueError:
+            most = 0
+        if most < 1:
+            raise ApiError(400, "InvalidArgument", f"max-keys {q.get('max-keys')!r} is "
+                           "invalid (1 to 1000)", "obs")
+        most = min(most, 1000)
+        keys = [k for k in sorted(b["objects"]) if k.startswith(prefix) and k > marker]
+        page, more = keys[:most], len(keys) > most
+        esc = html.escape
+        contents = "".join(f"<Contents><Key>{esc(k)}</Key><Size>{len(b['objects'][k])}"
+                           "</Size></Contents>" for k in page)
         return 200, ("<?xml version='1.0' encoding='UTF-8'?><ListBucketResult><Name>"
-                     f"{bucket}</Name><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
-                     f"{contents}</ListBucketResult>")
+                     f"{bucket}</Name><Prefix>{esc(prefix)}</Prefix><Marker>{esc(marker)}"
+                     f"</Marker><MaxKeys>{most}</MaxKeys>"
+                     f"<IsTruncated>{'true' if more else 'false'}</IsTruncated>"
+                     + (f"<NextMarker>{esc(page[-1])}</NextMarker>" if more else "")
+                     + f"{contents}</ListBucketResult>")
 
     # ============================================================== views ================
     def summary(self) -> dict[str, Any]:
@@ -1273,13 +1779,15 @@ class Cloud:
                         "tags": dict(s["tags"]), "private_ip": s["private_ip"],
                         "flavor": s["flavor"], "zone": s["zone"], "spot": s["spot"],
                         "key_name": s.get("key_name"), "metadata": dict(s["metadata"]),
-                        "user_data": s["user_data"]}
+                        "user_data": s["user_data"],
+                        "dns_servers": list(s.get("dns_servers") or [])}
                        for s in self._visible_servers()]
             return {
                 "servers": servers,
                 "vpcs": [{"id": v["id"], "name": v["name"], "cidr": v["cidr"]}
                          for v in self.r["vpc"].values()],
-                "subnets": [{"id": s["id"], "name": s["name"], "vpc_id": s["vpc_id"]}
+                "subnets": [{"id": s["id"], "name": s["name"], "vpc_id": s["vpc_id"],
+                             "dns_servers": list(s["dns_list"])}
                             for s in self.r["subnet"].values()],
                 "security_groups": [{"id": g["id"], "name": g["name"]}
                                     for g in self.r["security_group"].values()],
@@ -1292,8 +1800,14 @@ class Cloud:
                                for r in self.r["snat"].values()],
                 "peerings": [{"id": p["id"], "name": p["name"]}
                              for p in self.r["peering"].values()],
-                "agencies": [{"id": a["id"], "name": a["name"]}
+                "agencies": [{"id": a["id"], "name": a["name"], "roles": sorted(
+                    [r["display_name"] for r in self.roles
+                     if (a["id"], r["id"]) in self.role_grants]
+                    + [p["display_name"] for p in self.r["policy"].values()
+                       if (a["id"], p["id"]) in self.role_grants])}
                              for a in self.r["agency"].values()],
+                "policies": [{"id": p["id"], "name": p["display_name"],
+                              "policy": p["policy"]} for p in self.r["policy"].values()],
                 "keypairs": [{"name": k["name"]} for k in self.r["keypair"].values()],
                 "buckets": [{"name": b["name"], "objects": len(b["objects"])}
                             for b in self.r["bucket"].values()],
@@ -1310,10 +1824,27 @@ class Cloud:
                 self.boot_seconds = float(options["boot_seconds"])
             if "settle_seconds" in options:
                 self.settle_seconds = float(options["settle_seconds"])
+            if "delete_seconds" in options:
+                self.delete_seconds = float(options["delete_seconds"])
+            if "server_delete_seconds" in options:
+                v = options["server_delete_seconds"]
+                self.server_delete_seconds = None if v is None else float(v)
+            if "list_lag" in options:
+                self.list_lag = float(options["list_lag"])
+            if "token_ttl" in options:
+                self.token_ttl = float(options["token_ttl"])
             if "sold_out" in options:
                 self.sold_out = {tuple(x) for x in options["sold_out"]}
             if "full_hosts" in options:
                 self.full_hosts = {tuple(x) for x in options["full_hosts"]}
+            if "credential_seconds" in options:  # agency credentials' lifetime
+                v = float(options["credential_seconds"])
+                if not 1 <= v <= 86400:
+                    raise ValueError(f"credential_seconds {v}: use 1 to 86400")
+                self.credential_seconds = v
+            if "image_flavor_refusals" in options:
+                self.image_flavor_refusals = {tuple(x)
+                                              for x in options["image_flavor_refusals"]}
 
 
 def dumps(data: Any) -> bytes:

@@ -49,9 +49,9 @@ class EmulatorControl:
         self._call("DELETE", "requests")
 
     def inject(self, action: str, kind: str, times: int = 1, after: int = 0,
-               status: int = 500) -> None:
+               status: int = 500, delay: float = 0.0) -> None:
         self._call("POST", "faults", {"action": action, "kind": kind, "times": times,
-                                      "after": after, "status": status})
+                                      "after": after, "status": status, "delay": delay})
 
     def faults(self) -> list[dict[str, Any]]:
         return self._call("GET", "faults")["faults"]
@@ -75,7 +75,7 @@ class EmulatorControl:
         out: dict[str, list[str]] = {}
         for kind in ("servers", "vpcs", "subnets", "security_groups", "publicips",
                      "nat_gateways", "snat_rules", "peerings", "agencies", "keypairs",
-                     "buckets"):
+                     "buckets", "policies"):
             names = [r.get("name") or r.get("alias") or r.get("id") or "" for r in state[kind]]
             if prefix:
                 names = [n for n in names if prefix in (n or "")]

@@ -19,10 +19,14 @@ _STYLES = {
     "nat": "error_code",  # {"error_code": "NAT.0001", "error_msg": "..."}
     "ims": "error_code",
     "kps": "error_code",
+    "tms": "error_code",
     "apigw": "error_code",
 }
 
-THROTTLED = ("APIGW.0308", "The throttling threshold has been reached: policy user over "
+# the API gateway's throttling answer: HTTP 429 "APIG.0308" (Huawei Cloud FAQ "How Do I
+# Handle the Error APIG.0308?", support.huaweicloud.com/intl/en-us/oce_faq/
+# en-us_topic_0000001887959462.html)
+THROTTLED = ("APIG.0308", "The throttling threshold has been reached: policy user over "
              "ratelimit, limit:20, time:1 second")
 BAD_SIGNATURE = "APIGW.0301"
 
@@ -56,13 +60,16 @@ def not_found(service: str, what: str, ident: str) -> ApiError:
 
 def quota_exceeded(service: str, resource: str, limit: int, used: int, asked: int) -> ApiError:
     """What a service says when a create would go over the tenant's quota."""
-    codes = {"ecs": "Ecs.0213", "vpc": "VPC.0106", "eip": "VPC.0513", "nat": "NAT.0024",
+    # ECS: "Ecs.0001 Insufficient ECS quota", HTTP 400 (ECS API reference, Error Codes,
+    # https://support.huaweicloud.com/intl/en-us/api-ecs/ecs_07_0002.html)
+    codes = {"ecs": "Ecs.0001", "vpc": "VPC.0106", "eip": "VPC.0513", "nat": "NAT.0024",
              "iam": "1109", "kps": "KPS.0004"}
     return ApiError(
-        403 if service == "ecs" else 400 if service != "iam" else 409,
+        400 if service != "iam" else 409,
         codes.get(service, "Common.0403"),
-        f"Quota exceeded for resource '{resource}': limit {limit}, used {used}, "
-        f"requested {asked}.",
+        ("Insufficient ECS quota. Contact customer service to increase quota. " if
+         service == "ecs" else "") + f"Quota exceeded for resource '{resource}': limit "
+        f"{limit}, used {used}, requested {asked}.",
         service,
     )
 

@@ -87,12 +87,24 @@ class Machines:
             "TMPDIR": str(node_dir / "tmp"),
             "CLOUDTIK_NODE_DIR": str(node_dir),
             "CLOUDTIK_METADATA_URL": f"{self.metadata_base}/{server_id}",
+            # the emulated OBS answers for its own domain through the emulator (a proxy)
+            "CLOUDTIK_OBS_PROXY": self.metadata_base.rsplit("/_emulator", 1)[0],
+            # stands for /run (a tmpfs on a real server): where the node keeps its TLS key
+            "CLOUDTIK_RUNTIME_DIR": str(node_dir / "run"),
             "CLOUDTIK_EMULATED_SERVER": server_id,
             "CLOUDTIK_EMULATOR_ID": self.emulator_id,
         }
 
-    def boot(self, server: dict[str, Any]) -> str:
-        """Run the server's user data; returns what happened, for the console log."""
+    def boot(self, server: dict[str, Any], prefix: list[str] | None = None,
+             env: dict[str, str] | None = None,
+             script_at: tuple[Path, list[str]] | None = None) -> str:
+        """Run the server's user data; returns what happened, for the console log.
+
+        ``prefix`` runs it elsewhere (realistic mode: ``ip netns exec NS``, which execs, so
+        the process group is still the server's) and ``env`` overrides the environment
+        (there: the metadata service at 169.254.169.254 and the VPC's OBS endpoint);
+        ``script_at`` is (where to write the user data, the command that runs it) when
+        the server has a root of its own (the stock image)."""
         sid = server["id"]
         node_dir = self.server_dir(sid)
         (node_dir / "tmp").mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -103,18 +115,27 @@ class Machines:
                     "user data is not a script (#!...); the emulator runs scripts only")
             console.write_text(note + "\n")
             return note
-        path = node_dir / "user-data"
+        path, run = script_at or (node_dir / "user-data", [str(node_dir / "user-data")])
         path.write_text(script)
         path.chmod(0o700)
         with open(console, "ab") as log:
             proc = subprocess.Popen(
-                [str(path)], cwd=node_dir, env=self.environment(sid, node_dir),
+                [*(prefix or []), *run], cwd=node_dir,
+                env={**self.environment(sid, node_dir), **(env or {})},
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True,
             )
         with self.lock:
             self.procs[sid] = proc
         return f"user data started (pid {proc.pid})"
+
+    def console_output(self, server_id: str) -> str:
+        """What the server printed to its console: the user data's output (cloud-init
+        copies it there on a real image), and the emulator's boot notes."""
+        try:
+            return (self.server_dir(server_id) / "console.log").read_text(errors="replace")
+        except OSError:
+            return ""
 
     def alive(self, server_id: str) -> bool:
         with self.lock:

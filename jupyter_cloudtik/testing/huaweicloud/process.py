@@ -62,14 +62,18 @@ class EmulatorProcess:
         return self.processes()
 
 
-def start_emulator(root: Path, *, boot_seconds: float = 0.1,
-                   timeout: float = 30) -> EmulatorProcess:
+def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = False,
+                   timeout: float = 30, realistic: bool = False,
+                   image: str | None = None) -> EmulatorProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
     env["HOME"] = str(root)
     with open(root / "emulator.log", "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
-             "--boot-seconds", str(boot_seconds)], stdout=log, stderr=subprocess.STDOUT,
+             "--boot-seconds", str(boot_seconds), *(["--no-boot"] if no_boot else []),
+             *(["--realistic"] if realistic else []),
+             *(["--image", image] if image else [])],
+            stdout=log, stderr=subprocess.STDOUT,
             env=env)
     deadline = time.monotonic() + timeout
     while not (root / "emulator.json").exists():

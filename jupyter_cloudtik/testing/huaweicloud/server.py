@@ -30,13 +30,14 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, unquote, urlsplit
 
 import tornado.httpserver
 import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
+from .agency_credentials import check_temporary_credential, issue_temporary_credential
 from .cloud import Call, Cloud, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded
 from .machines import Machines, _group_members, reap_children
@@ -55,6 +56,8 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("POST", "/v1/{project_id}/cloudservers/{server_id}/tags/action",
      "batch_create_server_tags", "ecs"),
     ("GET", "/v1/{project_id}/cloudservers/{server_id}", "show_server", "ecs"),
+    ("GET", "/v1/{project_id}/cloudservers/{server_id}/console-output",
+     "show_server_console_output", "ecs"),
     ("GET", "/v2.1/{project_id}/os-availability-zone", "nova_list_availability_zones", "ecs"),
     ("GET", "/v1/{project_id}/availability-zones", "list_server_az_info", "ecs"),
     ("POST", "/v1/{project_id}/vpcs", "create_vpc", "vpc"),
@@ -64,6 +67,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("POST", "/v1/{project_id}/subnets", "create_subnet", "vpc"),
     ("GET", "/v1/{project_id}/subnets", "list_subnets", "vpc"),
     ("GET", "/v1/{project_id}/subnets/{subnet_id}", "show_subnet", "vpc"),
+    ("PUT", "/v1/{project_id}/vpcs/{vpc_id}/subnets/{subnet_id}", "update_subnet", "vpc"),
     ("DELETE", "/v1/{project_id}/vpcs/{vpc_id}/subnets/{subnet_id}", "delete_subnet", "vpc"),
     ("POST", "/v1/{project_id}/security-groups", "create_security_group", "vpc"),
     ("GET", "/v1/{project_id}/security-groups", "list_security_groups", "vpc"),
@@ -99,15 +103,24 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("DELETE", "/v3.0/OS-AGENCY/agencies/{agency_id}", "delete_agency", "iam"),
     ("PUT", "/v3.0/OS-INHERIT/domains/{domain_id}/agencies/{agency_id}/roles/{role_id}"
             "/inherited_to_projects", "associate_agency_with_all_projects_permission", "iam"),
+    ("POST", "/v3.0/OS-ROLE/roles", "create_cloud_service_custom_policy", "iam"),
+    ("GET", "/v3.0/OS-ROLE/roles", "list_custom_policies", "iam"),
+    ("DELETE", "/v3.0/OS-ROLE/roles/{role_id}", "delete_custom_policy", "iam"),
     ("GET", "/v2/cloudimages", "list_images", "ims"),
+    ("POST", "/v1.0/resource-tags/batch-create", "create_resource_tag", "tms"),
+    ("POST", "/v1.0/resource-tags/batch-delete", "delete_resource_tag", "tms"),
     ("POST", "/v3/{project_id}/keypairs", "create_keypair", "kps"),
     ("GET", "/v3/{project_id}/keypairs", "list_keypairs", "kps"),
     ("GET", "/v3/{project_id}/keypairs/{keypair_name}", "list_keypair_detail", "kps"),
     ("DELETE", "/v3/{project_id}/keypairs/{keypair_name}", "delete_keypair", "kps"),
 ]
 CREATE_ACTIONS = {a for m, _, a, _ in ROUTES if a.startswith("create_")}
-FAULT_KINDS = ("throttle", "error", "lost_response", "quota", "half_fail", "server_error")
+# slow_response: the call is carried out and its answer comes ``delay`` seconds later (a
+# client killed meanwhile never learns what the cloud made)
+FAULT_KINDS = ("throttle", "error", "lost_response", "quota", "half_fail", "server_error",
+               "slow_response")
 OBS_DOMAIN = "emulated.invalid"
+OBS_MAX_PUT = 5 * 1024**3  # bytes, one PutObject (see _serve)
 
 
 def _compile(template: str) -> re.Pattern[str]:
@@ -124,12 +137,14 @@ class Fault:
     times: int = 1
     after: int = 0       # let this many matching calls through first
     status: int = 500
+    delay: float = 0.0   # slow_response: seconds before the answer
     seen: int = 0
     fired: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "kind": self.kind, "times": self.times,
-                "after": self.after, "status": self.status, "fired": self.fired}
+                "after": self.after, "status": self.status, "delay": self.delay,
+                "fired": self.fired}
 
 
 @dataclass
@@ -142,6 +157,8 @@ class Options:
     secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(30))
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     boot: bool = True             # run user data as processes
+    realistic: bool = False       # servers are separate hosts (realistic.py)
+    image: str | None = None      # realistic mode: boot from a stock Debian root (suite)
     boot_seconds: float = 0.3
     settle_seconds: float = 0.1
     host: str = "127.0.0.1"
@@ -149,11 +166,12 @@ class Options:
 
 
 def pick_networks() -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:
-    """Two /24s on the loopback range no other emulator on this machine is likely to use."""
+    """A /21 (private, room for 2,000 servers) and a /24 (public) on the loopback range no
+    other emulator on this machine is likely to use."""
     a = random.randint(100, 250)
-    b = random.randrange(0, 254, 2)
-    return (ipaddress.ip_network(f"127.{a}.{b}.0/24"),
-            ipaddress.ip_network(f"127.{a}.{b + 1}.0/24"))
+    b = random.randrange(0, 240, 16)
+    return (ipaddress.ip_network(f"127.{a}.{b}.0/21"),
+            ipaddress.ip_network(f"127.{a}.{b + 8}.0/24"))
 
 
 class Emulator:
@@ -166,6 +184,10 @@ class Emulator:
         self.id = uuid.uuid4().hex[:12]
         private, public = pick_networks()
         o = self.options
+        if o.realistic:
+            from .realistic import public_network
+
+            public = public_network()
         self.cloud = Cloud(region=o.region, project_id=o.project_id, domain_id=o.domain_id,
                            private_net=private, public_net=public,
                            boot_seconds=o.boot_seconds, settle_seconds=o.settle_seconds)
@@ -183,6 +205,10 @@ class Emulator:
         self._server: tornado.httpserver.HTTPServer | None = None
         self._callbacks: list[PeriodicCallback] = []
         self._pending: set[asyncio.Future] = set()
+        self.realistic: Any = None  # RealisticHosts in realistic mode
+        #: temporary AK -> {secret, token, expires, agency, server}: the agency credentials
+        #: the metadata service hands a server (see agency_credentials.py)
+        self.temporary_credentials: dict[str, dict[str, Any]] = {}
 
     # addresses ------------------------------------------------------------------------
     @property
@@ -220,11 +246,21 @@ class Emulator:
     async def _serve(self) -> None:
         self.loop = asyncio.get_running_loop()
         app = make_app(self)
-        self._server = tornado.httpserver.HTTPServer(app, xheaders=False)
+        # OBS takes an object of up to 5 GB in one PUT ("Uploading an object in a single
+        # operation: ... not more than 5 GB", https://support.huaweicloud.com/en-us/
+        # devg-obs/obs_06_0028.html); tornado's own default is 100 MB (pyspark's wheel,
+        # which the Spark runtime stages, is 450 MB)
+        self._server = tornado.httpserver.HTTPServer(app, xheaders=False,
+                                                     max_body_size=OBS_MAX_PUT)
         sockets = tornado.netutil.bind_sockets(self.options.port, self.options.host)
         self._server.add_sockets(sockets)
         self.port = sockets[0].getsockname()[1]
         self.machines = Machines(self.root, f"{self.endpoint}/_emulator/metadata", self.id)
+        self.cloud.console_reader = self.machines.console_output
+        if self.options.realistic:
+            from .realistic import RealisticHosts
+
+            self.realistic = RealisticHosts(self)
         self._callbacks = [PeriodicCallback(self._tick, 50),
                            PeriodicCallback(self._watch_machines, 1000)]
         for cb in self._callbacks:
@@ -263,6 +299,8 @@ class Emulator:
         self.forwarders.clear()
         if self.machines is not None:
             await asyncio.to_thread(self.machines.stop_all)
+        if self.realistic is not None:
+            self.realistic.shutdown()
 
     def run(self) -> None:
         """Serve in the foreground until SIGINT/SIGTERM, then stop every server's processes."""
@@ -300,7 +338,17 @@ class Emulator:
             return
         self.booted.add(sid)
         if self.options.boot:
-            self.machines.boot(srv)
+            if self.realistic is not None:
+                try:
+                    self.machines.boot(srv, *self.realistic.prepare(srv))
+                except Exception as e:  # the host could not be made: the server fails
+                    log.exception("server %s: could not make its host", sid)
+                    with self.cloud.lock:
+                        srv["status"] = "ERROR"
+                        srv["fault"] = {"code": 500, "message": f"host: {e}",
+                                        "created": now_iso()}
+            else:
+                self.machines.boot(srv)
         if srv.get("eip_id"):
             task = asyncio.ensure_future(self._open_forwarders(srv))
             self._pending.add(task)
@@ -311,6 +359,8 @@ class Emulator:
             return
         if self.machines.subreaper:
             reap_children()
+        if self.realistic is not None:
+            self.realistic.sync()
         if not self.options.boot:
             return
         with self.cloud.lock:
@@ -345,6 +395,8 @@ class Emulator:
                 s.close()
             if self.machines is not None:
                 self.machines.stop(sid)
+            if self.realistic is not None:
+                self.realistic.deleted(sid)
 
     async def _open_forwarders(self, srv: dict[str, Any]) -> None:
         """DNAT from the server's EIP to its private IP, for ports its security groups open
@@ -367,6 +419,9 @@ class Emulator:
             lo, hi = r.get("port_range_min") or 1, r.get("port_range_max") or 65535
             if hi - lo <= 64:
                 ports.update(range(lo, hi + 1))
+        if self.realistic is not None:
+            self.realistic.bind_eip(srv, eip["address"], sorted(ports))
+            return
         servers = []
         for port in sorted(ports):
             with contextlib.suppress(OSError):
@@ -445,7 +500,10 @@ class ApiHandler(tornado.web.RequestHandler):
         if body is None or self.request.method == "HEAD":
             self.finish()
             return
-        if xml:
+        if isinstance(body, bytes):  # an OBS object
+            self.set_header("Content-Type", "application/octet-stream")
+            self.finish(body)
+        elif xml:
             self.set_header("Content-Type", "application/xml")
             self.finish(body)
         else:
@@ -547,12 +605,15 @@ class ApiHandler(tornado.web.RequestHandler):
             raise ApiError(fault.status, "SYS.5000" if service != "ecs" else "Ecs.0500",
                            "Internal server error (the request was carried out; the answer "
                            "was lost)", service)
+        if fault is not None and fault.kind == "slow_response":
+            await asyncio.sleep(fault.delay)
         return status, out, name
 
     def _obs(self, headers, host, query_pairs, request_id):
         emu, req = self.emu, self.request
-        labels = host.split(".")
-        bucket = None if labels[0] == "obs" else labels[0]
+        # virtual-host style: BUCKET.obs.REGION.DOMAIN (a bucket name may hold dots)
+        head, sep, _ = host.partition(f".obs.{emu.options.region}.")
+        bucket = head if sep and head else None
         key = req.path.lstrip("/")
         if bucket is None:
             action = "list_buckets" if req.method == "GET" else None
@@ -560,25 +621,33 @@ class ApiHandler(tornado.web.RequestHandler):
             action = {"PUT": "create_bucket", "HEAD": "get_bucket_metadata",
                       "DELETE": "delete_bucket", "GET": "list_objects"}.get(req.method)
         else:
-            action = {"PUT": "put_object", "DELETE": "delete_object"}.get(req.method)
+            action = {"PUT": "put_object", "DELETE": "delete_object",
+                      "GET": "get_object"}.get(req.method)
         if action is None:
             raise ApiError(405, "MethodNotAllowed", "The method is not supported here", "obs")
         name = f"obs.{action}"
         self._action = name
         try:
-            verify_obs_signature(req.method, bucket, key, query_pairs, headers,
-                                 {emu.options.access_key: emu.options.secret_key})
+            ak = verify_obs_signature(req.method, bucket, key, query_pairs, headers, {
+                emu.options.access_key: emu.options.secret_key,
+                **{k: v["secret"] for k, v in emu.temporary_credentials.items()}})
         except SignatureError as e:
             raise ApiError(403 if "match" in str(e) else 401, "SignatureDoesNotMatch",
                            str(e), "obs") from None
+        check_temporary_credential(emu, ak, headers)
+        cred = emu.temporary_credentials.get(ak)
+        if cred is not None and not emu.cloud.obs_allows(cred["agency"], action, bucket,
+                                                         unquote(key) if key else None):
+            # a node's agency may do what its grants allow, on what they name, only
+            raise ApiError(403, "AccessDenied", "Access Denied", "obs")
         fault = self._faults(name, "obs")
         call = Call(action=action, service="obs", project_id=emu.cloud.project_id,
-                    body=req.body, headers=headers, host=host)
+                    query=dict(query_pairs), body=req.body, headers=headers, host=host)
         with emu.cloud.lock:
             fn = getattr(emu.cloud, "obs_" + {"get_bucket_metadata": "head_bucket"}.get(
                 action, action))
             args = (call,) if bucket is None else (call, bucket) if not key else (
-                call, bucket, key)
+                call, bucket, unquote(key))  # a%2Fb and a/b name the same object
             status, out = fn(*args)
         if fault is not None and fault.kind == "lost_response":
             raise ApiError(500, "InternalError", "We encountered an internal error", "obs")
@@ -614,6 +683,9 @@ class AdminHandler(tornado.web.RequestHandler):
             state["requests"] = emu.seq
             if emu.machines is not None:
                 state["processes"] = len(emu.machines.leftovers())
+            if emu.realistic is not None:  # where "outside" is for each VPC's servers
+                state["network"] = {vid: {"outside": v.host_ip}
+                                    for vid, v in emu.realistic.net.vpcs.items()}
             self.finish(state)
         elif what == "requests":
             after = int(self.get_argument("after", "0"))
@@ -640,7 +712,8 @@ class AdminHandler(tornado.web.RequestHandler):
                 emu.faults.append(Fault(action=item.get("action", "*"), kind=item["kind"],
                                         times=int(item.get("times", 1)),
                                         after=int(item.get("after", 0)),
-                                        status=int(item.get("status", 500))))
+                                        status=int(item.get("status", 500)),
+                                        delay=float(item.get("delay", 0))))
             self.finish({"faults": [f.to_dict() for f in emu.faults]})
         elif what == "options":
             try:
@@ -701,14 +774,24 @@ class MetadataHandler(tornado.web.RequestHandler):
                                      ["public_key"]} if s.get("key_name") in cloud.r["keypair"]
                                     else {})}
             private_ip, public_ip = s["private_ip"], eip["address"] if eip else ""
+            # the name servers DHCP hands out: the subnet's, none when it was created
+            # without any (as the real metadata service shows under "services")
+            network = {"services": [{"type": "dns", "address": ip}
+                                    for ip in s.get("dns_servers") or []],
+                       "networks": [{"network_id": s["subnet_id"], "type": "ipv4_dhcp",
+                                     "id": "network0", "ip_address": private_ip}]}
         if path == "openstack/latest/meta_data.json":
             self.finish(meta)
+        elif path == "openstack/latest/network_data.json":
+            self.finish(network)
         elif path == "latest/meta-data/local-ipv4":
             self.finish(private_ip)
         elif path == "latest/meta-data/public-ipv4":
             self.finish(public_ip)
         elif path == "latest/meta-data/instance-id":
             self.finish(server_id)
+        elif path == "openstack/latest/securitykey":
+            self.finish(issue_temporary_credential(self.emu, s))
         else:
             raise tornado.web.HTTPError(404)
 

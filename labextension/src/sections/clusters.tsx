@@ -2,6 +2,7 @@
 
 import * as React from 'react';
 
+import { DASHBOARD_PAGES, pageUrl } from '../dashboards';
 import { badgeKind, clientCode, formatAge, formatBytes } from '../format';
 import {
   buildCreateRequest,
@@ -12,25 +13,12 @@ import {
   initialValues,
   isCatalogEntry
 } from '../form';
-import { ApiError, ClustersModel } from '../model';
+import { ApiError, ClustersModel, Usage } from '../model';
 import { OperationRow } from '../operations';
 import { Cluster, ProviderInfo } from '../types';
+import { useModel, useNow } from './hooks';
 import { SectionProps } from './props';
-
-function useModel(model: ClustersModel): number {
-  const [version, setVersion] = React.useState(0);
-  React.useEffect(() => model.onChange(() => setVersion(v => v + 1)), [model]);
-  return version;
-}
-
-function useNow(seconds: number): number {
-  const [now, setNow] = React.useState(Date.now() / 1000);
-  React.useEffect(() => {
-    const t = setInterval(() => setNow(Date.now() / 1000), seconds * 1000);
-    return () => clearInterval(t);
-  }, [seconds]);
-  return now;
-}
+import { usageLines } from '../usage';
 
 export function ClustersSection(props: SectionProps): JSX.Element {
   const model = props.clusters;
@@ -131,10 +119,77 @@ function ProgressRow(props: { row: OperationRow; model: ClustersModel }): JSX.El
   );
 }
 
+/** Workers over the cluster's life as a small step chart (SVG), with a second, dashed
+ * line for the cost accrued so far (its own axis, 0..cost so far), and the figures. */
+function UsageChart(props: { model: ClustersModel; name: string; now: number }): JSX.Element | null {
+  const [usage, setUsage] = React.useState<Usage | null>(null);
+  const tick = Math.floor(props.now / 10);
+  React.useEffect(() => {
+    let alive = true;
+    props.model
+      .usage(props.name)
+      .then(u => alive && setUsage(u))
+      .catch(() => undefined);
+    return () => {
+      alive = false;
+    };
+  }, [props.name, tick]);
+  if (!usage || usage.samples.length === 0) {
+    return null;
+  }
+  const w = 200;
+  const h = 36;
+  const lines = usageLines(usage.samples, props.now, w, h);
+  const unit = usage.currency ? ` ${usage.currency}` : '';
+  return (
+    <div className="jp-CloudTik-usage" data-samples={usage.samples.length}>
+      <svg
+        className="jp-CloudTik-usageChart"
+        width={w}
+        height={h}
+        viewBox={`0 0 ${w} ${h}`}
+        role="img"
+        aria-label={`workers over time (at most ${lines.topWorkers}) and cost so far (dashed, ${lines.costSoFar.toFixed(3)}${unit})`}
+      >
+        <polyline
+          className="jp-CloudTik-workersLine"
+          points={lines.workers}
+          fill="none"
+          stroke="var(--jp-brand-color1)"
+          strokeWidth={1.5}
+        >
+          <title>{`workers (axis 0..${lines.topWorkers})`}</title>
+        </polyline>
+        <polyline
+          className="jp-CloudTik-costLine"
+          points={lines.cost}
+          fill="none"
+          stroke="var(--jp-warn-color1)"
+          strokeWidth={1.2}
+          strokeDasharray="3 2"
+        >
+          <title>{`cost so far (axis 0..${lines.costSoFar.toFixed(3)}${unit})`}</title>
+        </polyline>
+      </svg>
+      <span className="jp-CloudTik-usageLegend">
+        <span className="jp-CloudTik-legendWorkers">— workers (max {lines.topWorkers})</span>{' '}
+        <span className="jp-CloudTik-legendCost">┄ cost</span>
+      </span>
+      <span className="jp-CloudTik-cost" title="cost so far (estimated from the offers' prices)">
+        {usage.cost_so_far.toFixed(3)}
+        {unit} so far
+        {usage.cost_per_hour !== null ? `, ${usage.cost_per_hour.toFixed(3)}${unit}/h` : ''}
+      </span>
+    </div>
+  );
+}
+
 function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
   const { cluster, clusters: model } = props;
   const [scaling, setScaling] = React.useState(false);
   const [workers, setWorkers] = React.useState(String(cluster.summary.wanted_workers));
+  const [adaptive, setAdaptive] = React.useState(false);
+  const [minimum, setMinimum] = React.useState('1');
   const s = cluster.summary;
   const busy = model.ops.forCluster(cluster.name).length > 0;
   const fail = (e: unknown) => model.setError(e instanceof Error ? e.message : String(e));
@@ -142,6 +197,13 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
   const scale = async () => {
     const n = Number(workers);
     try {
+      if (adaptive) {
+        // the server adapts between the bounds; the number field is the maximum
+        await model.adapt(cluster.name, Number(minimum), n);
+        setScaling(false);
+        return;
+      }
+      await model.adaptOff(cluster.name).catch(() => undefined);
       await model.scale(cluster.name, Number.isInteger(n) ? n : (workers as any));
       setScaling(false);
     } catch (e) {
@@ -198,11 +260,23 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
         <span title="memory">{formatBytes(s.memory)}</span>
         <span title="age">{formatAge(s.age_seconds)}</span>
       </div>
+      <UsageChart model={model} name={cluster.name} now={Date.now() / 1000} />
       {cluster.reason && cluster.state !== 'running' && (
         <div className="jp-CloudTik-reason">{cluster.reason}</div>
       )}
       <div className="jp-CloudTik-actions">
-        {cluster.dashboard_link && (
+        {cluster.spark_ui_link && (
+          <a
+            className="jp-CloudTik-sparkUI"
+            href={cluster.spark_ui_link}
+            target="_blank"
+            rel="noopener noreferrer"
+            title="The Spark UI: the master, its workers and the running applications"
+          >
+            Spark UI
+          </a>
+        )}
+        {cluster.dashboard_link && cluster.dashboard_link !== cluster.spark_ui_link && (
           <a
             className="jp-CloudTik-dashboard"
             href={cluster.dashboard_link}
@@ -211,6 +285,30 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
           >
             Dashboard
           </a>
+        )}
+        {cluster.dashboard_link &&
+          cluster.dashboard_link !== cluster.spark_ui_link &&
+          props.openDashboard && (
+          <select
+            className="jp-mod-styled jp-CloudTik-plots"
+            title="Open the dashboard or one of its plots as a JupyterLab tab"
+            value=""
+            onChange={e => {
+              const page = e.target.value;
+              if (page && cluster.dashboard_link) {
+                props
+                  .openDashboard!(cluster.name, page, pageUrl(cluster.dashboard_link, page))
+                  .catch(fail);
+              }
+            }}
+          >
+            <option value="">Open in tab…</option>
+            {DASHBOARD_PAGES.map(p => (
+              <option key={p.page} value={p.page}>
+                {p.label}
+              </option>
+            ))}
+          </select>
         )}
         <button
           className="jp-Button jp-mod-styled jp-CloudTik-scale"
@@ -243,6 +341,28 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
               onChange={e => setWorkers(e.target.value)}
             />
           </label>
+          <label title="Scale with the scheduler's load; the server runs it, so it goes on when notebooks are closed">
+            <input
+              className="jp-CloudTik-adaptive"
+              type="checkbox"
+              checked={adaptive}
+              onChange={e => setAdaptive(e.target.checked)}
+            />
+            Adaptive
+          </label>
+          {adaptive && (
+            <label>
+              Min
+              <input
+                className="jp-mod-styled"
+                name="adapt-minimum"
+                type="number"
+                min={0}
+                value={minimum}
+                onChange={e => setMinimum(e.target.value)}
+              />
+            </label>
+          )}
           <button className="jp-Button jp-mod-styled jp-mod-accept jp-CloudTik-apply" onClick={() => void scale()}>
             Apply
           </button>
@@ -266,8 +386,8 @@ function NewClusterForm(props: {
   const [providerName, setProviderName] = React.useState(preferred?.name ?? '');
   const provider: ProviderInfo | undefined = available.find(p => p.name === providerName);
   const fields = React.useMemo(
-    () => (provider ? clusterFields(provider, preferences.defaultWorkers) : []),
-    [provider, preferences.defaultWorkers]
+    () => (provider ? clusterFields(provider, preferences.defaultWorkers, model.runtimes) : []),
+    [provider, preferences.defaultWorkers, model.runtimes]
   );
   const [values, setValues] = React.useState<FormValues>(() => initialValues(fields));
   React.useEffect(() => setValues(initialValues(fields)), [fields]);

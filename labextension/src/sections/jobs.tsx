@@ -3,27 +3,13 @@
 import * as React from 'react';
 
 import { formatAge } from '../format';
-import { FINAL_JOB_STATES, Job, jobBadge, JobsModel, jobRuntime } from '../jobs';
+import { FINAL_JOB_STATES, Job, jobBadge, jobRuntime } from '../jobs';
+import { useModel, useNow } from './hooks';
 import { SectionProps } from './props';
-
-function useJobs(model: JobsModel): number {
-  const [version, setVersion] = React.useState(0);
-  React.useEffect(() => model.onChange(() => setVersion(v => v + 1)), [model]);
-  return version;
-}
-
-function useNow(seconds: number): number {
-  const [now, setNow] = React.useState(Date.now() / 1000);
-  React.useEffect(() => {
-    const t = setInterval(() => setNow(Date.now() / 1000), seconds * 1000);
-    return () => clearInterval(t);
-  }, [seconds]);
-  return now;
-}
 
 export function JobsSection(props: SectionProps): JSX.Element {
   const model = props.jobs;
-  useJobs(model);
+  useModel(model);
   const now = useNow(1);
   return (
     <div className="jp-CloudTik-jobs">
@@ -125,6 +111,11 @@ function JobItem(props: SectionProps & { job: Job; now: number }): JSX.Element {
       {job.reason && job.state !== 'succeeded' && (
         <div className="jp-CloudTik-reason jp-CloudTik-jobReason">{job.reason}</div>
       )}
+      {(job.warnings ?? []).map(text => (
+        <div key={text} className="jp-CloudTik-reason jp-CloudTik-jobWarning" title="warning">
+          warning: {text}
+        </div>
+      ))}
       {selected && (
         <div className="jp-CloudTik-jobDetail" onClick={e => e.stopPropagation()}>
           {job.error && (

@@ -26,6 +26,8 @@ export interface SectionProps {
   preferences: Preferences;
   /** put code into the active notebook (a new cell below the active one) */
   insertCode: (code: string) => Promise<void>;
+  /** open a page of a cluster's dashboard (served by this server) as a JupyterLab tab */
+  openDashboard?: (cluster: string, page: string, url: string) => Promise<void>;
   /** open a file (a path under the server's root folder) in JupyterLab */
   openPath: (path: string) => Promise<void>;
   /** ask the user to confirm; resolves true when they did */

@@ -12,32 +12,18 @@ import {
   sidekickBadge,
   SidekicksModel
 } from '../sidekicks';
+import { useModel, useNow } from './hooks';
 import { SectionProps } from './props';
-
-function useSidekicks(model: SidekicksModel): number {
-  const [version, setVersion] = React.useState(0);
-  React.useEffect(() => model.onChange(() => setVersion(v => v + 1)), [model]);
-  return version;
-}
-
-function useNow(seconds: number): number {
-  const [now, setNow] = React.useState(Date.now() / 1000);
-  React.useEffect(() => {
-    const t = setInterval(() => setNow(Date.now() / 1000), seconds * 1000);
-    return () => clearInterval(t);
-  }, [seconds]);
-  return now;
-}
 
 /** Is the section there at all?  Only when whoami answered (we are under a hub). */
 export function useSidekicksVisible(props: SectionProps): boolean {
-  useSidekicks(props.sidekicks);
+  useModel(props.sidekicks);
   return props.sidekicks.enabled === true;
 }
 
 export function SidekicksSection(props: SectionProps): JSX.Element {
   const model = props.sidekicks;
-  useSidekicks(model);
+  useModel(model);
   const now = useNow(1);
   // poll while the section is open
   React.useEffect(() => model.watch(), [model]);

@@ -14,15 +14,11 @@ import {
   StorageField,
   storageFieldMatches,
   storageFields,
-  StorageInfo
+  StorageInfo,
+  StorageModel
 } from '../storage';
+import { useModel } from './hooks';
 import { SectionProps } from './props';
-
-function useChanges(props: SectionProps): number {
-  const [version, setVersion] = React.useState(0);
-  React.useEffect(() => props.clusters.onChange(() => setVersion(v => v + 1)), [props.clusters]);
-  return version;
-}
 
 function storageRows(props: SectionProps): OperationRow[] {
   const now = Date.now() / 1000;
@@ -30,29 +26,22 @@ function storageRows(props: SectionProps): OperationRow[] {
 }
 
 export function StorageSection(props: SectionProps): JSX.Element {
-  const api = React.useMemo(() => new StorageApi(props.clusters.api), [props.clusters.api]);
-  const [storages, setStorages] = React.useState<StorageInfo[] | null>(null);
-  const [error, setError] = React.useState<string | null>(null);
+  const model = React.useMemo(() => new StorageModel(props.clusters.api), [props.clusters.api]);
+  const api = model.api;
+  useModel(model);
+  const { storages, error } = model;
+  const setError = (text: string | null) => model.setError(text);
   const [adding, setAdding] = React.useState(false);
-  const version = useChanges(props);
+  const version = useModel(props.clusters);
   const rows = storageRows(props);
   const active = rows.filter(r => !FINAL_STEPS.includes(r.state)).length;
 
-  const refresh = React.useCallback(async () => {
-    try {
-      setStorages((await api.list()).storages);
-    } catch (e) {
-      setError(e instanceof Error ? e.message : String(e));
-    }
-  }, [api]);
+  const refresh = React.useCallback(() => model.refresh(), [model]);
 
   React.useEffect(() => {
     void refresh();
   }, [refresh, active, version > 0 && active === 0]);
-  React.useEffect(() => {
-    const t = setInterval(() => void refresh(), active ? 1000 : 10000);
-    return () => clearInterval(t);
-  }, [refresh, active]);
+  React.useEffect(() => model.watch(active > 0), [model, active]);
 
   const fail = (e: unknown) => setError(e instanceof Error ? e.message : String(e));
   const track = (op: any) => {

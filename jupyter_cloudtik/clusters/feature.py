@@ -1,0 +1,12 @@
+"""The clusters feature as the faces find it (``jupyter_cloudtik.features`` entry point).
+
+The cluster commands themselves are the CLI's own (``cli.py``), the one feature every
+other one builds on."""
+
+from ..core.features import Feature
+
+FEATURE = Feature(
+    "clusters",
+    magics=("jupyter_cloudtik.clusters.magics:CloudTikMagics",),
+    routes=("jupyter_cloudtik.clusters.handlers", "jupyter_cloudtik.clusters.adaptive_handlers"),
+)

@@ -1,0 +1,213 @@
+"""HPC job routes of the server extension: backends, jobs, logs, results.
+
+The server keeps one ``JobManager`` (``ctx.feature("hpc")``) on its own event loop, and so
+holds the poller lease while it runs: the side panel and every kernel of the server see
+the same jobs, kept current by one poller.  Submitting answers ``202 Accepted`` as soon as
+the job is recorded (staging inputs and submitting go on; the job's operation carries the
+events).  Paths in requests (notebook, inputs, output, fetch destination) are relative to
+the server's root folder, like the contents API's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+from typing import Any
+
+from jupyter_server.auth.decorator import authorized
+from tornado import web
+
+from ..api.base import CloudTikHandler
+from ..core.errors import ConfigError
+
+JOB_ID = r"(?P<job_id>[^/]+)"
+FILE_NAME = r"(?P<name>[^/]+)"  # a path inside the job's folder, '/' sent as %2F
+MAX_FILE_BYTES = 256 * 1024 * 1024
+
+
+def _manager(ctx):
+    def make(ctx):
+        from .jobs import JobManager
+        from .settings import HPC
+
+        return JobManager(settings=ctx.settings, hpc=HPC(parent=ctx.serverapp),
+                          store=ctx.store, locations=ctx.locations)
+
+    manager = ctx.feature("hpc", make)
+    manager.ensure_poller()
+    return manager
+
+
+class _JobsHandler(CloudTikHandler):
+    @property
+    def jobs(self):
+        return _manager(self.ctx)
+
+    def body_limit(self) -> int:
+        limit = super().body_limit()
+        if self.request.method == "POST" and self.__class__ is JobsHandler:
+            # notebook and inputs sent as content (base64: 4 bytes for 3)
+            return limit + self.settings["cloudtik"].server.max_upload_bytes * 4 // 3
+        return limit
+
+
+def sent_files(body: dict[str, Any], limit: int) -> dict[str, bytes] | None:
+    """``files`` of a job submission: name → base64 content, decoded and bounded."""
+    files = body.get("files")
+    if not files:
+        return None
+    out: dict[str, bytes] = {}
+    total = 0
+    for name, text in files.items():
+        try:
+            data = base64.b64decode(text, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigError(f"files.{name}: not base64", field="files") from None
+        total += len(data)
+        if total > limit:
+            raise ConfigError(f"files: more than {limit} bytes sent "
+                              "(c.CloudTikServer.max_upload_bytes)", field="files")
+        out[name] = data
+    return out
+
+
+def _job(info) -> dict[str, Any]:
+    return info.to_dict()
+
+
+class BackendsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The configured backends (no secrets), and which is the default."""
+        backends = await asyncio.to_thread(self.jobs.backends)
+        self.write_json({"backends": backends,
+                         "default_backend": self.jobs.hpc.default_backend})
+
+
+class JobsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Recorded jobs, newest first (reads the store only: cheap enough to poll)."""
+        jobs = self.jobs.list(active_only=self.bool_arg("active"),
+                              backend=self.str_arg("backend"),
+                              limit=self.int_arg("limit", 100, 1, 1000))
+        self.write_json({"jobs": [_job(j) for j in jobs]})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Check and record a job: 202 with it and its operation; submitting goes on."""
+        from .commands import build_spec
+
+        body = self.json_body("JobSubmit")
+        files = sent_files(body, self.settings["cloudtik"].server.max_upload_bytes)
+        spec = build_spec(
+            body.get("notebook"), body.get("command"),
+            name=body.get("name"), parameters=body.get("parameters"),
+            nodes=body.get("nodes"), cpus=body.get("cpus"),
+            tasks_per_node=body.get("tasks_per_node"), memory=body.get("memory"),
+            time=body.get("time"), queue=body.get("queue"), account=body.get("account"),
+            reservation=body.get("reservation"),
+            inputs=body.get("inputs"), outputs=body.get("outputs"), output=body.get("output"),
+            container=body.get("container"), python=body.get("python"),
+            kernel=body.get("kernel"), env=body.get("env"),
+            allow_unknown_parameters=body.get("allow_unknown_parameters", False))
+        info = await self.jobs.submit(spec, body.get("backend"), wait_submitted=False,
+                                      files=files)
+        self.set_header("Location", self.api_path("jobs", info.id))
+        op = self.jobs.ops.get(info.op_id)
+        self.write_json({"job": _job(info), "operation": op.to_dict()}, status=202)
+
+
+class JobHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        """One job; ``?refresh=true`` asks its backend first."""
+        if self.bool_arg("refresh"):
+            info = await self.jobs.refresh(job_id)
+        else:
+            info = self.jobs.get(job_id)
+        self.write_json(_job(info))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, job_id: str) -> None:
+        """Cancel the job (it ends as ``cancelled`` once its backend confirms)."""
+        self.write_json(_job(await self.jobs.cancel(job_id)))
+
+
+class JobCancelHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        self.write_json(_job(await self.jobs.cancel(job_id)))
+
+
+class JobLogsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        """The job's log from byte ``offset``: call again with the returned offset."""
+        offset = self.int_arg("offset", 0, 0, 2**62)
+        limit = self.int_arg("limit", 1 << 20, 1, 16 << 20)
+        job = self.jobs.get(job_id)
+        chunk = await self.jobs.logs(job.id, offset, limit)
+        self.write_json({"job": job.id, "text": chunk.text, "offset": chunk.offset,
+                         "eof": chunk.eof, "done": self.jobs.get(job.id).done})
+
+
+class JobOutputsHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str) -> None:
+        job = self.jobs.get(job_id)
+        files = await self.jobs.outputs(job.id)
+        self.write_json({"job": job.id, "output_notebook": job.output_notebook,
+                         "outputs": [{"name": f.name, "size": f.size} for f in files]})
+
+
+class JobFetchHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, job_id: str) -> None:
+        """Copy the executed notebook and results into a folder under the root folder
+        (default ``hpc-jobs/<job id>``), where the file browser shows them."""
+        body = self.json_body("JobFetch")
+        job = self.jobs.get(job_id)
+        dest = self.jobs.fetch_dest(job.id, body.get("dest"))
+        paths = await self.jobs.fetch(job.id, dest, body.get("files") or None)
+        shown = self.jobs.locations.relative
+        nb = dest / job.output_notebook if job.output_notebook else None
+        self.write_json({"job": job.id, "dest": shown(dest),
+                         "files": [shown(p) for p in paths],
+                         "output_notebook": shown(nb) if nb and nb.exists() else None})
+
+
+class JobFileHandler(_JobsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, job_id: str, name: str) -> None:
+        """One file of the job's folder, as it is (kernels fetch results with this)."""
+        job = self.jobs.get(job_id)
+        data = await self.jobs.read_file(job.id, name, MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            raise ConfigError(f"name: {name!r} is larger than {MAX_FILE_BYTES} bytes; fetch "
+                              "it into the root folder instead (POST .../fetch)", field="name")
+        self.set_header("Content-Type", "application/octet-stream")
+        self.finish(data)
+
+
+ROUTES: list[tuple[str, Any]] = [
+    (r"/hpc/backends", BackendsHandler),
+    (r"/jobs", JobsHandler),
+    (rf"/jobs/{JOB_ID}", JobHandler),
+    (rf"/jobs/{JOB_ID}/cancel", JobCancelHandler),
+    (rf"/jobs/{JOB_ID}/logs", JobLogsHandler),
+    (rf"/jobs/{JOB_ID}/outputs", JobOutputsHandler),
+    (rf"/jobs/{JOB_ID}/fetch", JobFetchHandler),
+    (rf"/jobs/{JOB_ID}/files/{FILE_NAME}", JobFileHandler),
+]

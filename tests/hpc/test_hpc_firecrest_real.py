@@ -1,0 +1,290 @@
+"""The FirecREST emulator answers as the real FirecREST v2 server did, and the backend
+copes with what the real server does.
+
+Every rule here was seen on the real server (FirecREST v2 from its public repository, run
+over SSH to a real Slurm 22.05 with slurmdbd accounting, as a normal user); the table in
+docs/hpc.md ("FirecREST: real server vs emulator") lists them with the test of each.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import httpx
+import pytest
+
+from jupyter_cloudtik.core.errors import CapacityError, ProviderError
+from jupyter_cloudtik.hpc.base import JobRef
+from jupyter_cloudtik.hpc.commands import build_spec
+
+from .conftest import CLIENT_SECRET, F7T_USER, wait_for
+
+SYS = "testsys"
+
+
+@pytest.fixture
+def api(firecrest):
+    """A plain HTTP client with a fresh token: the emulator's answers, unfiltered."""
+    tok = httpx.post(firecrest.info["token_uri"], data={
+        "grant_type": "client_credentials", "client_id": "cloudtik",
+        "client_secret": CLIENT_SECRET}).json()["access_token"]
+    with httpx.Client(base_url=firecrest.url, timeout=30,
+                      headers={"Authorization": f"Bearer {tok}"}) as c:
+        yield c
+
+
+@pytest.fixture
+def home(firecrest):
+    return f"{firecrest.info['root']}/{F7T_USER}"
+
+
+def _submit(api, home, script="#!/bin/bash\nexit 3\n", **job):
+    return api.post(f"/compute/{SYS}/jobs", json={"job": {
+        "name": "probe", "workingDirectory": home, "script": script, **job}})
+
+
+def _job(api, jid):
+    return api.get(f"/compute/{SYS}/jobs/{jid}").json()["jobs"][0]
+
+
+def test_partitions_have_no_default_and_no_time_limit(api):
+    parts = api.get(f"/status/{SYS}/partitions").json()["partitions"]
+    assert parts == [{"name": "normal", "cpus": 2, "totalNodes": 1, "partition": "UP"}]
+
+
+def test_systems_say_the_direct_transfer_limit_in_snake_case(api):
+    system = api.get("/status/systems").json()["systems"][0]
+    assert system["dataOperation"]["max_ops_file_size"] == 5 * 1024 * 1024
+    assert system["fileSystems"][0]["defaultWorkDir"] is True
+    assert api.get("/status/nosuch/partitions").json()["message"] == "System not found"
+
+
+def test_errors_carry_the_remote_command_and_real_statuses(api, home, firecrest):
+    root = firecrest.info["root"]
+    r = api.post(f"/filesystem/{SYS}/ops/mkdir", json={"path": f"{root}/cloudtik-jobs",
+                                                       "parent": True})
+    assert r.status_code == 403 and "Permission denied" in r.json()["message"]
+    r = api.post(f"/filesystem/{SYS}/ops/mkdir", json={"path": f"{home}/x/y"})
+    assert r.status_code == 404 and "No such file or directory" in r.json()["message"]
+    r = api.post(f"/filesystem/{SYS}/ops/mkdir", json={"path": f"{home}/x/y", "parent": True})
+    assert r.status_code == 201
+    assert api.post(f"/filesystem/{SYS}/ops/mkdir",  # again: mkdir -p is fine
+                    json={"path": f"{home}/x/y", "parent": True}).status_code == 201
+    r = api.get(f"/filesystem/{SYS}/ops/ls", params={"path": "/etc"})
+    assert r.status_code == 400 and "does not match any of the defined filesystem" in \
+        r.json()["message"]
+    assert set(r.json()) == {"errorType", "message", "causedBy", "data", "user"}
+    r = api.post(f"/filesystem/{SYS}/ops/upload", params={"path": f"{home}/nosuch"},
+                 files={"file": ("a.txt", b"a")})
+    assert r.status_code == 404
+    r = api.post(f"/filesystem/{SYS}/ops/upload", params={"path": f"{home}/x"},
+                 files={"file": ("big", b"x" * (5 * 1024 * 1024 + 1))})
+    assert (r.status_code, r.json()["message"]) == (413, "File to upload is too large.")
+    assert api.get(f"/filesystem/{SYS}/ops/view", params={"path": f"{home}/x"}
+                   ).status_code == 500  # dd: Is a directory
+    r = api.get(f"/filesystem/{SYS}/ops/checksum", params={"path": f"{home}/x/y"})
+    assert r.status_code in (200, 500)
+
+
+def test_sbatch_refusals_are_500_with_slurms_words(api, home):
+    r = _submit(api, home, partition="nosuch")
+    assert r.status_code == 500
+    assert "sbatch: error: Batch job submission failed: Invalid partition name specified" \
+        in r.json()["message"]
+    r = _submit(api, home, script="#!/bin/bash\n#SBATCH --bogus=1\n")
+    assert r.status_code == 500 and "exit_status:255" in r.json()["message"]
+    r = _submit(api, home, script="#!/bin/bash\n#SBATCH --mem=100G\n")
+    assert r.status_code == 500 and "Requested node configuration is not available" in \
+        r.json()["message"]
+    # ...and accounting recorded the refused submission as a job that never had a node
+    refused = [j for j in api.get(f"/compute/{SYS}/jobs").json()["jobs"]
+               if j["nodes"] == "None assigned" and j["status"]["state"] == "FAILED"]
+    assert refused and refused[-1]["status"]["exitCode"] == 1
+    r = api.post(f"/compute/{SYS}/jobs", json={"job": {"script": "#!/bin/bash\n"}})
+    assert r.status_code == 400 and r.json()["errorType"] == "validation"
+
+
+def test_jobs_as_firecrest_shows_them(api, home):
+    r = _submit(api, home)
+    assert r.status_code == 201 and isinstance(r.json()["jobId"], str)
+    jid = r.json()["jobId"]
+    job = wait_for(lambda: (j := _job(api, jid))["status"]["state"] == "FAILED" and j, 30,
+                   what="the job to fail")
+    assert job["status"]["exitCode"] == 3 and job["time"]["limit"] == 3600  # seconds
+    meta = api.get(f"/compute/{SYS}/jobs/{jid}/metadata").json()["jobs"][0]
+    assert meta["standardOutput"] == meta["standardError"] == f"{home}/slurm-{jid}.out"
+    # cancelling a finished job, or one Slurm never knew: 500 with scancel's words
+    r = api.delete(f"/compute/{SYS}/jobs/{jid}")
+    assert r.status_code == 500 and "already completing or completed" in r.json()["message"]
+    r = api.delete(f"/compute/{SYS}/jobs/999999")
+    assert r.status_code == 500 and "Invalid job id specified" in r.json()["message"]
+    assert api.get(f"/compute/{SYS}/jobs/999999").status_code == 404
+    assert api.get(f"/compute/{SYS}/jobs/abc").status_code == 500
+    # over the partition's time limit: accepted, and pending for ever
+    over = _submit(api, home, script="#!/bin/bash\n#SBATCH --time=2:00:00\n").json()["jobId"]
+    job = _job(api, over)
+    assert (job["status"]["state"], job["status"]["stateReason"]) == ("PENDING",
+                                                                      "PartitionTimeLimit")
+    assert api.delete(f"/compute/{SYS}/jobs/{over}").status_code == 204
+    assert _job(api, over)["status"]["state"].startswith("CANCELLED by ")
+    # a working folder that is not there: accepted, then the job fails at once
+    gone = _submit(api, f"{home}/nosuch").json()["jobId"]
+    job = _job(api, gone)
+    assert job["status"]["state"] == "FAILED" and job["status"]["interruptSignal"] == 53
+
+
+def test_tokens_with_less_than_30_s_left_are_refused(firecrest, make_client,
+                                                     backend_configs, notebooks):
+    firecrest.faults(token_ttl=20)
+    tok = httpx.post(firecrest.info["token_uri"], data={
+        "grant_type": "client_credentials", "client_id": "cloudtik",
+        "client_secret": CLIENT_SECRET}).json()["access_token"]
+    r = httpx.get(f"{firecrest.url}/status/{SYS}/partitions",
+                  headers={"Authorization": f"Bearer {tok}"})
+    assert (r.status_code, r.json()["message"]) == (
+        401, "Access token expires too soon (less than 30s remaining).")
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    with pytest.raises(ProviderError, match="expires too soon"):
+        client.submit(build_spec(str(notebooks["param"])), "firecrest")
+    # 60 s tokens work: the backend renews them 45 s before they expire
+    firecrest.faults(token_ttl=60)
+    client2 = make_client({"f7t2": config}, {("f7t2", "client_secret"): CLIENT_SECRET})
+    info = client2.wait(client2.submit(build_spec(command="echo hi"), "f7t2").id, 60)
+    assert info.state == "succeeded", info.reason
+
+
+def test_default_work_folder_is_the_users_own(make_client, backend_configs, firecrest,
+                                              notebooks):
+    config, secrets = backend_configs["firecrest"]()
+    config.pop("workdir")
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    assert backend.workdir == f"{firecrest.info['root']}/{F7T_USER}/cloudtik-jobs"
+    info = client.wait(client.submit(build_spec(str(notebooks["param"]),
+                                                inputs=[str(notebooks["data"])]),
+                                     "firecrest").id, 120)
+    assert info.state == "succeeded", info.reason
+    # the mount itself is not writable: the user is told, and what to set
+    bad = dict(config, workdir=f"{firecrest.info['root']}/cloudtik-jobs")
+    client2 = make_client({"bad": bad}, {("bad", "client_secret"): CLIENT_SECRET})
+    info = client2.submit(build_spec(command="echo hi"), "bad")
+    assert info.state == "failed" and info.native_id is None, info
+    assert re.search(r"Permission denied.*set backends\.bad\.workdir", info.reason), info
+
+
+def test_a_refused_submit_fails_at_once_with_slurms_message(make_client, backend_configs,
+                                                            firecrest):
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    before = len([r for r in firecrest.requests() if r["method"] == "POST"
+                  and r["path"] == f"/compute/{SYS}/jobs"])
+    info = client.submit(build_spec(command="echo hi", memory="100G"), "firecrest")
+    assert info.state == "failed", info
+    assert "Slurm refused the job: sbatch: error: Memory specification can not be " \
+        "satisfied" in info.reason
+    time.sleep(1.5)  # no retry comes, and nothing is adopted
+    posts = [r for r in firecrest.requests() if r["method"] == "POST"
+             and r["path"] == f"/compute/{SYS}/jobs"]
+    assert len(posts) - before == 1
+    jobs = client.list()
+    assert [(j.state, j.native_id) for j in jobs] == [("failed", None)], jobs
+    assert "Requested node configuration is not available" in jobs[0].reason
+
+
+def test_a_job_slurm_never_starts_is_failed_not_left_pending(make_client, backend_configs,
+                                                             firecrest):
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.submit(build_spec(command="echo hi", time="2h"), "firecrest")
+    info = client.wait(info.id, 30)
+    assert info.state == "failed" and "PartitionTimeLimit" in info.reason, info
+    # ...and it is cancelled on the system, not left in the queue
+    backend = client.manager.backend("firecrest")
+    st = backend._call("job_info", SYS, info.native_id)[0]["status"]["state"]
+    assert st.startswith("CANCELLED")
+    # with the limit in the config, it is refused before anything is submitted
+    limited = dict(config, limits={"max_time": "1h"})
+    client2 = make_client({"lim": limited}, {("lim", "client_secret"): CLIENT_SECRET})
+    with pytest.raises(CapacityError, match="time: 02:00:00 is longer than"):
+        client2.submit(build_spec(command="echo hi", time="2h"), "lim")
+
+
+def test_cancelling_a_finished_job_is_done(make_client, backend_configs, firecrest):
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.wait(client.submit(build_spec(command="true"), "firecrest").id, 60)
+    assert info.state == "succeeded", info.reason
+    backend = client.manager.backend("firecrest")
+    backend.cancel(JobRef(info.id, info.native_id))  # the server answers 500; that is fine
+    backend.cancel(JobRef(info.id, "999999"))
+
+
+def test_slurm_down_is_try_again_not_a_refusal(make_client, backend_configs, firecrest, api,
+                                               home):
+    """sbatch's "Unable to contact slurm controller" also comes as a 500 with Slurm's text:
+    that one means later, not no."""
+    firecrest.admin("slurm", {"down": True})
+    r = _submit(api, home)
+    assert r.status_code == 500 and "Unable to contact slurm controller" in \
+        r.json()["message"]
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.submit(build_spec(command="echo back"), "firecrest")
+    assert info.state == "unknown" and info.native_id is None, info
+    firecrest.admin("slurm", {"down": False})
+    info = client.wait(info.id, 60)
+    assert info.state == "succeeded", info.reason
+
+
+@pytest.mark.parametrize("route,size", [("/ops/upload$", 1000),
+                                        ("^/s3/", 6 * 1024 * 1024 + 5)])
+def test_a_broken_off_upload_is_done_again_on_retry(route, size, make_client,
+                                                    backend_configs, firecrest, tmp_path):
+    """The connection breaks during an upload (direct, or a part of a staged one): the
+    submit is tried again from the start and the job runs once, with the whole file."""
+    data = tmp_path / "data.bin"
+    data.write_bytes(b"y" * size)
+    firecrest.faults(fail=[{"method": "PUT" if route.startswith("^/s3") else "POST",
+                            "path": route, "status": 503, "count": 1}])
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.submit(build_spec(command="wc -c data.bin", inputs=[str(data)]),
+                         "firecrest")
+    info = client.wait(info.id, 120)
+    assert info.state == "succeeded", info.reason
+    assert f"{size} data.bin" in client.logs(info.id).text
+    posts = [r for r in firecrest.requests() if r["method"] == "POST"
+             and r["path"] == f"/compute/{SYS}/jobs"]
+    assert len([r for r in posts if r["t"] >= info.created_at]) >= 1
+    assert client.manager._row(info.id)["submit_attempts"] >= 2
+
+
+def test_without_a_staged_transfer_files_over_the_limit_are_refused_first(
+        make_client, tmp_path, tmp_path_factory):
+    """A FirecREST with no ``data_transfer`` answers 500 to /transfer/*: files under its
+    5 MiB direct limit (over pyfirecrest's own 1 MiB) go directly; bigger ones are refused
+    before anything is uploaded, with what to do instead."""
+    from .conftest import Service
+
+    svc = Service("jupyter_cloudtik.testing.firecrest", tmp_path_factory.mktemp("f7t-nos3"),
+                  ["--system", SYS, "--no-staging"]).start()
+    try:
+        config = {"type": "firecrest", "url": svc.url, "token_uri": svc.info["token_uri"],
+                  "client_id": "cloudtik", "system": SYS}
+        client = make_client({"nos3": config}, {("nos3", "client_secret"): CLIENT_SECRET})
+        mid = tmp_path / "mid.bin"
+        mid.write_bytes(b"m" * (2 * 1024 * 1024))
+        info = client.wait(client.submit(build_spec(command="wc -c mid.bin",
+                                                    inputs=[str(mid)]), "nos3").id, 60)
+        assert info.state == "succeeded", info.reason
+        assert f"{2 * 1024 * 1024} mid.bin" in client.logs(info.id).text
+        big = tmp_path / "big.bin"
+        big.write_bytes(b"b" * (5 * 1024 * 1024))
+        info = client.submit(build_spec(command="wc -c big.bin", inputs=[str(big)]), "nos3")
+        assert info.state == "failed" and "offers no staged transfer" in info.reason, info
+        assert not any(r["path"].startswith(f"/filesystem/{SYS}/transfer")
+                       for r in svc.requests())
+    finally:
+        svc.stop()

@@ -1,0 +1,101 @@
+"""Consent between users for egress rules, in-process on a real state database
+(``hub/egress_rules.py``); the same through a real hub is ``test_hub_ownership.py``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError, NotFoundError
+from jupyter_cloudtik.core.secrets import SecretStore
+from jupyter_cloudtik.core.store import Store, dumps
+from jupyter_cloudtik.hub.catalog import Caller, Catalog
+from jupyter_cloudtik.hub.egress_rules import EgressRules
+
+ALICE = Caller("alice", ("physics",))
+BOB = Caller("bob", ("chemistry",))
+ADMIN = Caller("admin", (), admin=True)
+VALUE = "Bearer consent-test-value"
+
+
+def _rules(state_dir) -> EgressRules:
+    store = Store(state_dir)
+    secrets = SecretStore(store)
+    Catalog(store, secrets)
+    return EgressRules(store, secrets)
+
+
+def _audience(rules: EgressRules, rule_id: str) -> tuple[list[str], list[str]]:
+    r = next(x for x in rules.for_proxy() if x["id"] == rule_id)
+    return r["users"], r["groups"]
+
+
+def test_offer_accept_move_revoke(state_dir):
+    rules = _rules(state_dir)
+    body = {"host": "api.example.org", "header": "Authorization", "value": VALUE,
+            "users": ["bob", "alice"]}
+    rule, detail = rules.put(ALICE, "r1", body)
+    assert rule["shares"] == [{"user": "bob", "state": "offered"}]   # not to herself
+    assert VALUE not in str(rule) + str(detail)
+    assert _audience(rules, "r1") == (["alice"], [])
+    assert rules.applies_to(BOB)["applied"] == []
+    rules.decide(BOB, "r1", accept=True)
+    assert _audience(rules, "r1") == (["alice", "bob"], [])
+    assert rules.applies_to(BOB)["applied"] == ["r1"]
+    # a new value for the same header and place keeps consent (key rotation) ...
+    rules.put(ALICE, "r1", {**body, "value": VALUE + "-2"})
+    assert _audience(rules, "r1") == (["alice", "bob"], [])
+    # ... a new place or header does not
+    rules.put(ALICE, "r1", {**body, "path_prefix": "/admin"})
+    assert rules.get(ALICE, "r1")["shares"] == [{"user": "bob", "state": "offered"}]
+    assert _audience(rules, "r1") == (["alice"], [])
+    rules.decide(BOB, "r1", accept=True)
+    rules.put(ALICE, "r1", {**body, "path_prefix": "/admin", "header": "X-Other"})
+    assert _audience(rules, "r1") == (["alice"], [])
+    # dropping bob from users deletes his share; so does revoke
+    rules.decide(BOB, "r1", accept=True)
+    rules.put(ALICE, "r1", {**body, "users": []})
+    assert rules.offers(BOB) == [] and _audience(rules, "r1") == (["alice"], [])
+    with pytest.raises(NotFoundError):
+        rules.decide(BOB, "r1", accept=True)
+    rules.put(ALICE, "r1", body)
+    rules.decide(BOB, "r1", accept=True)
+    rules.revoke(ALICE, "r1", "bob")
+    assert _audience(rules, "r1") == (["alice"], [])
+    with pytest.raises(NotFoundError):
+        rules.revoke(BOB, "r1", "bob")          # only the owner (or an admin) revokes
+
+
+def test_broad_audiences_are_for_admins(state_dir):
+    rules = _rules(state_dir)
+    base = {"host": "api.example.org", "header": "X-K", "value": VALUE}
+    for extra, field in (({"users": ["*"]}, "users"), ({"groups": ["chemistry"]}, "groups")):
+        with pytest.raises(ConfigError) as e:
+            rules.put(ALICE, "broad", {**base, **extra})
+        assert e.value.field == field and e.value.http_status == 400
+    rule, _ = rules.put(ADMIN, "org", {**base, "users": ["bob"], "groups": ["physics"]})
+    assert rule["authority"] == "admin" and rule["shares"] == []
+    assert _audience(rules, "org") == (["bob"], ["physics"])
+    assert [r["id"] for r in rules.applies_to(BOB)["admin"]] == ["org"]
+    assert [r["id"] for r in rules.applies_to(ALICE)["admin"]] == ["org"]
+    # an admin editing a user's rule does not give it the hub's authority
+    rules.put(ALICE, "mine", {**base, "users": ["bob"]})
+    with pytest.raises(ConfigError):
+        rules.put(ADMIN, "mine", {**base, "groups": ["chemistry"]})
+    assert rules.get(ADMIN, "mine")["authority"] == "user"
+
+
+def test_rules_from_before_consent_become_offers(tmp_path):
+    """A database with rules made before consent existed: they apply to their owner only,
+    and the users they named see an offer."""
+    store = Store(tmp_path)
+    secrets = SecretStore(store)
+    Catalog(store, secrets)
+    store.execute("INSERT INTO hub_egress_rules (id, host, header, users, groups, owner,"
+                  " updated_at) VALUES ('old', 'bank.example.org', 'Authorization', ?, ?,"
+                  " 'alice', ?)", (dumps(["bob", "*"]), dumps(["chemistry"]), time.time()))
+    secrets.put("hub:egress:old", "value", VALUE)
+    rules = EgressRules(store, secrets)
+    assert _audience(rules, "old") == (["alice"], [])
+    assert [(o["id"], o["share"]) for o in rules.offers(BOB)] == [("old", "offered")]
