@@ -15,12 +15,12 @@ import psutil
 import pytest
 
 from jupyter_cloudtik import Cluster
+from jupyter_cloudtik.core.config import build_config, with_worker_size
 from jupyter_cloudtik.core.errors import (
     CapacityError,
     ConflictError,
     NotFoundError,
 )
-from jupyter_cloudtik.core.config import build_config, with_worker_size
 from jupyter_cloudtik.core.operations import started_info
 from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
 from jupyter_cloudtik.providers.local.provider import (

@@ -321,8 +321,10 @@ class LocalNodeProvider(NodeProvider):
         )
 
     def offers(self, query=None):
-        """This machine as one offer: its cores and memory (with overcommit), what live
-        local nodes of every cluster already take, and who owns them."""
+        """This machine as one offer: its cores and memory, free without limit unless an
+        overcommit factor is set (then minus what live local nodes of every cluster
+        declare), room for as many nodes as its memory holds processes for, no node
+        bigger than its memory (``node_max``), and who owns the live nodes."""
         import platform
         import socket
 
