@@ -311,12 +311,11 @@ class LocalNodeProvider(NodeProvider):
         if total_cpu <= cores * factor + 1e-9 and total_mem <= mem * factor:
             return None
         return (
-            f"the local nodes would declare {total_cpu:g} CPU cores "
-            f"(threads) and {format_bytes(total_mem)} of memory limits on this machine's "
-            f"{cores} cores and {format_bytes(mem)} ({total_cpu / cores:.1f}x the cores, "
-            f"{total_mem / mem:.1f}x the memory). They share the machine: they run slower "
-            "and may run out of memory before reaching their limits. Fewer workers, "
-            "smaller --cores/--memory or stopping other clusters avoids it; this warning "
+            f"the local nodes would declare {total_cpu:g} CPU cores (threads) and "
+            f"{format_bytes(total_mem)} of memory limits on this machine's {cores} cores and "
+            f"{format_bytes(mem)} ({total_cpu / cores:.1f}x the cores, {total_mem / mem:.1f}x "
+            "the memory): they share it, run slower and may run out of memory before their "
+            "limits. Fewer or smaller workers, or fewer clusters, avoid this warning, which "
             f"comes past {factor:g}x (c.LocalProvider.oversubscription_warning)."
         )
 
