@@ -198,10 +198,17 @@ class CloudTikHandler(APIHandler):
             closed.set()
 
     # input ---------------------------------------------------------------------------
-    def json_body(self, schema_name: str) -> dict[str, Any]:
-        """The request body, parsed and checked against ``components/schemas/<name>``."""
+    def json_body(self, schema_name: str, required: bool = True) -> dict[str, Any]:
+        """The request body, parsed and checked against ``components/schemas/<name>``.
+
+        A required body must be sent (``{}`` where every field is optional): an empty one
+        is a 400 naming ``body``, not the defaults a client did not ask for."""
         raw = self.request.body or b""
         if not raw.strip():
+            if required:
+                raise ConfigError(
+                    f"body: missing; send a JSON object ({schema_name} in openapi.yaml"
+                    "; {} where every field is optional)", field="body")
             data: Any = {}
         else:
             try:
@@ -219,10 +226,10 @@ class CloudTikHandler(APIHandler):
         text = self.get_argument(name, None)
         if text is None or text == "":
             return default
-        try:
-            value = int(text)
-        except ValueError:
-            raise ConfigError(f"{name}: {text!r} is not a whole number", field=name) from None
+        # digits 0-9 only: int() also takes "1_000", spaces and other scripts' digits
+        if not re.fullmatch(r"-?[0-9]{1,30}", text, flags=re.ASCII):
+            raise ConfigError(f"{name}: {text[:40]!r} is not a whole number", field=name)
+        value = int(text)
         if not minimum <= value <= maximum:
             raise ConfigError(f"{name}: {value} is outside {minimum}..{maximum}", field=name)
         return value

@@ -174,15 +174,20 @@ class OperationEventsHandler(CloudTikHandler):
             end=lambda: ("end", self.manager.ops.get(op_id).to_dict()))
 
     def _resume_point(self) -> int:
+        """``after``, or the ``Last-Event-ID`` header (1 to 18 ASCII digits); both are
+        checked whichever is used, and the header wins when both are sent."""
+        import re
+
+        from ..core.errors import ConfigError
+
+        after = self.int_arg("after", 0, 0, 2**62)
         header = self.request.headers.get("Last-Event-ID", "").strip()
         if header:
-            if not header.isdigit():
-                from ..core.errors import ConfigError
-
-                raise ConfigError(f"Last-Event-ID: {header!r} is not an event id",
-                                  field="Last-Event-ID")
+            if not re.fullmatch(r"[0-9]{1,18}", header, flags=re.ASCII):
+                raise ConfigError(f"Last-Event-ID: {header[:40]!r} is not an event id "
+                                  "(1 to 18 digits 0-9)", field="Last-Event-ID")
             return int(header)
-        return self.int_arg("after", 0, 0, 2**62)
+        return after
 
 
 class EventsHandler(OperationEventsHandler):

@@ -53,6 +53,10 @@ def read_log(folder: Path, offset: int, limit: int, name: str = LOG_NAME) -> Log
     path = folder / name
     try:
         with open(path, "rb") as f:
+            # past the end there is nothing yet; seeking there may fail (EINVAL past the
+            # file system's largest file), so don't
+            if max(0, offset) >= os.fstat(f.fileno()).st_size:
+                return LogChunk("", offset, eof=True)
             f.seek(max(0, offset))
             data = f.read(limit)
     except FileNotFoundError:

@@ -176,7 +176,7 @@ class JobFetchHandler(_JobsHandler):
     async def post(self, job_id: str) -> None:
         """Copy the executed notebook and results into a folder under the root folder
         (default ``hpc-jobs/<job id>``), where the file browser shows them."""
-        body = self.json_body("JobFetch")
+        body = self.json_body("JobFetch", required=False)
         job = self.jobs.get(job_id)
         dest = self.jobs.fetch_dest(job.id, body.get("dest"))
         paths = await self.jobs.fetch(job.id, dest, body.get("files") or None)

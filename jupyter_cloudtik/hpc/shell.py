@@ -68,6 +68,9 @@ class LocalShell:
     def read_bytes(self, path: str, offset: int = 0, limit: int | None = None) -> bytes:
         try:
             with open(path, "rb") as f:
+                # past the end: nothing (seeking there may fail with EINVAL)
+                if offset >= os.fstat(f.fileno()).st_size:
+                    return b""
                 f.seek(offset)
                 return f.read() if limit is None else f.read(limit)
         except FileNotFoundError:

@@ -128,7 +128,7 @@ class StorageMountHandler(_StorageHandler):
     @authorized
     async def post(self, name: str) -> None:
         """Mount (FUSE, supervised) or, with ``{"mode": "sync"}``, copy it to its mount path."""
-        body = self.json_body("StorageMount")
+        body = self.json_body("StorageMount", required=False)
         handle = await self.storage.start_mount(name, mode=body.get("mode") or "fuse")
         self.accepted(handle.info, name)
 

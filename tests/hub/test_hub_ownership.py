@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from jupyter_cloudtik.testing.hub import TESTER_TOKEN as TESTER_TOKEN_
 from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
 
@@ -345,3 +346,103 @@ def test_a_dashboard_is_served_to_its_owner_only(hub):
         r = alice.delete(api + f"clusters/{name}")
         if r.status_code == 202:
             wait_operation(alice, api, r.json()["operation"]["id"])
+
+
+# --------------------------------------------------------------------------- stateful
+OWNED = ("clusters/", "operations/", "jobs/", "storages/", "workspaces/")
+LISTS = ("clusters", "operations", "jobs", "storages", "workspaces", "events")
+HUB_PLANTED = f"hub-planted-{uuid.uuid4().hex}"
+
+
+def test_stateful_workflows_through_the_sidekick_keep_users_apart(hub):
+    """schemathesis' stateful phase through the hub, as alice, on this module's hub: every
+    step of hers on a resource is replayed with bob's token (never a 2xx), every list bob
+    gets is searched for what alice made, every step is replayed without a token (403),
+    and no answer to either carries a planted secret or a token."""
+    import schemathesis
+    from hypothesis import HealthCheck, settings
+    from hypothesis.errors import FlakyStrategyDefinition
+    from schemathesis import GenerationMode
+
+    from jupyter_cloudtik.server import openapi
+    from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
+
+    api = hub.sidekick_api
+    base_url = api + "cloudtik/api" if not api.endswith("cloudtik/api/") else api.rstrip("/")
+    alice = {"Authorization": f"token {hub.token('alice')}"}
+    bob = requests.Session()
+    bob.trust_env = False
+    anonymous = requests.Session()
+    anonymous.trust_env = False
+    r = hub.session("alice").post(api + "storages", json={
+        "name": "alices", "url": "s3://bucket/x", "options": {
+            "provider": "Other", "access_key_id": "AKIAHUB", "secret_access_key": HUB_PLANTED,
+            "endpoint": "http://127.0.0.1:9"}})
+    assert r.status_code in (201, 403, 409), r.text   # users may not add storages here
+    secrets_ = [HUB_PLANTED, hub.token("alice"), hub.token("bob"), TESTER_TOKEN_]
+    made: set[str] = {"alices"} if r.status_code == 201 else set()
+    stats: dict = {"steps": 0, "operations": set(), "links": set(), "failures": [],
+                   "bob": 0, "bob_lists": 0, "anonymous": 0}
+
+    def attacks(case, response):
+        method = case.method.upper()
+        sub = case.formatted_path.lstrip("/")
+        if response.status_code < 300 and method in ("POST", "PUT") and response.text:
+            body = response.json()
+            for key in ("cluster", "storage", "workspace", "name", "id"):
+                if isinstance(body.get(key), str) and len(body[key]) >= 4:
+                    made.add(body[key])
+            for key in ("operation", "job"):
+                if isinstance(body.get(key), dict) and body[key].get("id"):
+                    made.add(body[key]["id"])
+        got = replay(anonymous, case, base_url, {})
+        stats["anonymous"] += 1
+        assert got.status_code == 403, (method, sub, got.status_code, got.text[:200])
+        auth = {"Authorization": f"token {hub.token('bob')}"}
+        if sub.startswith(OWNED) and case.path_parameters and response.status_code < 300:
+            got = replay(bob, case, base_url, auth)
+            stats["bob"] += 1
+            assert got.status_code in (403, 404), (
+                "bob reached alice's", method, sub, got.status_code, got.text[:300])
+            assert not leaks(got, secrets_)
+        if method == "GET" and sub in LISTS:
+            got = replay(bob, case, base_url, auth)
+            stats["bob_lists"] += 1
+            assert got.status_code < 500 and not leaks(got, secrets_)
+            theirs = [m for m in made if m in got.text]
+            assert not theirs, ("bob's list shows alice's", sub, theirs)
+
+    good = {
+        "POST /clusters": lambda: {"name": f"st-{uuid.uuid4().hex[:6]}", "provider": "pool",
+                                   "workers": 0},
+        "PATCH /clusters/{name}": lambda: {"workers": 0},
+        "POST /jobs": lambda: {"command": ["echo", "stateful"], "backend": "local"},
+    }
+    schema = schemathesis.openapi.from_dict(openapi.spec())
+    schema.config.update(base_url=base_url, request_timeout=60)
+    schema.config.generation.update(modes=[GenerationMode.POSITIVE])
+    machine = stateful_machine(schema, auth=alice, secrets_=secrets_, attacks=attacks,
+                               stats=stats, good_bodies=good)
+    started = time.monotonic()
+    stops = 0
+    try:
+        for _ in range(2):
+            try:
+                machine.run(settings=settings(
+                    max_examples=8, stateful_step_count=6, deadline=None, database=None,
+                    suppress_health_check=list(HealthCheck)))
+            except FlakyStrategyDefinition:
+                stops += 1
+    finally:
+        a = hub.session("alice")
+        for c in a.get(api + "clusters").json()["clusters"]:
+            r = a.delete(api + f"clusters/{c['name']}")
+            if r.status_code == 202:
+                wait_operation(a, api, r.json()["operation"]["id"])
+        a.delete(api + "storages/alices")
+    print(f"hub stateful: {stats['steps']} steps over {len(stats['operations'])} operations, "
+          f"{len(stats['links'])} links, {stats['bob']} replays as bob on alice's resources, "
+          f"{stats['bob_lists']} of bob's lists searched, {stats['anonymous']} anonymous, "
+          f"{stops} runs stopped early, in {time.monotonic() - started:.1f}s")
+    assert not stats["failures"], "\n\n".join(stats["failures"][:10])
+    assert stats["steps"] > 0 and stats["anonymous"] == stats["steps"]

@@ -155,6 +155,7 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
 
 def stop_state_processes(state_dir: Path) -> list[str]:
     """Stop the daemons of a state folder; report (and kill) node processes still alive."""
+    from jupyter_cloudtik.storage.mounts import stop_supervisor
     from jupyter_cloudtik.testing.processes import (
         cloudtik_processes,
         describe,
@@ -163,6 +164,7 @@ def stop_state_processes(state_dir: Path) -> list[str]:
     )
 
     stop_launcher(state_dir)
+    stop_supervisor(state_dir)  # the mount daemon, if a mount was asked for (it idles out)
     left = cloudtik_processes(state_dir)
     if not left:
         return []
