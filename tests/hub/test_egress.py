@@ -365,12 +365,14 @@ def test_errors_are_http_statuses_without_secrets(env):
     _update(env, _rules(env, dead))
     with _session(env, "alice", TOKEN_ALICE) as s:
         r = s.get(f"http://127.0.0.1:{dead_port}/x", timeout=10)
-        assert r.status_code == 502 and "unreachable" in r.text
+        assert r.status_code == 502
         assert SECRET not in r.text and SECRET not in str(r.headers)
         # an intercepted upstream that refuses: 502 inside the TLS tunnel
-        r = s.get(f"https://127.0.0.1:{dead_port}/x", verify=str(env["sup"].bundle_path),
+        # (mitmproxy connects before it answers the CONNECT: the 502 is the CONNECT's)
+        with pytest.raises(requests.exceptions.ProxyError, match="502") as e:
+            s.get(f"https://127.0.0.1:{dead_port}/x", verify=str(env["sup"].bundle_path),
                   timeout=10)
-        assert r.status_code == 502 and SECRET not in r.text
+        assert SECRET not in str(e.value)
     # an intercepted upstream whose certificate we do not trust: the HTTP server
     http_tls = {"id": "http-as-tls", "host": "127.0.0.1", "port": env["http"],
                 "header": "X-T", "value": SECRET, "users": ["alice"]}
@@ -385,9 +387,11 @@ def test_errors_are_http_statuses_without_secrets(env):
         assert sock.recv(1024).startswith(b"HTTP/1.1 407")  # auth comes first
     cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
     with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
-        sock.sendall(f"GET /x HTTP/1.1\r\nHost: a\r\nProxy-Authorization: Basic {cred}"
-                     "\r\n\r\n".encode())
-        assert sock.recv(1024).startswith(b"HTTP/1.1 400")
+        sock.sendall(f"GET /x HTTP/1.1\r\nHost: a.invalid\r\nProxy-Authorization: Basic "
+                     f"{cred}\r\n\r\n".encode())
+        # mitmproxy takes an origin-form target from its Host (the rules would match that
+        # host, and that Host goes upstream): a.invalid does not resolve
+        assert sock.recv(1024).split(b" ")[1] in (b"400", b"502")
     # limits: a head larger than max_header_bytes is refused, not buffered
     with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
         sock.sendall(f"GET http://127.0.0.1:{env['http']}/ HTTP/1.1\r\n"
