@@ -453,51 +453,64 @@ def test_killed_proxy_is_restarted_with_its_rules(env):
         assert _headers(r)["x-data-token"] == [SECRET_TLS]
 
 
-def test_upgrade_is_relayed_with_rule_headers(env):
-    """An ``Upgrade`` (as WebSocket does) gets its rule headers, then bytes flow both ways."""
-    seen: dict[str, bytes] = {}
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen(1)
-    port = srv.getsockname()[1]
+@pytest.mark.parametrize("tls", [False, True])
+def test_websocket_gets_rule_headers(env, tls):
+    """A WebSocket (ws:// and, intercepted, wss://) gets its rule headers on the upgrade
+    request, then messages flow both ways."""
+    from websockets.sync.client import connect
+    from websockets.sync.server import serve
 
-    def upstream() -> None:
-        conn, _ = srv.accept()
-        with conn:
-            conn.settimeout(10)
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += conn.recv(4096)
-            seen["head"] = head
-            conn.sendall(b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\n"
-                         b"Upgrade: echo\r\n\r\n")
-            data = conn.recv(1024)
-            conn.sendall(data.upper())
+    seen: dict[str, list[tuple[str, str]]] = {}
 
-    t = threading.Thread(target=upstream, daemon=True)
-    t.start()
-    rule = {"id": "ws", "host": "127.0.0.1", "port": port, "header": "X-WS-Key",
-            "value": SECRET, "users": ["alice"]}
-    _update(env, _rules(env, rule))
-    cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
-    try:
-        with socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10) as sock:
-            sock.sendall(f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\nHost: x\r\n"
-                         "Connection: Upgrade\r\nUpgrade: echo\r\n"
-                         f"Proxy-Authorization: Basic {cred}\r\n\r\n".encode())
-            head = b""
-            while b"\r\n\r\n" not in head:
-                head += sock.recv(4096)
-            assert head.startswith(b"HTTP/1.1 101")
-            sock.sendall(b"hello")
-            assert sock.recv(1024) == b"HELLO"
-        t.join(10)
-        lines = seen["head"].decode().split("\r\n")
-        assert f"X-WS-Key: {SECRET}" in lines and "Upgrade: echo" in lines
-        assert not any(line.lower().startswith("proxy-authorization") for line in lines)
-    finally:
-        srv.close()
-        _update(env, _rules(env))
+    def echo(ws) -> None:
+        seen["headers"] = list(ws.request.headers.raw_items())
+        for msg in ws:
+            ws.send(msg.upper())
+
+    ctx = None
+    if tls:  # the upstream's certificate is of the test CA the proxy trusts
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(env["base"] / "upstream-leaf.pem")
+    with serve(echo, "127.0.0.1", 0, ssl=ctx) as server:
+        port = server.socket.getsockname()[1]
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        rule = {"id": "ws", "host": "127.0.0.1", "port": port, "header": "X-WS-Key",
+                "value": SECRET, "users": ["alice"]}
+        _update(env, _rules(env, rule))
+        try:
+            if tls:  # websockets tunnels through CONNECT: intercepted
+                proxy = env["sup"].proxy_url_for("alice", TOKEN_ALICE)
+                client_ctx = ssl.create_default_context(cafile=str(env["sup"].bundle_path))
+                with connect(f"wss://127.0.0.1:{port}/ws", proxy=proxy, ssl=client_ctx,
+                             open_timeout=10) as ws:
+                    ws.send("hello")
+                    assert ws.recv(timeout=10) == "HELLO"
+            else:  # ws:// as a plain proxy request (absolute-form upgrade), frames by hand
+                cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
+                with socket.create_connection(("127.0.0.1", env["sup"].port),
+                                              timeout=10) as sock:
+                    sock.sendall(f"GET http://127.0.0.1:{port}/ws HTTP/1.1\r\n"
+                                 f"Host: 127.0.0.1:{port}\r\nConnection: Upgrade\r\n"
+                                 "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\n"
+                                 "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+                                 f"Proxy-Authorization: Basic {cred}\r\n\r\n".encode())
+                    head = b""
+                    while b"\r\n\r\n" not in head:
+                        head += sock.recv(4096)
+                    assert head.startswith(b"HTTP/1.1 101")
+                    mask = b"\x01\x02\x03\x04"
+                    sock.sendall(b"\x81\x85" + mask + bytes(
+                        c ^ mask[i % 4] for i, c in enumerate(b"hello")))
+                    frame = head.split(b"\r\n\r\n", 1)[1]
+                    while len(frame) < 7:
+                        frame += sock.recv(4096)
+                    assert frame[:7] == b"\x81\x05HELLO"
+            got = {k.lower(): v for k, v in seen["headers"]}
+            assert got["x-ws-key"] == SECRET
+            assert "proxy-authorization" not in got
+        finally:
+            server.shutdown()
+            _update(env, _rules(env))
 
 
 def test_revoked_token_stops_an_open_intercepted_connection(env):
