@@ -161,8 +161,11 @@ def test_deployment_ca_files(tmp_path):
     ca = DeploymentCA.load_or_create(tmp_path / "ca")
     assert (ca.key_path.stat().st_mode & 0o777) == 0o600
     assert (ca.cert_path.stat().st_mode & 0o777) == 0o644
+    assert ca.key_path.stat().st_uid == os.geteuid()
+    os.chmod(ca.key_path, 0o644)  # loosened by someone: tightened again on load
     again = DeploymentCA.load_or_create(tmp_path / "ca")
     assert again.cert.serial_number == ca.cert.serial_number  # reused, not regenerated
+    assert (ca.key_path.stat().st_mode & 0o777) == 0o600
     bc = ca.cert.extensions.get_extension_for_class(x509.BasicConstraints).value
     assert bc.ca
     assert ca.cert.extensions.get_extension_for_class(x509.KeyUsage).value.key_cert_sign
