@@ -25,8 +25,8 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from jupyter_cloudtik.hub.egress import EgressSupervisor  # noqa: E402
-from jupyter_cloudtik.testing.upstreams import make_test_ca, serve  # noqa: E402
+from jupyter_cloudtik.hub.egress import EgressSupervisor
+from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
 
 TOKEN = "bench-token-0123456789"
 

@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
-import signal
 import resource
+import signal
 import sys
 from pathlib import Path
 from typing import Any
