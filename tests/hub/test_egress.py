@@ -529,3 +529,35 @@ def test_revoked_token_stops_an_open_intercepted_connection(env):
     finally:
         tls.close()
         _update(env, _rules(env))
+
+
+def test_http2_through_an_intercepted_ruled_host(env):
+    """HTTP/2 end to end: the client speaks h2 to the proxy's interception, the proxy speaks
+    h2 to the upstream, and the rule header arrives."""
+    httpx = pytest.importorskip("httpx")
+    pytest.importorskip("h2")
+    from h2_upstream import H2Upstream
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(env["base"] / "upstream-leaf.pem")
+    up = H2Upstream(ctx)
+    rule = {"id": "h2", "host": "127.0.0.1", "port": up.port, "header": "X-H2-Key",
+            "value": SECRET, "users": ["alice"]}
+    _update(env, _rules(env, rule))
+    try:
+        verify = ssl.create_default_context(cafile=str(env["sup"].bundle_path))
+        proxy = env["sup"].proxy_url_for("alice", TOKEN_ALICE)
+        with httpx.Client(proxy=proxy, http2=True, verify=verify, trust_env=False,
+                          timeout=10) as c:
+            r = c.get(f"https://127.0.0.1:{up.port}/h2")
+            assert r.status_code == 200 and r.http_version == "HTTP/2"
+            assert r.headers["x-cloudtik-egress"] == "applied rule=h2"
+            got = dict(r.json()["headers"])
+            assert got["x-h2-key"] == SECRET and "proxy-authorization" not in got
+            # a client :authority naming another host is refused, nothing goes upstream
+            n = len(up.requests)
+            r = c.get(f"https://127.0.0.1:{up.port}/h2", headers={"host": "evil.test"})
+            assert r.status_code == 400 and len(up.requests) == n
+    finally:
+        up.close()
+        _update(env, _rules(env))

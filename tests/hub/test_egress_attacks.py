@@ -49,7 +49,7 @@ TOKEN = f"tok-alice-{uuid.uuid4().hex}"
 CLIENTS = [{"user": "alice", "token": TOKEN, "groups": []}]
 CRED = base64.b64encode(f"alice:{TOKEN}".encode()).decode()
 AUTH = f"Proxy-Authorization: Basic {CRED}\r\n"
-HANDSHAKE_TIMEOUT = 2.0
+HANDSHAKE_TIMEOUT = 5.0
 
 
 class Recorder:
