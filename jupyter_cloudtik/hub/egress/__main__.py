@@ -13,6 +13,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import os
 import logging
 import resource
 import signal
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s egress %(levelname)s %(message)s")
     # mitmproxy's own info lines (client connect/disconnect) are noise; warnings stay
-    logging.getLogger("mitmproxy").setLevel(logging.WARNING)
+    logging.getLogger("mitmproxy").setLevel(os.environ.get("EGRESS_MITM_LOG", "WARNING"))
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))
     return 0

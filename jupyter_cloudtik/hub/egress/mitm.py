@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mitmproxy import certs, connection, ctx, http, options
-from mitmproxy.addons import default_addons
+from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 from mitmproxy.proxy import layer, layers
 from mitmproxy.proxy import server as mitm_server
@@ -549,7 +549,11 @@ class MitmEgressProxy:
         opts = options.Options(listen_host=self.host, listen_port=self.requested_port,
                                mode=["regular"], confdir=self._confdir)
         master = Master(opts, event_loop=asyncio.get_running_loop())
-        master.addons.add(self.addon, *default_addons())
+        # only what an egress proxy needs: every add-on is called on every event of every
+        # flow, and mitmproxy's default set (replay, maps, cookies, saving...) is ~30 of them
+        master.addons.add(self.addon, core.Core(), proxyserver.Proxyserver(),
+                          next_layer.NextLayer(), tlsconfig.TlsConfig(),
+                          disable_h2c.DisableH2C())
         opts.update(
             ssl_insecure=False, http2=True, websocket=True, upstream_cert=False,
             connection_strategy="eager", rawtcp=False, validate_inbound_headers=True,
