@@ -140,6 +140,8 @@ def atk(tmp_path_factory):
         log = sup.log_path.read_text()
         for s in (SECRET, SECRET_TLS, SECRET_ANY_PORT, TOKEN, CRED):
             assert s not in log
+        # no attack crashed a connection handler (an uncaught exception logs a traceback)
+        assert "Traceback" not in log, log[log.index("Traceback") - 300:][:3000]
 
 
 def _rules(env) -> list[dict]:
@@ -416,7 +418,8 @@ def test_client_trailers_are_not_relayed(atk):
             f"X-Big: {'a' * 30000}\r\n\r\n")
     resp = _raw(atk, (f"POST http://127.0.0.1:{atk['ruled'].port}/t HTTP/1.1\r\n"
                       f"Transfer-Encoding: chunked\r\n{AUTH}\r\n{body}").encode())
-    assert _status(resp) in (0, 200, 400)
+    # refused (mitmproxy 11 implements no HTTP/1 trailers; we answer 400 for it)
+    assert _status(resp) in (200, 400), resp[:200]
     time.sleep(0.1)
     assert not atk["ruled"].has("forged") and not atk["ruled"].has("evil.test")
     _still_serves(atk)

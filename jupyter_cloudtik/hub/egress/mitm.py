@@ -485,7 +485,8 @@ def bound_http1_heads(max_bytes: int, max_fields: int) -> None:
     """mitmproxy 11 buffers an HTTP/1 head without any bound ("FIXME: protect against
     header size DoS" in its ``_http1.py``): one client could fill our memory with a head
     that never ends.  Heads of clients and upstreams alike are bounded here: a client gets
-    431, an upstream's connection is closed (the client gets 502)."""
+    431, an upstream's connection is closed (the client gets 502).  Trailer fields, which
+    it does not implement (an exception per connection), are refused with a 400."""
     global _BOUNDED
     if _BOUNDED:
         return
@@ -515,6 +516,25 @@ def bound_http1_heads(max_bytes: int, max_fields: int) -> None:
             yield from original(self, event)
 
         cls.read_headers = read_headers
+
+        body = cls.read_body
+
+        def read_body(self, event):  # type: ignore[no-untyped-def]
+            # mitmproxy 11 raises NotImplementedError on HTTP/1 trailer fields, which
+            # kills the connection with a traceback: refuse them (400) instead.  The
+            # trailers themselves are never relayed either way.
+            try:
+                yield from body(self, event)
+            except NotImplementedError:
+                if server:
+                    yield commands.SendData(self.conn, _http1.make_error_response(
+                        400, "trailer fields are not accepted"))
+                else:
+                    yield commands.Log("upstream sent trailer fields: closed")
+                yield commands.CloseConnection(self.conn)
+                self.state = self.done
+
+        cls.read_body = read_body
 
     wrap(_http1.Http1Server, True)
     wrap(_http1.Http1Client, False)
