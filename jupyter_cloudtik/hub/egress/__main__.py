@@ -13,8 +13,8 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
 import logging
+import os
 import resource
 import signal
 import sys
