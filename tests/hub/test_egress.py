@@ -561,3 +561,23 @@ def test_http2_through_an_intercepted_ruled_host(env):
     finally:
         up.close()
         _update(env, _rules(env))
+
+
+def test_upstreams_are_verified_against_the_system_trust_store(env, tmp_path):
+    """Without a test bundle the proxy trusts the operating system's CAs only: the test CA
+    of the loopback upstreams is not among them, so an intercepted request is refused."""
+    loop = env["loop"]
+    sup = EgressSupervisor(tmp_path / "state", no_proxy="", deny_networks=["169.254.0.0/16"])
+    loop.run(sup.start())
+    try:
+        loop.run(sup.update(CLIENTS, _rules(env)))
+        with requests.Session() as s:
+            s.trust_env = False
+            url = sup.proxy_url_for("alice", TOKEN_ALICE)
+            s.proxies = {"http": url, "https": url}
+            r = s.get(f"https://127.0.0.1:{env['ruled']}/x", verify=str(sup.bundle_path),
+                      timeout=10)
+            assert r.status_code == 502 and "certificate verify failed" in r.text.lower()
+            assert SECRET_TLS not in r.text
+    finally:
+        loop.run(sup.stop())

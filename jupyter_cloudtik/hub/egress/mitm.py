@@ -26,6 +26,7 @@ import contextlib
 import ipaddress
 import logging
 import re
+import shutil
 import socket
 import ssl
 import tempfile
@@ -163,7 +164,7 @@ class EgressAddon:
     def running(self) -> None:
         # the deployment CA signs the leaves, in memory only (mitmproxy uses one key for the
         # CA and its leaves: ours never leaves this process or its 0600 file)
-        dh = Path(tempfile.mkdtemp(prefix="egress-dh-")) / "dh.pem"
+        dh = Path(ctx.options.confdir) / "dhparam.pem"  # mitmproxy's default parameters
         self._store = certs.CertStore(self.ca._key, certs.Cert(self.ca.cert), None,
                                       certs.CertStore.load_dhparam(dh))
         self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
@@ -603,3 +604,5 @@ class MitmEgressProxy:
         if self._task is not None:
             with contextlib.suppress(Exception, asyncio.CancelledError):
                 await asyncio.wait_for(self._task, 5)
+        # mitmproxy's own throw-away CA and the DH parameters: never used, not kept
+        shutil.rmtree(self._confdir, ignore_errors=True)
