@@ -435,6 +435,10 @@ def test_secrets_never_in_argv_or_environment(env):
         assert s not in argv and s not in environ
     assert SECRET not in repr(env["sup"].rules) and SECRET not in str(env["sup"].rules[0])
     assert SECRET not in repr(env["sup"])
+    # the CA key: made by the proxy, 0600, owned by the proxy's user, in no file sessions get
+    key = env["sup"].dir / "ca" / DeploymentCA.KEY_NAME
+    assert (key.stat().st_mode & 0o777) == 0o600 and key.stat().st_uid == proc.uids().effective
+    assert b"PRIVATE KEY" not in env["sup"].bundle_path.read_bytes()
 
 
 def test_killed_proxy_is_restarted_with_its_rules(env):

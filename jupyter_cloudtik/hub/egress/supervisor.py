@@ -109,7 +109,7 @@ class EgressSupervisor:
         self.restarts = 0
         self.port: int | None = None
         self.pid: int | None = None
-        self.ca: DeploymentCA | None = None
+        self.ca_cert_pem: bytes | None = None
         self._clients: tuple[Client, ...] = ()
         self._rules: RuleSet = RuleSet()
         self._seq = 0
@@ -145,17 +145,18 @@ class EgressSupervisor:
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = 20.0) -> None:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # the CA is made here, not by the child, so its path is known before any session
-        self.ca = DeploymentCA.load_or_create(self.dir / "ca")
+        # the proxy makes (or loads) the CA: its private key is read by the proxy process
+        # only; the supervisor reads the certificate, once the proxy listens
+        self._stopping = False
+        await asyncio.wait_for(self._spawn(self.requested_port), timeout)
+        self.ca_cert_pem = self.ca_cert_path.read_bytes()
         bundle = _system_ca_pem()
         if bundle and not bundle.endswith(b"\n"):
             bundle += b"\n"
         tmp = self.bundle_path.with_suffix(".tmp")
-        tmp.write_bytes(bundle + self.ca.cert_pem)
+        tmp.write_bytes(bundle + self.ca_cert_pem)
         os.chmod(tmp, 0o644)
         os.replace(tmp, self.bundle_path)
-        self._stopping = False
-        await asyncio.wait_for(self._spawn(self.requested_port), timeout)
         self._watch_task = asyncio.create_task(self._watch())
 
     async def _spawn(self, port: int) -> None:
