@@ -1,144 +1,243 @@
-"""Egress proxy overhead per request, against a direct request in the same run.
+"""Added latency and throughput of the egress proxy, against going direct.
 
-    .venv/bin/python benchmarks/egress_proxy.py [--n 200] [--engine mitmproxy builtin]
+A real proxy process under its supervisor, loopback HTTP and HTTPS upstreams (the HTTPS one
+with a CA of its own), ``requests`` sessions with keep-alive.  Modes, each interleaved with
+its direct baseline in rounds so both see the same machine noise:
 
-For each engine (mitmproxy: the proxy now; builtin: the older HTTP/1.1 proxy, as on main
-before issue 21) it starts the real proxy process under its supervisor and loopback upstreams,
-then times N sequential keep-alive requests: plain HTTP/1.1 with a rule, intercepted HTTPS
-with a rule, and an HTTPS tunnel without a rule, each next to the same request made directly.
-Prints ``egress <kind> <engine> proxy X ms direct Y ms ratio Z`` (medians).
-HTTP/2 (httpx with h2, intercepted, against a small h2 upstream) for the mitmproxy engine
-only: the builtin proxy speaks HTTP/1.1 only.
+- http:   plain HTTP with a rule (headers injected);
+- tunnel: HTTPS without a rule (CONNECT, bytes untouched);
+- mitm:   HTTPS with a rule (intercepted, re-encrypted to the upstream).
+
+- http2:  HTTPS with a rule over HTTP/2 (httpx with h2, against a small h2 upstream;
+          mitmproxy engine only: the builtin proxy speaks HTTP/1.1).
+
+Also one large download per mode, for throughput.  Each engine is measured in the same run
+(``builtin``: the proxy before issue 21; ``mitmproxy``: the proxy now), each mode printing
+``egress MODE ENGINE proxy X ms direct Y ms ratio Z`` (medians) after its detail line.
+
+    .venv/bin/python benchmarks/egress_proxy.py [--requests 500] [--mib 64]
+        [--engine builtin mitmproxy]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
+import ipaddress
+import shutil
 import ssl
 import statistics
 import sys
 import tempfile
 import threading
 import time
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from jupyter_cloudtik.hub.egress import EgressSupervisor
-from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
 
-TOKEN = "bench-token-0123456789"
+BIG = b"x" * (1 << 20)
 
 
-def _loop() -> asyncio.AbstractEventLoop:
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True
+    mib = 64
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/big"):
+            self.send_response(200)
+            self.send_header("Content-Length", str(self.mib * len(BIG)))
+            self.end_headers()
+            for _ in range(self.mib):
+                self.wfile.write(BIG)
+            return
+        body = b'{"ok": true}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def _cert(directory: Path):
+    now = dt.datetime.now(dt.timezone.utc)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench upstream")])
+    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+          .public_key(key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.SubjectAlternativeName(
+              [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+          .sign(key, hashes.SHA256()))
+    pem = serialization.Encoding.PEM
+    path = directory / "upstream.pem"
+    path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
+                                       serialization.NoEncryption()) + ca.public_bytes(pem))
+    cafile = directory / "upstream-ca.pem"
+    cafile.write_bytes(ca.public_bytes(pem))
+    return path, cafile
+
+
+def _serve(chain: Path | None) -> int:
+    import ssl
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.daemon_threads = True
+    if chain:
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(chain)
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True,
+                                     do_handshake_on_connect=False)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv.server_address[1]
+
+
+def _times(session: requests.Session, url: str, n: int, verify) -> list[float]:
+    out = []
+    session.get(url, verify=verify, timeout=10)  # connect (and handshake) outside timing
+    for _ in range(n):
+        t = time.perf_counter()
+        r = session.get(url, verify=verify, timeout=10)
+        out.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200, r.status_code
+    return out
+
+
+def _pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def _h2_times(client, url: str, n: int) -> list[float]:
+    out = []
+    client.get(url)
+    for _ in range(n):
+        t = time.perf_counter()
+        r = client.get(url)
+        out.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200 and r.http_version == "HTTP/2", r
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=500)
+    ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--engine", nargs="+", default=["builtin", "mitmproxy"])
+    args = ap.parse_args()
+    Handler.mib = args.mib
+    for engine in args.engine:
+        bench(engine, args)
+
+
+def bench(engine: str, args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="egress-bench-"))
+    chain, upstream_ca = _cert(tmp)
+    http_port, ruled_port, plain_port = _serve(None), _serve(chain), _serve(chain)
+
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
-    return loop
 
+    def run(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
 
-def _run(loop, coro, timeout=60):
-    return asyncio.run_coroutine_threadsafe(coro, loop).result(timeout)
-
-
-def _pair(via: requests.Session, direct: requests.Session, url: str, n: int,
-          verify_via, verify_direct) -> tuple[float, float]:
-    """Median ms of ``n`` requests through the proxy and ``n`` direct, interleaved so both
-    see the same machine load."""
-    via.get(url, verify=verify_via, timeout=10)  # connections set up outside the timing
-    direct.get(url, verify=verify_direct, timeout=10)
-    a, b = [], []
-    for _ in range(n):
-        for session, verify, out in ((via, verify_via, a), (direct, verify_direct, b)):
-            t = time.perf_counter()
-            r = session.get(url, verify=verify, timeout=10)
-            out.append(time.perf_counter() - t)
-            assert r.status_code == 200, r.status_code
-    return statistics.median(a) * 1000, statistics.median(b) * 1000
-
-
-def _pair_h2(proxy: str, url: str, n: int, verify_via, verify_direct) -> tuple[float, float]:
-    import httpx
-
-    with httpx.Client(proxy=proxy, http2=True, verify=verify_via, trust_env=False) as via, \
-            httpx.Client(http2=True, verify=verify_direct, trust_env=False) as direct:
-        assert via.get(url).http_version == "HTTP/2" == direct.get(url).http_version
-        a, b = [], []
-        for _ in range(n):
-            for client, out in ((via, a), (direct, b)):
-                t = time.perf_counter()
-                r = client.get(url)
-                out.append(time.perf_counter() - t)
-                assert r.status_code == 200
-    return statistics.median(a) * 1000, statistics.median(b) * 1000
-
-
-def bench(engine: str, n: int) -> None:
-    base = Path(tempfile.mkdtemp(prefix="egress-bench-"))
-    ca_path, ctx = make_test_ca(base)
-    http_srv, _ = serve(None)
-    ruled, _ = serve(ctx)
-    plain, _ = serve(ctx)
-    loop = _loop()
-    sup = EgressSupervisor(base / "state", upstream_ca_bundle=str(ca_path), no_proxy="",
-                           deny_networks=["169.254.0.0/16"], engine=engine)
-    _run(loop, sup.start())
-    hp, rp, pp = (s.server_address[1] for s in (http_srv, ruled, plain))
+    token = uuid.uuid4().hex
     h2 = None
-    if engine == "mitmproxy":  # the builtin proxy speaks HTTP/1.1 only
+    if engine == "mitmproxy":
         sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hub"))
         from h2_upstream import H2Upstream
 
         h2ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        h2ctx.load_cert_chain(base / "upstream-leaf.pem")
+        h2ctx.load_cert_chain(chain)
         h2 = H2Upstream(h2ctx)
-    _run(loop, sup.update([{"user": "bench", "token": TOKEN}], [
-        {"id": "h", "host": "127.0.0.1", "port": hp, "header": "Authorization",
-         "value": "Bearer bench-secret", "users": ["bench"]},
-        {"id": "t", "host": "127.0.0.1", "port": rp, "header": "X-Key",
-         "value": "bench-secret", "users": ["bench"]},
-        *([{"id": "h2", "host": "127.0.0.1", "port": h2.port, "header": "X-Key",
-            "value": "bench-secret", "users": ["bench"]}] if h2 else [])]))
+    sup = EgressSupervisor(tmp / "state", upstream_ca_bundle=str(upstream_ca), no_proxy="",
+                           deny_networks=[], engine=engine)
+    run(sup.start())
     try:
-        via = requests.Session()
-        via.trust_env = False
-        url = sup.proxy_url_for("bench", TOKEN)
-        via.proxies = {"http": url, "https": url}
-        direct = requests.Session()
-        direct.trust_env = False
-        cases = [("http1", f"http://127.0.0.1:{hp}/x", str(sup.bundle_path), None),
-                 ("https-intercepted", f"https://127.0.0.1:{rp}/x", str(sup.bundle_path),
-                  str(ca_path)),
-                 ("https-tunnel", f"https://127.0.0.1:{pp}/x", str(ca_path), str(ca_path))]
-        for kind, u, verify_proxy, verify_direct in cases:
-            p, d = _pair(via, direct, u, n, verify_proxy, verify_direct or True)
-            print(f"egress {kind} {engine} proxy {p:.2f} ms direct {d:.2f} ms "
-                  f"ratio {p / d:.1f}", flush=True)
+        run(sup.update([{"user": "bench", "token": token}], [
+            *([{"id": "h2", "host": "127.0.0.1", "port": h2.port, "header": "Authorization",
+                "value": "Bearer " + uuid.uuid4().hex, "users": ["bench"]}] if h2 else []),
+            {"id": "h", "host": "127.0.0.1", "port": http_port, "header": "Authorization",
+             "value": "Bearer " + uuid.uuid4().hex, "users": ["bench"]},
+            {"id": "m", "host": "127.0.0.1", "port": ruled_port, "header": "Authorization",
+             "value": "Bearer " + uuid.uuid4().hex, "users": ["bench"]}]))
+        proxy = sup.proxy_url_for("bench", token)
+        modes = {
+            "http": (f"http://127.0.0.1:{http_port}/x", None, None),
+            "tunnel": (f"https://127.0.0.1:{plain_port}/x", str(upstream_ca),
+                       str(upstream_ca)),
+            "mitm": (f"https://127.0.0.1:{ruled_port}/x", str(upstream_ca),
+                     str(sup.bundle_path)),
+        }
+        print(f"engine {engine}: {args.requests} sequential keep-alive GETs per mode and path "
+              f"(ms: median / p95), one {args.mib} MiB download (MiB/s)")
+        for mode, (url, verify_direct, verify_proxy) in modes.items():
+            direct, via = requests.Session(), requests.Session()
+            direct.trust_env = via.trust_env = False
+            via.proxies = {"http": proxy, "https": proxy}
+            d: list[float] = []
+            v: list[float] = []
+            rounds = 5
+            for _ in range(rounds):
+                d += _times(direct, url, args.requests // rounds, verify_direct)
+                v += _times(via, url, args.requests // rounds, verify_proxy)
+            big = url.replace("/x", "/big")
+            rates = []
+            for s, verify in ((direct, verify_direct), (via, verify_proxy)):
+                t = time.perf_counter()
+                r = s.get(big, verify=verify, timeout=120)
+                assert len(r.content) == args.mib << 20
+                rates.append(args.mib / (time.perf_counter() - t))
+            added = statistics.median(v) - statistics.median(d)
+            print(f"{mode:7s} direct {statistics.median(d):6.2f} / {_pct(d, .95):6.2f}   "
+                  f"proxy {statistics.median(v):6.2f} / {_pct(v, .95):6.2f}   "
+                  f"added {added:5.2f} ms   "
+                  f"download direct {rates[0]:7.1f} proxy {rates[1]:7.1f} MiB/s")
+            _line(mode, engine, v, d)
+            direct.close()
+            via.close()
         if h2 is not None:
-            p, d = _pair_h2(url, f"https://127.0.0.1:{h2.port}/x", n,
-                            ssl.create_default_context(cafile=str(sup.bundle_path)),
-                            ssl.create_default_context(cafile=str(ca_path)))
-            print(f"egress http2-intercepted {engine} proxy {p:.2f} ms direct {d:.2f} ms "
-                  f"ratio {p / d:.1f}", flush=True)
+            import httpx
+
+            url = f"https://127.0.0.1:{h2.port}/x"
+            with httpx.Client(proxy=proxy, http2=True, trust_env=False, verify=ssl
+                              .create_default_context(cafile=str(sup.bundle_path))) as via, \
+                    httpx.Client(http2=True, trust_env=False, verify=ssl
+                                 .create_default_context(cafile=str(upstream_ca))) as direct:
+                d, v = [], []
+                rounds = 5
+                for _ in range(rounds):
+                    d += _h2_times(direct, url, args.requests // rounds)
+                    v += _h2_times(via, url, args.requests // rounds)
+            print(f"http2   direct {statistics.median(d):6.2f} / {_pct(d, .95):6.2f}   "
+                  f"proxy {statistics.median(v):6.2f} / {_pct(v, .95):6.2f}   "
+                  f"added {statistics.median(v) - statistics.median(d):5.2f} ms")
+            _line("http2", engine, v, d)
     finally:
-        _run(loop, sup.stop())
+        run(sup.stop())
         loop.call_soon_threadsafe(loop.stop)
-        for s in (http_srv, ruled, plain):
-            s.shutdown()
-            s.server_close()
+        if h2 is not None:
+            h2.close()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--n", type=int, default=200)
-    ap.add_argument("--engine", nargs="+", default=["builtin", "mitmproxy"])
-    args = ap.parse_args()
-    for e in args.engine:
-        bench(e, args.n)
-    return 0
+def _line(mode: str, engine: str, via: list[float], direct: list[float]) -> None:
+    p, d = statistics.median(via), statistics.median(direct)
+    print(f"egress {mode} {engine} proxy {p:.2f} ms direct {d:.2f} ms ratio {p / d:.1f}",
+          flush=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()
