@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
 import ipaddress
 import json
@@ -585,3 +586,73 @@ def test_upstreams_are_verified_against_the_system_trust_store(env, tmp_path):
             assert SECRET_TLS not in r.text
     finally:
         loop.run(sup.stop())
+
+
+@pytest.mark.parametrize("extra", [
+    [("host", "evil.test")],                          # Host differing from :authority
+    [("transfer-encoding", "chunked")],               # HTTP/1 framing inside HTTP/2
+    [("connection", "keep-alive")],                   # connection-specific, banned in h2
+    [("x-bad", "a\r\nInjected: 1")],                  # a line break in a value
+])
+def test_http2_attacks_on_an_intercepted_ruled_host(env, extra):
+    """Raw HTTP/2 frames (the h2 library with its own checks off) that a well-behaved client
+    never sends: none reaches the upstream with the secret, and the proxy keeps serving."""
+    h2conn_mod = pytest.importorskip("h2.connection")
+    import h2.config
+    import h2.events
+    from h2_upstream import H2Upstream
+
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(env["base"] / "upstream-leaf.pem")
+    up = H2Upstream(ctx)
+    rule = {"id": "h2", "host": "127.0.0.1", "port": up.port, "header": "X-H2-Key",
+            "value": SECRET, "users": ["alice"]}
+    _update(env, _rules(env, rule))
+    try:
+        sock = socket.create_connection(("127.0.0.1", env["sup"].port), timeout=10)
+        cred = base64.b64encode(f"alice:{TOKEN_ALICE}".encode()).decode()
+        sock.sendall(f"CONNECT 127.0.0.1:{up.port} HTTP/1.1\r\nHost: 127.0.0.1:{up.port}\r\n"
+                     f"Proxy-Authorization: Basic {cred}\r\n\r\n".encode())
+        assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        cctx = ssl.create_default_context(cafile=str(env["sup"].bundle_path))
+        cctx.set_alpn_protocols(["h2"])
+        tls = cctx.wrap_socket(sock, server_hostname="127.0.0.1")
+        assert tls.selected_alpn_protocol() == "h2"
+        conn = h2conn_mod.H2Connection(h2.config.H2Configuration(
+            client_side=True, validate_outbound_headers=False,
+            normalize_outbound_headers=False))
+        conn.initiate_connection()
+        conn.send_headers(1, [(":method", "GET"), (":scheme", "https"),
+                              (":authority", f"127.0.0.1:{up.port}"), (":path", "/atk"),
+                              *extra], end_stream=True)
+        tls.sendall(conn.data_to_send())
+        outcome = None
+        deadline = time.monotonic() + 10
+        while outcome is None and time.monotonic() < deadline:
+            try:
+                data = tls.recv(65536)
+            except (OSError, ssl.SSLError):
+                data = b""
+            if not data:
+                outcome = "closed"
+                break
+            for ev in conn.receive_data(data):
+                if isinstance(ev, h2.events.ResponseReceived):
+                    outcome = dict(ev.headers).get(b":status", b"?").decode()
+                elif isinstance(ev, (h2.events.StreamReset, h2.events.ConnectionTerminated)):
+                    outcome = "reset"
+            with contextlib.suppress(Exception):
+                tls.sendall(conn.data_to_send())
+        tls.close()
+        assert outcome in ("400", "reset", "closed"), outcome
+        assert not any(k.lower() == "x-h2-key" for r in up.requests for k, _ in r)
+        # the proxy still serves an honest HTTP/2 request with its secret
+        httpx = pytest.importorskip("httpx")
+        with httpx.Client(proxy=env["sup"].proxy_url_for("alice", TOKEN_ALICE), http2=True,
+                          verify=ssl.create_default_context(cafile=str(env["sup"].bundle_path)),
+                          trust_env=False, timeout=10) as c:
+            r = c.get(f"https://127.0.0.1:{up.port}/honest")
+            assert r.status_code == 200 and dict(r.json()["headers"])["x-h2-key"] == SECRET
+    finally:
+        up.close()
+        _update(env, _rules(env))
