@@ -48,7 +48,16 @@ CHP := $(VENV)/hub-proxy/node_modules/.bin/configurable-http-proxy
 $(CHP): | $(VENV)/.installed
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/hub-proxy configurable-http-proxy@4.6.3
 
-install: system-deps $(VENV)/.installed $(CHP)
+# the egress proxy's own environment: mitmproxy pins versions (cryptography<44.1, h11<=0.14,
+# tornado<=6.4.2) that the project's environment cannot take (docs/hub-egress.md)
+EGRESS_VENV := $(VENV)/egress-proxy
+EGRESS_MITMPROXY ?= mitmproxy==11.0.2
+$(EGRESS_VENV)/.installed: | $(VENV)/.installed
+	@test -d $(EGRESS_VENV) || $(PYTHON) -m venv $(EGRESS_VENV)
+	$(EGRESS_VENV)/bin/python -m pip install --quiet "$(EGRESS_MITMPROXY)"
+	@touch $@
+
+install: system-deps $(VENV)/.installed $(CHP) $(EGRESS_VENV)/.installed
 
 demo: install
 	$(BIN)/python examples/run_demo.py

@@ -8,10 +8,15 @@ its direct baseline in rounds so both see the same machine noise:
 - tunnel: HTTPS without a rule (CONNECT, bytes untouched);
 - mitm:   HTTPS with a rule (intercepted, re-encrypted to the upstream).
 
-Also one large download per mode, for throughput.  Target: median added latency < 2 ms
-per request on a keep-alive connection (http and tunnel), < 5 ms (mitm).
+- http2:  HTTPS with a rule over HTTP/2 (httpx with h2, against a small h2 upstream;
+          mitmproxy engine only: the builtin proxy speaks HTTP/1.1).
+
+Also one large download per mode, for throughput.  Each engine is measured in the same run
+(``builtin``: the proxy before issue 21; ``mitmproxy``: the proxy now), each mode printing
+``egress MODE ENGINE proxy X ms direct Y ms ratio Z`` (medians) after its detail line.
 
     .venv/bin/python benchmarks/egress_proxy.py [--requests 500] [--mib 64]
+        [--engine builtin mitmproxy]
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ import asyncio
 import datetime as dt
 import ipaddress
 import shutil
+import ssl
 import statistics
+import sys
 import tempfile
 import threading
 import time
@@ -113,12 +120,29 @@ def _pct(xs: list[float], p: float) -> float:
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
+def _h2_times(client, url: str, n: int) -> list[float]:
+    out = []
+    client.get(url)
+    for _ in range(n):
+        t = time.perf_counter()
+        r = client.get(url)
+        out.append((time.perf_counter() - t) * 1000)
+        assert r.status_code == 200 and r.http_version == "HTTP/2", r
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--engine", nargs="+", default=["builtin", "mitmproxy"])
     args = ap.parse_args()
     Handler.mib = args.mib
+    for engine in args.engine:
+        bench(engine, args)
+
+
+def bench(engine: str, args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="egress-bench-"))
     chain, upstream_ca = _cert(tmp)
     http_port, ruled_port, plain_port = _serve(None), _serve(chain), _serve(chain)
@@ -130,11 +154,21 @@ def main() -> None:
         return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
 
     token = uuid.uuid4().hex
+    h2 = None
+    if engine == "mitmproxy":
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hub"))
+        from h2_upstream import H2Upstream
+
+        h2ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        h2ctx.load_cert_chain(chain)
+        h2 = H2Upstream(h2ctx)
     sup = EgressSupervisor(tmp / "state", upstream_ca_bundle=str(upstream_ca), no_proxy="",
-                           deny_networks=[])
+                           deny_networks=[], engine=engine)
     run(sup.start())
     try:
         run(sup.update([{"user": "bench", "token": token}], [
+            *([{"id": "h2", "host": "127.0.0.1", "port": h2.port, "header": "Authorization",
+                "value": "Bearer " + uuid.uuid4().hex, "users": ["bench"]}] if h2 else []),
             {"id": "h", "host": "127.0.0.1", "port": http_port, "header": "Authorization",
              "value": "Bearer " + uuid.uuid4().hex, "users": ["bench"]},
             {"id": "m", "host": "127.0.0.1", "port": ruled_port, "header": "Authorization",
@@ -147,7 +181,7 @@ def main() -> None:
             "mitm": (f"https://127.0.0.1:{ruled_port}/x", str(upstream_ca),
                      str(sup.bundle_path)),
         }
-        print(f"{args.requests} sequential keep-alive GETs per mode and path "
+        print(f"engine {engine}: {args.requests} sequential keep-alive GETs per mode and path "
               f"(ms: median / p95), one {args.mib} MiB download (MiB/s)")
         for mode, (url, verify_direct, verify_proxy) in modes.items():
             direct, via = requests.Session(), requests.Session()
@@ -171,12 +205,38 @@ def main() -> None:
                   f"proxy {statistics.median(v):6.2f} / {_pct(v, .95):6.2f}   "
                   f"added {added:5.2f} ms   "
                   f"download direct {rates[0]:7.1f} proxy {rates[1]:7.1f} MiB/s")
+            _line(mode, engine, v, d)
             direct.close()
             via.close()
+        if h2 is not None:
+            import httpx
+
+            url = f"https://127.0.0.1:{h2.port}/x"
+            with httpx.Client(proxy=proxy, http2=True, trust_env=False, verify=ssl
+                              .create_default_context(cafile=str(sup.bundle_path))) as via, \
+                    httpx.Client(http2=True, trust_env=False, verify=ssl
+                                 .create_default_context(cafile=str(upstream_ca))) as direct:
+                d, v = [], []
+                rounds = 5
+                for _ in range(rounds):
+                    d += _h2_times(direct, url, args.requests // rounds)
+                    v += _h2_times(via, url, args.requests // rounds)
+            print(f"http2   direct {statistics.median(d):6.2f} / {_pct(d, .95):6.2f}   "
+                  f"proxy {statistics.median(v):6.2f} / {_pct(v, .95):6.2f}   "
+                  f"added {statistics.median(v) - statistics.median(d):5.2f} ms")
+            _line("http2", engine, v, d)
     finally:
         run(sup.stop())
         loop.call_soon_threadsafe(loop.stop)
+        if h2 is not None:
+            h2.close()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _line(mode: str, engine: str, via: list[float], direct: list[float]) -> None:
+    p, d = statistics.median(via), statistics.median(direct)
+    print(f"egress {mode} {engine} proxy {p:.2f} ms direct {d:.2f} ms ratio {p / d:.1f}",
+          flush=True)
 
 
 if __name__ == "__main__":

@@ -83,7 +83,7 @@ def start_services(ctx: Any) -> None:
                 state, port=ctx.hub.egress_port,
                 upstream_ca_bundle=ctx.hub.egress_upstream_ca_bundle or None,
                 no_proxy=ctx.hub.egress_no_proxy,
-                deny_networks=ctx.hub.egress_deny_networks)
+                deny_networks=ctx.hub.egress_deny_networks, engine=ctx.hub.egress_engine)
             await ctx.egress.start()
             await push_egress(ctx)
 

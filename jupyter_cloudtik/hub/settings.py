@@ -52,7 +52,15 @@ class CloudTikHub(Configurable):
                       ).tag(config=True)
 
     egress_upstream_ca_bundle = Unicode(
-        "", help="CA bundle the egress proxy trusts for upstream HTTPS (default: system)."
+        "", help="CA bundle the egress proxy trusts for upstream HTTPS (default: the "
+                 "operating system's trust store; for tests only)."
+    ).tag(config=True)
+
+    egress_engine = Unicode(
+        "mitmproxy",
+        help="""The egress proxy's engine: 'mitmproxy' (HTTP/1, HTTP/2, WebSockets; runs in
+        its own environment, see docs/hub-egress.md) or 'builtin' (the older HTTP/1.1-only
+        proxy).""",
     ).tag(config=True)
 
     egress_deny_networks = List(

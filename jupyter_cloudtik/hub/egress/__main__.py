@@ -14,22 +14,28 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
+import resource
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from .ca import DeploymentCA
 from .proxy import EgressProxy, Limits, ProxyConfig
+
+# the stdout of the process is the pipe of acknowledgements: nothing else may write there
+_OUT = sys.stdout
 
 log = logging.getLogger("jupyter_cloudtik.egress")
 
 
 def _emit(obj: dict) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    _OUT.write(json.dumps(obj) + "\n")
+    _OUT.flush()
 
 
-def _apply(proxy: EgressProxy, line: bytes) -> None:
+def _apply(proxy: Any, line: bytes) -> None:
     seq = None
     try:
         data = json.loads(line)
@@ -54,11 +60,25 @@ async def _main(args: argparse.Namespace) -> int:
     limits = Limits(max_connections=args.max_connections,
                     connect_timeout=args.connect_timeout,
                     response_timeout=args.response_timeout,
-                    idle_timeout=args.idle_timeout)
-    proxy = EgressProxy(ca, host=args.host, port=args.port,
-                        upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
+                    idle_timeout=args.idle_timeout,
+                    handshake_timeout=args.handshake_timeout)
+    # idle sockets are cheap for asyncio; file descriptors are the limit that counts
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
+                                                        else max(soft, 65536), hard))
+    proxy: Any
+    if args.engine == "mitmproxy":
+        from .mitm import MitmEgressProxy
+
+        proxy = MitmEgressProxy(ca, host=args.host, port=args.port,
+                                upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
+    else:
+        proxy = EgressProxy(ca, host=args.host, port=args.port,
+                            upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
     port = await proxy.start()
-    log.info("egress proxy listening on %s:%d", args.host, port)
+    log.info("egress proxy (%s) listening on %s:%d", args.engine, args.host, port)
     _emit({"port": port, "ca_cert": str(ca.cert_path)})
 
     loop = asyncio.get_running_loop()
@@ -98,10 +118,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--connect-timeout", type=float, default=Limits.connect_timeout)
     p.add_argument("--response-timeout", type=float, default=Limits.response_timeout)
     p.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
+    p.add_argument("--handshake-timeout", type=float, default=Limits.handshake_timeout,
+                   help="seconds a connection may take to authenticate")
+    p.add_argument("--engine", choices=("mitmproxy", "builtin"), default="mitmproxy",
+                   help="mitmproxy (default) or the old built-in HTTP/1.1 proxy")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
+    sys.stdout = sys.stderr  # a stray print of a library must not break the pipe protocol
     logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
                         format="%(asctime)s egress %(levelname)s %(message)s")
+    # mitmproxy's own info lines (client connect/disconnect) are noise; warnings stay
+    logging.getLogger("mitmproxy").setLevel(os.environ.get("EGRESS_MITM_LOG", "WARNING"))
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))
     return 0

@@ -98,6 +98,14 @@ class DeploymentCA:
             fcntl.flock(lock, fcntl.LOCK_EX)
             try:
                 if key_path.exists() and cert_path.exists():
+                    st = key_path.stat()
+                    if st.st_uid != os.geteuid():
+                        raise ValueError(f"{key_path}: the egress CA key belongs to uid "
+                                         f"{st.st_uid}, not to this process (uid "
+                                         f"{os.geteuid()}); allowed: owned by the proxy's "
+                                         "user, mode 0600")
+                    if st.st_mode & 0o077:
+                        os.chmod(key_path, 0o600)  # readable by the proxy's user only
                     key = serialization.load_pem_private_key(key_path.read_bytes(), None)
                     cert = x509.load_pem_x509_certificate(cert_path.read_bytes())
                     if not isinstance(key, ec.EllipticCurvePrivateKey):

@@ -42,9 +42,15 @@ __all__ = ["DEFAULT_DENY_NETWORKS", "EGRESS_HEADER", "Client", "EgressProxy", "I
 
 log = logging.getLogger("jupyter_cloudtik.egress")
 
-# the hub host's own loopback and the cloud metadata service are not the sessions' business
-DEFAULT_DENY_NETWORKS = ("127.0.0.0/8", "::1/128", "169.254.0.0/16", "fe80::/10",
-                         "0.0.0.0/8", "::ffff:127.0.0.0/104")
+# the hub host's own loopback and the cloud metadata service are not the sessions' business:
+# loopback and "this host" (0.0.0.0, ::, which reach the host's own services), link-local
+# (169.254.169.254 and friends), IPv4-compatible and IPv4-mapped forms of them, NAT64 and
+# 6to4 forms of loopback and link-local, and the metadata addresses outside those ranges
+DEFAULT_DENY_NETWORKS = ("127.0.0.0/8", "::1/128", "::/96", "169.254.0.0/16", "fe80::/10",
+                         "0.0.0.0/8", "::ffff:127.0.0.0/104", "::ffff:0.0.0.0/104",
+                         "64:ff9b::7f00:0/104", "64:ff9b::a9fe:0/112", "2002:7f00::/24",
+                         "2002:a9fe::/32", "2002::/24", "fd00:ec2::254/128",
+                         "100.100.100.200/32")
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _USERINFO = re.compile(r"://[^/]*@")

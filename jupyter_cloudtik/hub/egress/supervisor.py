@@ -26,7 +26,31 @@ from .ca import DeploymentCA
 from .proxy import DEFAULT_DENY_NETWORKS, Client
 from .rules import Rule, RuleSet
 
-__all__ = ["DEFAULT_NO_PROXY", "EgressSupervisor"]
+__all__ = ["DEFAULT_NO_PROXY", "ENGINES", "EgressSupervisor", "egress_python"]
+
+ENGINES = ("mitmproxy", "builtin")
+# the package root: the proxy's interpreter may be another environment's (mitmproxy's pins)
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
+
+
+def egress_python() -> str:
+    """The interpreter that has mitmproxy: ``CLOUDTIK_EGRESS_PYTHON``, else the
+    ``egress-proxy`` environment inside this one (``make install`` makes it), else this
+    interpreter if mitmproxy is importable here."""
+    import importlib.util
+
+    env = os.environ.get("CLOUDTIK_EGRESS_PYTHON")
+    if env:
+        return env
+    own = Path(sys.prefix) / "egress-proxy" / "bin" / "python"
+    if own.exists():
+        return str(own)
+    if importlib.util.find_spec("mitmproxy") is not None:
+        return sys.executable
+    raise RuntimeError("egress engine 'mitmproxy' needs mitmproxy in an environment of its "
+                       f"own: none at {own} and CLOUDTIK_EGRESS_PYTHON is not set; run "
+                       "`make install` (it creates that environment) or set the hub "
+                       "setting egress_engine to 'builtin'")
 
 log = logging.getLogger("jupyter_cloudtik.egress.supervisor")
 
@@ -66,7 +90,11 @@ class EgressSupervisor:
                  deny_networks: Sequence[str] | None = None,
                  allow_anonymous: bool = False,
                  python: str | None = None,
+                 engine: str = "mitmproxy",
                  extra_args: Sequence[str] = ()) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"egress engine is {engine!r}; allowed: {', '.join(ENGINES)}")
+        self.engine = engine
         self.state_dir = Path(state_dir)
         self.dir = self.state_dir / "egress"
         self.requested_port = port
@@ -75,12 +103,13 @@ class EgressSupervisor:
         self.deny_networks = list(DEFAULT_DENY_NETWORKS if deny_networks is None
                                   else deny_networks)
         self.allow_anonymous = allow_anonymous
-        self.python = python or sys.executable
+        self.python = python or (egress_python() if engine == "mitmproxy"
+                                 else sys.executable)
         self.extra_args = list(extra_args)
         self.restarts = 0
         self.port: int | None = None
         self.pid: int | None = None
-        self.ca: DeploymentCA | None = None
+        self.ca_cert_pem: bytes | None = None
         self._clients: tuple[Client, ...] = ()
         self._rules: RuleSet = RuleSet()
         self._seq = 0
@@ -116,29 +145,36 @@ class EgressSupervisor:
     # -- lifecycle -----------------------------------------------------------------------
     async def start(self, timeout: float = 20.0) -> None:
         self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # the CA is made here, not by the child, so its path is known before any session
-        self.ca = DeploymentCA.load_or_create(self.dir / "ca")
+        # the proxy makes (or loads) the CA: its private key is read by the proxy process
+        # only; the supervisor reads the certificate, once the proxy listens
+        self._stopping = False
+        await asyncio.wait_for(self._spawn(self.requested_port), timeout)
+        self.ca_cert_pem = self.ca_cert_path.read_bytes()
         bundle = _system_ca_pem()
         if bundle and not bundle.endswith(b"\n"):
             bundle += b"\n"
         tmp = self.bundle_path.with_suffix(".tmp")
-        tmp.write_bytes(bundle + self.ca.cert_pem)
+        tmp.write_bytes(bundle + self.ca_cert_pem)
         os.chmod(tmp, 0o644)
         os.replace(tmp, self.bundle_path)
-        self._stopping = False
-        await asyncio.wait_for(self._spawn(self.requested_port), timeout)
         self._watch_task = asyncio.create_task(self._watch())
 
     async def _spawn(self, port: int) -> None:
-        args = [self.python, "-m", "jupyter_cloudtik.hub.egress", "--port", str(port),
-                "--ca-dir", str(self.dir / "ca"), *self.extra_args]
+        # the package is appended to the interpreter's path, after its own site-packages:
+        # the proxy's environment keeps its own versions of every library
+        boot = (f"import sys; sys.path.append({_PACKAGE_ROOT!r}); "
+                "from jupyter_cloudtik.hub.egress.__main__ import main; sys.exit(main())")
+        args = [self.python, "-c", boot, "--port", str(port),
+                "--ca-dir", str(self.dir / "ca"), "--engine", self.engine, *self.extra_args]
         if self.upstream_ca_bundle:
             args += ["--upstream-ca-bundle", str(self.upstream_ca_bundle)]
         self._ready.clear()
+        # PYTHONPATH of ours must not put this environment's libraries before the proxy's
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
         with open(self.log_path, "ab") as logf:
             self._proc = await asyncio.create_subprocess_exec(
                 *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=logf, start_new_session=True, close_fds=True)
+                stderr=logf, start_new_session=True, close_fds=True, env=env)
         self.pid = self._proc.pid
         assert self._proc.stdout is not None
         line = await self._proc.stdout.readline()

@@ -1,0 +1,608 @@
+"""The egress proxy on mitmproxy: our rules, CA and secret look-ups as a mitmproxy add-on.
+
+mitmproxy (a kept library: HTTP/1, HTTP/2, WebSockets, TLS interception) does the parsing,
+framing and TLS; this add-on decides, per connection and per request:
+
+* who the client is (``Proxy-Authorization: Basic``, checked on every plain request and on
+  each ``CONNECT``; an intercepted connection is re-checked on every request, so a revoked
+  token stops an open connection);
+* whether a ``CONNECT`` is intercepted (a rule may apply for this user, host and port) or a
+  blind TCP tunnel (no rule: mitmproxy never sees inside);
+* which rule headers a request gets: matched against the authority the client *connected to*
+  (the ``CONNECT`` target, or the absolute-form URI of a plain request), never against a
+  ``Host``/``:authority`` the client chose; a request whose ``Host`` or absolute-form target
+  differs from that authority is refused;
+* where the proxy may connect: every upstream address is resolved here and checked against
+  the deny networks, and the connection goes to the checked address (no DNS rebinding).
+
+It runs in its own interpreter (mitmproxy pins versions the project's environment cannot
+take, see docs/hub-egress.md) and imports nothing of jupyter_cloudtik but this package.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import re
+import shutil
+import socket
+import ssl
+import tempfile
+import time
+import weakref
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mitmproxy import certs, connection, ctx, http, options
+from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
+from mitmproxy.master import Master
+from mitmproxy.proxy import layer, layers
+from mitmproxy.proxy import server as mitm_server
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+from mitmproxy.tls import ClientHelloData
+
+from .ca import DeploymentCA
+from .proxy import EGRESS_HEADER, Identity, Limits, ProxyConfig
+from .rules import Rule, normalize_host
+
+__all__ = ["EgressAddon", "MitmEgressProxy", "system_ca_file"]
+
+log = logging.getLogger("jupyter_cloudtik.egress")
+
+_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_HOSTNAME = re.compile(r"^[a-z0-9_]([a-z0-9_.-]{0,252})$")
+# control characters (HTAB allowed in values) and DEL: never in a head that carries a secret
+_CTL = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
+_TARGET_BAD = re.compile(r"[\x00-\x20\x7f]")
+_USERINFO = re.compile(r"://[^/]*@")
+_SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                   "/etc/ssl/cert.pem")
+# the port of TLS: a rule for it is a rule for HTTPS, never sent over plain http://
+TLS_PORT = 443
+
+
+def system_ca_file() -> str | None:
+    """The operating system's CA bundle (not certifi's copy): what upstreams are verified
+    against unless a test names its own."""
+    paths = ssl.get_default_verify_paths()
+    for c in (paths.cafile, paths.openssl_cafile, *_SYSTEM_BUNDLES):
+        if c and Path(c).is_file():
+            return c
+    return None
+
+
+class Refused(Exception):
+    def __init__(self, status: int, text: str) -> None:
+        super().__init__(text)
+        self.status = status
+        self.text = text
+
+
+@dataclass
+class _Conn:
+    """What a client connection established: who, and (after CONNECT) to where."""
+
+    ident: Identity | None = None
+    connected: float = field(default_factory=time.monotonic)
+    host: str | None = None
+    port: int | None = None
+    intercept: bool = False
+    decided: bool = False
+
+
+def _valid_host(host: str) -> str:
+    h = normalize_host(host)
+    if not h:
+        raise Refused(400, "empty host in request target")
+    try:
+        ipaddress.ip_address(h)
+        return h
+    except ValueError:
+        pass
+    if not h.isascii() or not _HOSTNAME.match(h) or ".." in h:
+        raise Refused(400, "invalid host in request target")
+    return h
+
+
+def _parse_authority(authority: str, default_port: int) -> tuple[str, int]:
+    a = authority.strip()
+    if a.startswith("["):
+        end = a.find("]")
+        if end < 0 or (a[end + 1:] and not a[end + 1:].startswith(":")):
+            raise Refused(400, "malformed IPv6 authority")
+        host, port_s = a[1:end], a[end + 2:]
+    else:
+        host, _, port_s = a.partition(":")
+    if port_s:
+        # ASCII digits only: int() takes other scripts' digits, we do not
+        if not (port_s.isascii() and port_s.isdigit()) or not 0 < int(port_s) < 65536:
+            raise Refused(400, "invalid port in authority")
+        port = int(port_s)
+    else:
+        port = default_port
+    return _valid_host(host), port
+
+
+def _same_origin(host_header: str, host: str, port: int) -> bool:
+    try:
+        return _parse_authority(host_header, port) == (host, port)
+    except Refused:
+        return False
+
+
+def _authority(host: str, port: int, default: int) -> str:
+    h = f"[{host}]" if ":" in host else host
+    return h if port == default else f"{h}:{port}"
+
+
+def _reason_text(status: int) -> str:
+    return http.status_codes.RESPONSES.get(status, "Error")
+
+
+def _error(status: int, text: str, extra: dict[str, str] | None = None) -> http.Response:
+    body = f"{status} {_reason_text(status)}: {text}\n"
+    headers = {"Content-Type": "text/plain; charset=utf-8", "Connection": "close"}
+    headers.update(extra or {})
+    return http.Response.make(status, body, headers)
+
+
+class EgressAddon:
+    """Rules, identities and the deny list, applied to mitmproxy's flows."""
+
+    def __init__(self, ca: DeploymentCA, limits: Limits) -> None:
+        self.ca = ca
+        self.limits = limits
+        self.config = ProxyConfig()
+        self.conns: weakref.WeakKeyDictionary[connection.Client, _Conn] = \
+            weakref.WeakKeyDictionary()
+        self._sweeper: asyncio.Task | None = None
+        self._store: certs.CertStore | None = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def running(self) -> None:
+        # the deployment CA signs the leaves, in memory only (mitmproxy uses one key for the
+        # CA and its leaves: ours never leaves this process or its 0600 file)
+        dh = Path(ctx.options.confdir) / "dhparam.pem"  # mitmproxy's default parameters
+        self._store = certs.CertStore(self.ca._key, certs.Cert(self.ca.cert), None,
+                                      certs.CertStore.load_dhparam(dh))
+        self._sweeper = asyncio.get_running_loop().create_task(self._sweep())
+
+    def tls_start_client(self, data: object) -> None:
+        # tlsconfig (re)makes a store of its own when it starts: ours is put back before
+        # every client handshake it serves (this add-on runs first)
+        tlsconfig = ctx.master.addons.get("tlsconfig")
+        if tlsconfig.certstore is not self._store:
+            tlsconfig.certstore = self._store
+
+    def done(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+
+    async def _sweep(self) -> None:
+        """Close connections that have not authenticated within the handshake timeout:
+        idle or slow unauthenticated sockets cannot pile up and starve everyone else."""
+        limit = self.limits.handshake_timeout
+        while True:
+            await asyncio.sleep(min(1.0, limit / 2))
+            now = time.monotonic()
+            ps = ctx.master.addons.get("proxyserver")
+            for handler in list(ps.connections.values()):
+                st = self.conns.get(handler.client)
+                if st is None or st.ident is not None or now - st.connected < limit:
+                    continue
+                io = handler.transports.get(handler.client)
+                if io is not None and io.handler is not None:
+                    log.info("closing an unauthenticated connection after %.0fs", limit)
+                    io.handler.cancel("unauthenticated")
+
+    def set_config(self, config: ProxyConfig) -> None:
+        self.config = config  # one reference swap
+
+    # -- connections -----------------------------------------------------------------------
+    def client_connected(self, client: connection.Client) -> None:
+        self.conns[client] = _Conn()
+
+    def _state(self, client: connection.Client) -> _Conn:
+        st = self.conns.get(client)
+        if st is None:
+            st = self.conns[client] = _Conn()
+        return st
+
+    def _authenticate(self, flow: http.HTTPFlow) -> Identity | None:
+        values = flow.request.headers.get_all("proxy-authorization")
+        if len(values) > 1:
+            return None
+        return self.config.authenticate(values[0] if values else None)
+
+    async def http_connect(self, flow: http.HTTPFlow) -> None:
+        st = self._state(flow.client_conn)
+        started = time.monotonic()
+        flow.metadata["egress_started"] = started
+        ident = self._authenticate(flow)
+        if ident is None:
+            flow.response = _error(407, "proxy credentials missing or invalid",
+                                   {"Proxy-Authenticate": 'Basic realm="jupyter_cloudtik egress"'})
+            self._log(None, "CONNECT", "-", 407, (), started)
+            return
+        try:
+            host, port = _valid_host(flow.request.host), flow.request.port
+            authority = flow.request.authority or ""
+            if authority and _parse_authority(authority, port) != (host, port):
+                raise Refused(400, "malformed CONNECT authority")
+            hh = flow.request.headers.get_all("host")
+            if len(hh) > 1 or (hh and not _same_origin(hh[0], host, port)):
+                raise Refused(400, "Host header differs from the CONNECT authority")
+        except Refused as e:
+            flow.response = _error(e.status, e.text)
+            self._log(ident, "CONNECT", flow.request.host[:100], e.status, (), started,
+                      note=e.text)
+            return
+        if "proxy-authorization" in flow.request.headers:
+            del flow.request.headers["proxy-authorization"]
+        if await self._denied(host, port):
+            flow.response = _error(403, f"{host}:{port} is in a network the egress proxy "
+                                   "does not reach")
+            self._log(ident, "CONNECT", f"{host}:{port}", 403, (), started, note="denied")
+            return
+        st.ident, st.host, st.port, st.decided = ident, host, port, False
+        st.intercept = bool(self.config.rules.for_host(ident.user, ident.groups, host, port))
+        flow.metadata["egress_mode"] = "mitm" if st.intercept else "tunnel"
+
+    def next_layer(self, nextlayer: layer.NextLayer) -> None:
+        if nextlayer.layer is not None:
+            return
+        st = self.conns.get(nextlayer.context.client)
+        if st is None or st.host is None or st.decided:
+            return
+        if not st.intercept:
+            # no rule for this user here: a blind tunnel, whatever the bytes are
+            st.decided = True
+            nextlayer.layer = layers.TCPLayer(nextlayer.context, ignore=True)
+            self._log(st.ident, "CONNECT", f"{st.host}:{st.port}", 200, (), time.monotonic(),
+                      mode="tunnel")
+            return
+        data = nextlayer.data_client()
+        if not data:
+            return  # wait for the first bytes
+        st.decided = True
+        if data[0] != 0x16:
+            # a ruled host but not TLS inside the CONNECT: never injected, tunnelled as is
+            nextlayer.layer = layers.TCPLayer(nextlayer.context, ignore=True)
+            self._log(st.ident, "CONNECT", f"{st.host}:{st.port}", 200, (), time.monotonic(),
+                      mode="tunnel", note="not TLS: not intercepted")
+
+    def tls_clienthello(self, data: ClientHelloData) -> None:
+        st = self.conns.get(data.context.client)
+        if st is None or st.host is None:
+            data.ignore_connection = True
+            return
+        sni = data.client_hello.sni
+        if sni is not None and normalize_host(sni) != st.host:
+            # the client names another host than it connected to: not intercepted (a
+            # blind tunnel to the CONNECT host carries nothing of ours)
+            data.ignore_connection = True
+            self._log(st.ident, "CONNECT", f"{st.host}:{st.port}", 200, (), time.monotonic(),
+                      mode="tunnel", note="SNI differs from the CONNECT host: not intercepted")
+
+    async def _denied(self, host: str, port: int) -> bool:
+        """Whether every address of ``host`` is denied (an early, readable 403; the
+        connection itself is checked again in ``server_connect``)."""
+        try:
+            ipaddress.ip_address(host)
+            return self.config.denied(host)
+        except ValueError:
+            pass
+        try:
+            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
+                host, port, type=socket.SOCK_STREAM), self.limits.connect_timeout)
+        except (OSError, asyncio.TimeoutError):
+            return False  # server_connect says it cannot resolve
+        return all(self.config.denied(str(i[4][0])) for i in infos)
+
+    async def server_connect(self, data: ServerConnectionHookData) -> None:
+        """Resolve here, refuse denied networks, connect to the address we checked."""
+        if data.server.address is None:
+            return
+        host, port = data.server.address[0], data.server.address[1]
+        loop = asyncio.get_running_loop()
+        try:
+            ipaddress.ip_address(host)
+            addrs = [host]
+            is_name = False
+        except ValueError:
+            is_name = True
+            try:
+                infos = await asyncio.wait_for(loop.getaddrinfo(
+                    host, port, type=socket.SOCK_STREAM), self.limits.connect_timeout)
+            except (OSError, asyncio.TimeoutError):
+                data.server.error = f"cannot resolve {host}"
+                return
+            addrs = list(dict.fromkeys(str(i[4][0]) for i in infos))
+        allowed = [a for a in addrs if not self.config.denied(a)]
+        if not allowed:
+            data.server.error = (f"{host}:{port} is in a network the egress proxy does not "
+                                 "reach")
+            return
+        if is_name:
+            if data.server.sni is None:
+                data.server.sni = host
+            data.server.address = (allowed[0], port)
+
+    # -- requests --------------------------------------------------------------------------
+    async def requestheaders(self, flow: http.HTTPFlow) -> None:
+        started = time.monotonic()
+        flow.metadata["egress_started"] = started
+        st = self._state(flow.client_conn)
+        req = flow.request
+        tls = st.host is not None
+        flow.metadata["egress_mode"] = "mitm" if tls else "http"
+        ident: Identity | None = None
+        try:
+            if tls:
+                assert st.ident is not None and st.port is not None
+                ident = (self.config.identify(st.ident.user, st.ident.token)
+                         if st.ident.token is not None else self.config.identify(None, None))
+                if ident is None:
+                    raise Refused(403, "proxy credentials no longer valid")
+                host, port = st.host, st.port
+                if req.scheme != "https":
+                    raise Refused(400, "plain HTTP inside an intercepted tunnel")
+                hh = req.headers.get_all("host")
+                if len(hh) > 1 or (hh and not _same_origin(hh[0], host, port)):
+                    raise Refused(400, "Host header differs from the CONNECT host")
+                if req.authority and not _same_origin(req.authority, host, port):
+                    raise Refused(400, "request authority differs from the CONNECT host")
+            else:
+                ident = self._authenticate(flow)
+                if ident is None:
+                    flow.response = _error(
+                        407, "proxy credentials missing or invalid",
+                        {"Proxy-Authenticate": 'Basic realm="jupyter_cloudtik egress"'})
+                    self._log(None, req.method[:20], "-", 407, (), started, mode="http")
+                    return
+                st.ident = st.ident or ident
+                # mitmproxy took the target from the absolute-form URI (or, for an
+                # origin-form request, from its Host): the rules match that, and the Host
+                # sent upstream is rewritten to it below
+                if req.scheme != "http":
+                    raise Refused(400, "only http:// URIs are proxied directly; use CONNECT "
+                                  "for https")
+                if "@" in (req.host or ""):
+                    raise Refused(400, "user info in the request URI is not supported")
+                host, port = _valid_host(req.host), req.port
+                if not 0 < port < 65536:
+                    raise Refused(400, "invalid port in request target")
+            self._check_head(req)
+            if not tls and await self._denied(host, port):
+                raise Refused(403, f"{host}:{port} is in a network the egress proxy does "
+                              "not reach")
+        except Refused as e:
+            flow.response = _error(e.status, e.text)
+            self._log(ident, req.method[:20], "-", e.status, (), started,
+                      mode=flow.metadata["egress_mode"], note=e.text)
+            return
+        flow.metadata["egress_user"] = ident.name
+        for name in [k for k in req.headers if k.lower().startswith("proxy-")]:
+            del req.headers[name]
+        if not tls:
+            # the upstream routes by Host: it names the host the rules were matched for
+            req.headers["Host"] = _authority(host, port, 80)
+        matched = self.config.rules.match(ident.user, ident.groups, host, port, req.path)
+        if not tls:
+            # a secret never goes in cleartext to a rule meant for TLS (its port is 443, or
+            # it names no port at all: then it is for https only)
+            matched = [r for r in matched if r.port is not None and r.port != TLS_PORT]
+        rules = [r for r in matched if r.header not in req.headers]
+        skipped = [r for r in matched if r not in rules]
+        for r in rules:
+            req.headers[r.header] = r.value
+        flow.metadata["egress_rules"] = rules
+        flow.metadata["egress_skipped"] = skipped
+        flow.metadata["egress_url"] = self._url(tls, host, port, req.path)
+        # bodies are streamed: bounded memory, and a body never delays a decision
+        req.stream = True
+
+    @staticmethod
+    def _check_head(req: http.Request) -> None:
+        if _TARGET_BAD.search(req.path):
+            raise Refused(400, "control character or space in the request target")
+        if not _TOKEN.match(req.method):
+            raise Refused(400, "malformed request method")
+        for name, value in req.headers.fields:
+            if not _TOKEN.match(name.decode("latin-1")) or _CTL.search(value):
+                raise Refused(400, "malformed header field")
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        # trailers of the client are not relayed: a trailer field could carry a header the
+        # rules own (Authorization, Host) past every check made on the head
+        if flow.request.trailers:
+            flow.request.trailers = None
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        resp = flow.response
+        if resp is None:
+            return
+        resp.stream = True
+        if EGRESS_HEADER in resp.headers:
+            del resp.headers[EGRESS_HEADER]
+        for r in flow.metadata.get("egress_skipped", ()):
+            resp.headers.add(EGRESS_HEADER, f"not-applied rule={r.id} reason=client-sent-header")
+        for r in flow.metadata.get("egress_rules", ()):
+            resp.headers.add(EGRESS_HEADER, f"applied rule={r.id}")
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        if "egress_url" not in flow.metadata or flow.response is None:
+            return
+        skipped = flow.metadata.get("egress_skipped", ())
+        note = " ".join(f"not-applied={r.id}(client-sent-header)" for r in skipped)
+        self._log_flow(flow, flow.response.status_code, note)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        if "egress_url" not in flow.metadata:
+            return
+        err = flow.error.msg if flow.error else "error"
+        # mitmproxy's messages name addresses and errno texts, never header values
+        self._log_flow(flow, 502, f"aborted ({err[:120]})")
+
+    def websocket_start(self, flow: http.HTTPFlow) -> None:
+        if "egress_url" in flow.metadata:
+            self._log_flow(flow, 101, "websocket")
+
+    # -- logging ---------------------------------------------------------------------------
+    @staticmethod
+    def _url(tls: bool, host: str, port: int, path: str) -> str:
+        h = f"[{host}]" if ":" in host else host
+        return f"{'https' if tls else 'http'}://{h}:{port}{path}"
+
+    def _log_flow(self, flow: http.HTTPFlow, status: int, note: str) -> None:
+        log.info("user=%s %s %s status=%s rules=%s mode=%s %.1fms%s",
+                 flow.metadata.get("egress_user", "-"), flow.request.method[:20],
+                 self._clean(flow.metadata["egress_url"]), status,
+                 ",".join(r.id for r in flow.metadata.get("egress_rules", ())) or "-",
+                 flow.metadata.get("egress_mode", "-"),
+                 (time.monotonic() - flow.metadata.get("egress_started", time.monotonic()))
+                 * 1000, f" {note}" if note else "")
+
+    @staticmethod
+    def _clean(url: str) -> str:
+        url = _USERINFO.sub("://", url.split("?", 1)[0].split("#", 1)[0])
+        return url if len(url) <= 200 else url[:200] + "..."
+
+    def _log(self, ident: Identity | None, method: str, url: str, status: int,
+             rules: tuple[Rule, ...] | list[Rule], started: float, *, mode: str = "-",
+             note: str = "") -> None:
+        log.info("user=%s %s %s status=%s rules=%s mode=%s %.1fms%s",
+                 ident.name if ident else "-", method, self._clean(url), status,
+                 ",".join(r.id for r in rules) or "-", mode,
+                 (time.monotonic() - started) * 1000, f" {note}" if note else "")
+
+
+_BOUNDED = False
+
+
+def bound_http1_heads(max_bytes: int, max_fields: int) -> None:
+    """mitmproxy 11 buffers an HTTP/1 head without any bound ("FIXME: protect against
+    header size DoS" in its ``_http1.py``): one client could fill our memory with a head
+    that never ends.  Heads of clients and upstreams alike are bounded here: a client gets
+    431, an upstream's connection is closed (the client gets 502).  Trailer fields, which
+    it does not implement (an exception per connection), are refused with a 400."""
+    global _BOUNDED
+    if _BOUNDED:
+        return
+    from mitmproxy.proxy import commands, events
+    from mitmproxy.proxy.layers.http import _http1
+
+    def wrap(cls: type, server: bool) -> None:
+        original = cls.read_headers
+
+        def read_headers(self, event):  # type: ignore[no-untyped-def]
+            if isinstance(event, events.DataReceived):
+                data = self.buf._data
+                end = data.find(b"\r\n\r\n")
+                if end < 0:
+                    end = data.find(b"\n\n")
+                size = len(data) if end < 0 else end
+                if size > max_bytes or data.count(b"\n", 0, size) > max_fields + 1:
+                    if server:
+                        yield commands.SendData(self.conn, _http1.make_error_response(
+                            431, f"request head larger than {max_bytes} bytes or "
+                                 f"{max_fields} fields"))
+                    else:
+                        yield commands.Log("upstream response head too large: closed")
+                    yield commands.CloseConnection(self.conn)
+                    self.state = self.done
+                    return
+            yield from original(self, event)
+
+        cls.read_headers = read_headers
+
+        body = cls.read_body
+
+        def read_body(self, event):  # type: ignore[no-untyped-def]
+            # mitmproxy 11 raises NotImplementedError on HTTP/1 trailer fields, which
+            # kills the connection with a traceback: refuse them (400) instead.  The
+            # trailers themselves are never relayed either way.
+            try:
+                yield from body(self, event)
+            except NotImplementedError:
+                if server:
+                    yield commands.SendData(self.conn, _http1.make_error_response(
+                        400, "trailer fields are not accepted"))
+                else:
+                    yield commands.Log("upstream sent trailer fields: closed")
+                yield commands.CloseConnection(self.conn)
+                self.state = self.done
+
+        cls.read_body = read_body
+
+    wrap(_http1.Http1Server, True)
+    wrap(_http1.Http1Client, False)
+    _BOUNDED = True
+
+
+class MitmEgressProxy:
+    """Same surface as ``EgressProxy``: ``await start()``, ``set_config()``, ``await stop()``."""
+
+    def __init__(self, ca: DeploymentCA, *, host: str = "127.0.0.1", port: int = 0,
+                 upstream_ca_bundle: str | None = None, limits: Limits | None = None) -> None:
+        self.ca = ca
+        self.host = host
+        self.requested_port = port
+        self.limits = limits or Limits()
+        self.addon = EgressAddon(ca, self.limits)
+        self.upstream_ca = upstream_ca_bundle or system_ca_file()
+        self.port: int | None = None
+        self._master: Master | None = None
+        self._task: asyncio.Task | None = None
+        self._confdir = tempfile.mkdtemp(prefix="egress-mitm-")
+
+    def set_config(self, config: ProxyConfig) -> None:
+        self.addon.set_config(config)
+
+    async def start(self) -> int:
+        # an idle connection (no byte either way) is closed after idle_timeout; open tunnels
+        # get the longer tunnel timeout
+        mitm_server.TCP_TIMEOUT = int(max(self.limits.idle_timeout,
+                                          self.limits.tunnel_idle_timeout))
+        bound_http1_heads(self.limits.max_header_bytes, self.limits.max_headers)
+        opts = options.Options(listen_host=self.host, listen_port=self.requested_port,
+                               mode=["regular"], confdir=self._confdir)
+        master = Master(opts, event_loop=asyncio.get_running_loop())
+        # only what an egress proxy needs: every add-on is called on every event of every
+        # flow, and mitmproxy's default set (replay, maps, cookies, saving...) is ~30 of them
+        master.addons.add(self.addon, core.Core(), proxyserver.Proxyserver(),
+                          next_layer.NextLayer(), tlsconfig.TlsConfig(),
+                          disable_h2c.DisableH2C())
+        opts.update(
+            ssl_insecure=False, http2=True, websocket=True, upstream_cert=False,
+            connection_strategy="eager", rawtcp=False, validate_inbound_headers=True,
+            normalize_outbound_headers=True, stream_large_bodies="1m",
+            # the CA the upstreams are verified against: the system's (tests name their own)
+            ssl_verify_upstream_trusted_ca=self.upstream_ca,
+        )
+        self._master = master
+        self._task = asyncio.get_running_loop().create_task(master.run())
+        ps = master.addons.get("proxyserver")
+        deadline = time.monotonic() + 20
+        while True:
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError("mitmproxy stopped while starting")
+            addrs = [a for s in ps.servers for a in s.listen_addrs]
+            if addrs and ps.is_running:
+                self.port = int(addrs[0][1])
+                return self.port
+            if time.monotonic() > deadline:
+                raise RuntimeError("mitmproxy did not start listening in 20 s")
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> None:
+        if self._master is not None:
+            self._master.shutdown()
+        if self._task is not None:
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, 5)
+        # mitmproxy's own throw-away CA and the DH parameters: never used, not kept
+        shutil.rmtree(self._confdir, ignore_errors=True)
