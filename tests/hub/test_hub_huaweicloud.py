@@ -92,10 +92,10 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
     for text in seen:
         for value in secret_values:
             assert value not in text
-    for proc in psutil.process_iter(["cmdline"]):
+    for proc in psutil.process_iter(["cmdline", "environ"]):  # skips processes that end
         cmd = " ".join(proc.info["cmdline"] or [])
         if "jupyterhub.singleuser" in cmd or "ipykernel" in cmd:
-            env = "\n".join(f"{k}={v}" for k, v in proc.environ().items())
+            env = "\n".join(f"{k}={v}" for k, v in (proc.info["environ"] or {}).items())
             for value in secret_values:
                 assert value not in env
     state = emulator.ctl.state()

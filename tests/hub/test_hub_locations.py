@@ -230,9 +230,9 @@ def test_kernel_token_through_the_hub_is_a_capability(hub):
         token = None
         deadline = time.monotonic() + 30
         while token is None and time.monotonic() < deadline:
-            for proc in psutil.process_iter(["cmdline"]):
+            for proc in psutil.process_iter(["cmdline", "environ"]):
                 if kid in " ".join(proc.info["cmdline"] or []):
-                    token = proc.environ().get("CLOUDTIK_API_TOKEN")
+                    token = (proc.info["environ"] or {}).get("CLOUDTIK_API_TOKEN")
             time.sleep(0.2)
         assert token, "no kernel token in the kernel's environment"
         k = requests.Session()

@@ -290,9 +290,9 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
         deadline = time.monotonic() + 30
         kenv = None
         while kenv is None and time.monotonic() < deadline:
-            for proc in psutil.process_iter(["cmdline"]):
+            for proc in psutil.process_iter(["cmdline", "environ"]):
                 if kernel_id in " ".join(proc.info["cmdline"] or []):
-                    kenv = proc.environ()
+                    kenv = proc.info["environ"]
             time.sleep(0.2)
         assert kenv is not None, "kernel process not found"
         assert kenv["HTTPS_PROXY"] == data["env"]["HTTPS_PROXY"]

@@ -295,9 +295,9 @@ def _kernel_token(srv) -> str:
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            for p in psutil.process_iter(["cmdline"]):
+            for p in psutil.process_iter(["cmdline", "environ"]):
                 if kid in " ".join(p.info["cmdline"] or []):
-                    token = p.environ().get("CLOUDTIK_API_TOKEN")
+                    token = (p.info["environ"] or {}).get("CLOUDTIK_API_TOKEN")
                     if token:
                         return token
             time.sleep(0.2)

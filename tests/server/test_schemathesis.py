@@ -97,9 +97,9 @@ def kernel_token(guarded):
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            for p in psutil.process_iter(["cmdline"]):
+            for p in psutil.process_iter(["cmdline", "environ"]):
                 if kid in " ".join(p.info["cmdline"] or []):
-                    token = p.environ().get("CLOUDTIK_API_TOKEN")
+                    token = (p.info["environ"] or {}).get("CLOUDTIK_API_TOKEN")
                     if token:
                         yield token
                         return
