@@ -1064,8 +1064,8 @@ class SlurmNodeProvider(NodeProvider):
         # gone from squeue (no COMPLETING left): the job's processes have ended
         deadline = time.monotonic() + wait
         while True:
-            self._forget_cache()
-            left = [j for j in job_ids if j in self._jobs(fresh=True)]
+            listed = self._jobs(fresh=True)  # one squeue a round, not one per job
+            left = [j for j in job_ids if j in listed]
             if not left or time.monotonic() > deadline:
                 return
             time.sleep(0.1)
