@@ -35,6 +35,7 @@ from ..core.errors import (
     ConflictError,
     NodeLaunchError,
     NotFoundError,
+    OperationCancelled,
     OperationTimeout,
 )
 from ..core.identity import ActsForUser
@@ -662,7 +663,8 @@ class ClusterManager(ActsForUser):
     # operations: the work -------------------------------------------------------------------
     def _runtime_config(self, cfg: dict[str, Any], type_name: str, role: str,
                         scheduler_address: str | None = None,
-                        head_info: ConnectInfo | None = None) -> dict[str, Any]:
+                        head_info: ConnectInfo | None = None,
+                        head_node: str | None = None) -> dict[str, Any]:
         t = cfg["available_node_types"][type_name]
         res = t["resources"]
         runtime = {
@@ -679,7 +681,9 @@ class ClusterManager(ActsForUser):
                 runtime[key] = cfg["runtime"][key]
         if runtimes.types_of(cfg) != list(runtimes.DEFAULT_RUNTIMES):
             runtime["types"] = runtimes.types_of(cfg)
-        if scheduler_address:
+        if head_node:  # the provider's workers find the scheduler from the head's id
+            runtime["head_node_id"] = head_node
+        elif scheduler_address:
             runtime["scheduler_address"] = scheduler_address
         for rt in runtimes.runtimes_of(cfg):
             if rt.name != "dask":
@@ -697,10 +701,14 @@ class ClusterManager(ActsForUser):
                          0.02)
             cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
             ctx.checkpoint()
-            info, head_replaced = await self._ensure_head(ctx, prov, cfg, placing)
-            target = loads(self._row(name)["target_workers"], {})
-            await self._reconcile_workers(ctx, prov, cfg, info, target, head_replaced,
-                                          placing)
+            info, head, head_replaced, early = await self._ensure_head(ctx, prov, cfg,
+                                                                       placing)
+            if early is not None:  # started with the head, before its scheduler was up
+                await self._wait_workers(ctx, prov, cfg, info, early)
+            else:
+                target = loads(self._row(name)["target_workers"], {})
+                await self._reconcile_workers(ctx, prov, cfg, info, target, head_replaced,
+                                              placing, head_node=head)
             from ..storage.cluster import attach_to_workers
 
             if await attach_to_workers(self, cfg, info):
@@ -719,7 +727,11 @@ class ClusterManager(ActsForUser):
     async def _ensure_head(
         self, ctx: OperationContext, prov: NodeProvider, cfg: dict[str, Any],
         placing: dict[str, str | None] | None = None,
-    ) -> tuple[ConnectInfo, bool]:
+    ) -> tuple[ConnectInfo, str, bool, dict[str, str] | None]:
+        """The head, running and answering: its connect info, its node id, whether it is
+        new, and the workers already started for a new head (node id -> type) when the
+        provider's workers find the scheduler themselves; else None (the caller reconciles
+        the workers)."""
         placing = placing if placing is not None else {"rid": None}
         name = cfg["cluster_name"]
         head_type = cfg["head_node_type"]
@@ -739,6 +751,7 @@ class ClusterManager(ActsForUser):
             ctx.progress("head", f"removing {len(drop)} broken or outdated head node(s)", 0.05)
             await asyncio.to_thread(prov.terminate_nodes, drop)
             await asyncio.to_thread(self.placement.release_nodes, name, drop)
+        early: dict[str, str] | None = None
         replaced = keep is None
         if keep is None:
             ctx.progress("head", "starting the head node ("
@@ -754,9 +767,31 @@ class ClusterManager(ActsForUser):
             if not created:
                 raise NodeLaunchError("the provider created no head node")
             keep = next(iter(created))
+            if prov.workers_find_scheduler and runtimes.types_of(cfg) == ["dask"]:
+                # the workers queue now and wait for the scheduler themselves (a batch
+                # system schedules them meanwhile); the old head's workers all go
+                target = loads(self._row(name)["target_workers"], {})
+                early = await self._reconcile_workers(
+                    ctx, prov, cfg, None, target, True, placing, head_node=keep, wait=False)
         else:
             ctx.progress("head", f"head node {keep} is running", 0.08)
-        info = await prov.wait_head_ready(keep, ctx, self.settings.operation_timeout)
+        try:
+            info = await prov.wait_head_ready(keep, ctx, self.settings.operation_timeout)
+        except OperationCancelled:
+            raise  # a `down` that follows finds the workers by their tags
+        except Exception as e:
+            if not early:
+                raise
+            # nothing waits in the queue for a scheduler that will not come
+            await asyncio.to_thread(prov.terminate_nodes, sorted(early))
+            await asyncio.to_thread(self.placement.release_nodes, name, sorted(early))
+            for n in early:
+                self._forget_node(name, n)
+            gone = (f" — its {len(early)} worker node(s) started with it "
+                    f"({', '.join(sorted(early))}) were stopped")
+            if isinstance(e, CloudTikError):  # the same kind of error, saying so too
+                raise type(e)(e.message + gone, field=e.field) from e
+            raise NodeLaunchError(f"{type(e).__name__}: {e}{gone}") from e
         await asyncio.to_thread(prov.set_node_tags, keep, {TAG_NODE_STATUS: STATUS_UP_TO_DATE})
         with self.store.transaction() as conn:
             conn.execute(
@@ -767,27 +802,34 @@ class ClusterManager(ActsForUser):
         self._record_node(name, keep, head_type, NODE_KIND_HEAD, "running",
                           cfg["available_node_types"][head_type]["resources"], prov,
                           {"connect_info": info.to_dict()})
-        ctx.progress("head", f"scheduler is up at {info.scheduler_address}", 0.3,
-                     dashboard_link=info.dashboard_link)
-        return info, replaced
+        ctx.progress("head", f"scheduler is up at {info.scheduler_address}",
+                     0.3 if early is None else 0.45, dashboard_link=info.dashboard_link)
+        return info, keep, replaced, early
 
     async def _reconcile_workers(
         self,
         ctx: OperationContext,
         prov: NodeProvider,
         cfg: dict[str, Any],
-        info: ConnectInfo,
+        info: ConnectInfo | None,
         target: dict[str, int],
         head_replaced: bool = False,
         placing: dict[str, str | None] | None = None,
-    ) -> None:
+        head_node: str | None = None,
+        wait: bool = True,
+    ) -> dict[str, str]:
+        """Close the gap between the worker nodes there are and ``target``; then wait for
+        them to join (``wait``).  ``info`` may be None only with ``head_replaced`` (every
+        worker goes) and a provider whose workers find the scheduler from ``head_node``."""
         name = cfg["cluster_name"]
+        find = prov.workers_find_scheduler and head_node is not None
         placing = placing if placing is not None else {"rid": None}
         expected: dict[str, str] = {}  # node id -> type
         for wtype in cfgmod.worker_types(cfg):
             desired = int(target.get(wtype, 0))
-            node_config = self._runtime_config(cfg, wtype, NODE_KIND_WORKER,
-                                               info.scheduler_address, info)
+            node_config = self._runtime_config(
+                cfg, wtype, NODE_KIND_WORKER, None if find else info.scheduler_address,
+                info, head_node=head_node if find else None)
             want_hash = _launch_hash(node_config)
             nodes = await asyncio.to_thread(
                 prov.non_terminated_nodes,
@@ -842,7 +884,9 @@ class ClusterManager(ActsForUser):
                 expected[n] = wtype
                 self._record_node(name, n, wtype, NODE_KIND_WORKER, "starting",
                                   cfg["available_node_types"][wtype]["resources"], prov)
-        await self._wait_workers(ctx, prov, cfg, info, expected)
+        if wait:
+            await self._wait_workers(ctx, prov, cfg, info, expected)
+        return expected
 
     @staticmethod
     async def _left_the_scheduler(cfg: dict[str, Any], info: ConnectInfo,
@@ -956,10 +1000,11 @@ class ClusterManager(ActsForUser):
         cfg = await asyncio.to_thread(prov.bootstrap_config, cfg)
         heads = await asyncio.to_thread(
             prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD})
-        info = None
+        info, head = None, None
         for h in heads:
             info = await asyncio.to_thread(prov.connect_info, h)
             if info is not None:
+                head = h
                 break
         if info is None:
             raise ConflictError(
@@ -970,7 +1015,8 @@ class ClusterManager(ActsForUser):
         ctx.progress("workers", f"scaling to {sum(target.values())} worker(s)", 0.1)
         placing = {"rid": rid}
         try:
-            await self._reconcile_workers(ctx, prov, cfg, info, target, placing=placing)
+            await self._reconcile_workers(ctx, prov, cfg, info, target, placing=placing,
+                                          head_node=head)
         finally:
             await asyncio.to_thread(self.placement.finish, placing["rid"])
         state = await self._observe(prov, cfg, info)

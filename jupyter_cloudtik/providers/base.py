@@ -119,6 +119,11 @@ class NodeProvider:
     delivers_secrets_at_runtime: ClassVar[bool] = False
     #: does the manager have to wait for workers to connect to the scheduler itself?
     manages_runtime: ClassVar[bool] = True
+    #: do worker nodes find the scheduler themselves from the head's node id
+    #: (``node_config["runtime"]["head_node_id"]``, no ``scheduler_address``) and wait for
+    #: it to come up?  Then ``up`` starts a new head's workers right after the head, before
+    #: its scheduler answers (a Dask-only cluster), and cancels them if the head fails.
+    workers_find_scheduler: ClassVar[bool] = False
     #: ``runtime.pip`` / ``runtime.sync_env``: True (the provider stages wheels its nodes
     #: install), "shared" (its nodes run this very Python), False (it cannot: refused)
     installs_packages: ClassVar[bool | str] = False

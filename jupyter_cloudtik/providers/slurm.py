@@ -15,6 +15,11 @@ What is true and where it comes from:
   through the ``local`` provider (so it outlives the kernel and starts in milliseconds);
   ``job`` (the default over SSH) submits it as one more Slurm job that writes a scheduler
   file next to the job logs.
+* **Workers queue with the head.**  A worker job gets the head's node id, not the
+  scheduler's address, and reads it from the head's scheduler file in the job folder
+  (``--scheduler-file``; a login-node scheduler's is written here once it answers), so
+  ``up`` submits the worker jobs right after the head and Slurm schedules them while the
+  scheduler starts; if the head fails, the manager cancels them.
 * **Job scripts** are dask-jobqueue's (``SLURMJob``): the option names (``cores``,
   ``memory``, ``processes``, ``walltime``, ``job_extra_directives``,
   ``job_script_prologue``, ``interface``...) mean what they mean there.
@@ -288,6 +293,9 @@ class SlurmNodeProvider(NodeProvider):
     #: storages reach the workers over the cluster's Dask connection once they are up
     #: (storage/cluster.py attach_to_workers): nothing private goes into a job script
     delivers_secrets_at_runtime: ClassVar[bool] = True
+    #: worker jobs read the head's scheduler file (``_scheduler_file``), so ``up`` queues
+    #: them right after the head, and Slurm schedules them while the scheduler starts
+    workers_find_scheduler: ClassVar[bool] = True
 
     def __init__(self, provider_config: dict[str, Any], cluster_name: str,
                  context: ProviderContext) -> None:
@@ -613,16 +621,18 @@ class SlurmNodeProvider(NodeProvider):
 
     def nodes(self) -> list[dict[str, str]]:
         """The partition's nodes as ``scontrol show node`` has them (CPUs, memory, in use)."""
+        name = self.partition()["name"]
+        return [n for n in self._all_nodes() if name in n.get("Partitions", "").split(",")]
+
+    def _all_nodes(self) -> list[dict[str, str]]:
         from ..hpc.slurm import parse_kv
 
-        name = self.partition()["name"]
         if self._nodes and time.monotonic() - self._nodes[0] < FACTS_SECONDS:
             return self._nodes[1]
         r = self._run(["scontrol", "show", "node", "-o"], "scontrol")
         if r.rc != 0:
             raise ProviderError(f"scontrol show node on {self.where} failed: {r.message}")
         rows = [parse_kv(line) for line in r.stdout.splitlines() if line.strip()]
-        rows = [n for n in rows if name in n.get("Partitions", "").split(",")]
         self._nodes = (time.monotonic(), rows)
         return rows
 
@@ -674,6 +684,13 @@ class SlurmNodeProvider(NodeProvider):
             return
         self._checking = True
         try:
+            if self._sinfo is None:  # both round trips at once; sinfo's error comes first
+                from concurrent.futures import ThreadPoolExecutor
+
+                with ThreadPoolExecutor(2) as pool:
+                    asks = [pool.submit(self._partitions), pool.submit(self._all_nodes)]
+                for f in asks:
+                    f.result()
             self._check(cfg)
         finally:
             self._checking = False
@@ -888,6 +905,12 @@ class SlurmNodeProvider(NodeProvider):
         prologue += list(runtime.get("setup_commands") or [])
         for k, v in sorted((runtime.get("env") or {}).items()):
             prologue.append(f"export {k}={shlex.quote(str(v))}")
+        head_node = runtime.get("head_node_id") if role == NODE_KIND_WORKER else None
+        if head_node and self.mode == "job" and not runtime.get("scheduler_address"):
+            # queued with the head: Dask waits death_timeout for the scheduler file, so
+            # first the head job must have started (Slurm makes its log then)
+            prologue.append(f"while [ ! -e {shlex.quote(self._log_path(head_node))} ]; "
+                            "do sleep 0.05; done")
         if role == NODE_KIND_HEAD:  # the reaper asks check_idle over HTTP
             prologue.append("export DASK_DISTRIBUTED__SCHEDULER__HTTP__ROUTES="
                             + shlex.quote(repr(HTTP_ROUTES)))
@@ -898,9 +921,11 @@ class SlurmNodeProvider(NodeProvider):
         tls_args = self._tls_args()
         # with TLS the dashboards (no authentication of their own) stay on the node's loopback
         worker_args = [*tls_args, "--dashboard-address", "127.0.0.1:0"] if tls_args else []
+        scheduler = runtime.get("scheduler_address") or (
+            "--scheduler-file " + shlex.quote(self._scheduler_file(head_node)) if head_node
+            else ("tls" if tls_args else "tcp") + "://scheduler:8786")
         job = SLURMJob(
-            scheduler=runtime.get("scheduler_address") or
-            ("tls" if tls_args else "tcp") + "://scheduler:8786",
+            scheduler=scheduler,
             name="$SLURM_JOB_ID", cores=cores, memory=str(memory), processes=processes,
             walltime=p.get("walltime") or "00:30:00", queue=p.get("partition"),
             account=p.get("account"), job_extra_directives=extra,
@@ -931,6 +956,30 @@ class SlurmNodeProvider(NodeProvider):
                 return job.job_script()
         job._command_template = KILL_WRAPPER.format(command=job._command_template)
         return job.job_script()
+
+    def _scheduler_file(self, head_node: str) -> str:
+        """The file workers of ``head_node`` read the scheduler's address from: Dask's own
+        of a scheduler job, or the one ``_publish_login_scheduler`` writes."""
+        if self.mode == "job" and self.tls:  # Dask's; the relay publishes scheduler-<id>.json
+            return f"{self.workdir}/scheduler-{head_node}.dask.json"
+        return f"{self.workdir}/scheduler-{head_node}.json"
+
+    def _publish_login_scheduler(self, head_node: str, info: ConnectInfo) -> None:
+        """A login-node scheduler's address as its worker jobs dial it, as a scheduler file
+        in the job folder (which the compute nodes share)."""
+        data = json.dumps({"address": self._worker_address(info.scheduler_address)})
+        shell = self.backend.shell
+        shell.mkdir(self.workdir)
+        shell.write_bytes(self._scheduler_file(head_node), data.encode(), mode=0o600)
+
+    async def wait_head_ready(self, head_node_id: str, ctx: Any,
+                              timeout: float) -> ConnectInfo:
+        import asyncio
+
+        info = await super().wait_head_ready(head_node_id, ctx, timeout)
+        if self._is_local_node(head_node_id):  # its workers may be queued already
+            await asyncio.to_thread(self._publish_login_scheduler, head_node_id, info)
+        return info
 
     def _worker_address(self, address: str) -> str:
         """What workers on compute nodes dial: a login scheduler bound to all addresses is
@@ -964,6 +1013,11 @@ class SlurmNodeProvider(NodeProvider):
         self.check()
         if runtime.get("scheduler_address"):
             runtime["scheduler_address"] = self._worker_address(runtime["scheduler_address"])
+        head_node = runtime.get("head_node_id")
+        if head_node and role == NODE_KIND_WORKER and self._is_local_node(head_node):
+            info = self.local().connect_info(head_node)  # up already (scale, a repair)
+            if info is not None:
+                self._publish_login_scheduler(head_node, info)
         script = self.job_script(role, runtime.get("resources") or {}, runtime).encode()
         self.backend.shell.mkdir(self.workdir)
         self._stage_tls()
@@ -1010,8 +1064,8 @@ class SlurmNodeProvider(NodeProvider):
         # gone from squeue (no COMPLETING left): the job's processes have ended
         deadline = time.monotonic() + wait
         while True:
-            self._forget_cache()
-            left = [j for j in job_ids if j in self._jobs(fresh=True)]
+            listed = self._jobs(fresh=True)  # one squeue a round, not one per job
+            left = [j for j in job_ids if j in listed]
             if not left or time.monotonic() > deadline:
                 return
             time.sleep(0.1)
@@ -1038,6 +1092,9 @@ class SlurmNodeProvider(NodeProvider):
         self._close_tunnels()
         if self.mode == "login":
             self.local().cleanup()
+        # the ended heads' scheduler files: a job id Slurm gives again must not find one
+        self.backend.shell.run(["sh", "-c", 'rm -f -- "$1"/scheduler-*.json', "sh",
+                                self.workdir])
         r = self.backend.shell.run(["rm", "-rf", "--", self._tls_dir()])
         if r.rc != 0:
             raise ProviderError(f"cannot remove {self._tls_dir()} on {self.where}: "

@@ -185,6 +185,93 @@ def test_scheduler_as_job_rediscovered_and_reaped(slurm, slurm_cfg, manager, sta
     wait_for(lambda: not dask_processes(state_dir), 15, what="no dask process")
 
 
+def _scheduler_files(slurm_cfg, cluster: str) -> list[str]:
+    from pathlib import Path
+
+    return sorted(p.name for p in Path(slurm_cfg["workdir"]).glob(f"*-{cluster}/scheduler-*"))
+
+
+def test_worker_jobs_queue_before_the_scheduler_is_up(slurm, slurm_cfg, manager):
+    """`up` queues a new head's worker jobs right after the head job: Slurm holds them
+    while the scheduler starts (seen in squeue before any scheduler file exists), they
+    wait for its file, and join."""
+    name = "slq"
+    cfg = _config(name, {**slurm_cfg, "scheduler": "job"}, 1)
+
+    async def go():
+        handle = await manager.start_up(cfg)
+        seen = None
+        while seen is None and not handle.info.state.endswith("ed"):
+            jobs = await asyncio.to_thread(ours, slurm, name)
+            if any("kind=worker" in j["comment"] for j in jobs):
+                seen = (jobs, _scheduler_files(slurm_cfg, name))
+            await asyncio.sleep(0.02)
+        await handle.wait()
+        return handle.op_id, seen
+
+    op_id, seen = run(go())
+    assert seen is not None, "no worker job was ever seen in squeue"
+    jobs, files = seen
+    assert files == [], f"the scheduler was up before its worker job was queued: {files}"
+    assert {j["comment"].split("kind=")[1].split("&")[0] for j in jobs} == {"head", "worker"}
+    steps = [f"{e.step}: {e.message}" for e in manager.ops.events(op_id)]
+    starting = next(i for i, m in enumerate(steps) if m.startswith("workers: starting 1"))
+    up = next(i for i, m in enumerate(steps) if m.startswith("head: scheduler is up"))
+    assert starting < up, steps
+    info = manager.get(name)
+    assert info.state == "running", info.reason  # the worker found the scheduler and joined
+    run(manager.down(name))
+    assert ours(slurm, name) == []
+    assert _scheduler_files(slurm_cfg, name) == []  # a reused job id finds no old file
+
+
+def test_a_failing_head_job_takes_its_queued_workers_along(slurm, slurm_cfg, manager):
+    """The scheduler job fails (a bad scheduler option): the worker job queued with it is
+    cancelled, and the error says why and which jobs went."""
+    from jupyter_cloudtik.core.errors import NodeLaunchError
+    from jupyter_cloudtik.providers.slurm import SlurmNodeProvider
+
+    name = "slf"
+    cfg = _config(name, {**slurm_cfg, "scheduler": "job"}, 1)
+    cfg["runtime"] = {"dask": {"scheduler_options": ["--no-such-option"]}}
+    with pytest.raises(NodeLaunchError) as e:
+        run(manager.up(cfg))
+    msg = e.value.message
+    assert "the head node" in msg and "stopped while starting" in msg, msg
+    assert "no-such-option" in msg, msg  # the scheduler's own complaint, from its log
+    assert "1 worker node(s) started with it" in msg and "were stopped" in msg, msg
+    worker = msg.split("started with it (")[1].split(")")[0]
+    assert worker.isdigit(), msg
+    assert ours(slurm, name) == []  # nothing waits in the queue
+    prov = SlurmNodeProvider(slurm_cfg, name, manager.context)
+    assert prov.node_info(worker)["slurm_state"].startswith("CANCELLED")  # sacct
+    run(manager.down(name))
+
+
+def test_down_during_up_cancels_the_queued_workers(slurm, slurm_cfg, manager):
+    """`down` while `up` waits for a scheduler job: the worker job queued with it goes
+    too, and `up` ends cancelled."""
+    from jupyter_cloudtik.core.errors import OperationCancelled
+
+    name = "sld"
+    cfg = _config(name, {**slurm_cfg, "scheduler": "job"}, 1)
+
+    async def go():
+        handle = await manager.start_up(cfg)
+        while not any("kind=worker" in j["comment"]
+                      for j in await asyncio.to_thread(ours, slurm, name)):
+            assert not handle.info.state.endswith("ed"), handle.info
+            await asyncio.sleep(0.02)
+        assert _scheduler_files(slurm_cfg, name) == []  # the head is not up yet
+        await manager.down(name)
+        with pytest.raises(OperationCancelled):
+            await handle.wait()
+
+    run(go())
+    assert ours(slurm, name) == []
+    assert manager.get(name).state == "stopped"
+
+
 @pytest.mark.slow
 def test_walltime_expiry_is_seen_and_replaced(slurm, slurm_cfg, manager):
     """A worker job that reaches its time limit ends (Slurm: TIMEOUT); status says so and
@@ -646,10 +733,15 @@ def test_scheduler_job_through_the_ssh_tunnel(slurm, slurm_cfg, manager, sshd, t
                          make_cluster_tls("tun")) == {
         "plain": "refused", "tls-no-cert": "refused", "tls-other-ca": "refused",
         "ours": "200"}
-    # the worker jobs dial the scheduler job itself, not this process's end of the tunnel
+    # the worker jobs dial the scheduler job itself, not this process's end of the tunnel:
+    # they read the address from the scheduler job's own file (Dask's, beside the relay's)
     (worker,) = workers_of(slurm, "tun")
     script = slurm.run("scontrol", "write", "batch_script", worker["id"], "-").stdout
-    assert f"dask_worker {remote} " in script, script
+    sched_file = script.split("dask_worker --scheduler-file ", 1)[1].split(" ", 1)[0]
+    assert sched_file.endswith(f"/scheduler-{connect.extra['slurm_job_id']}.dask.json"), \
+        script
+    with open(sched_file) as f:
+        assert json.load(f)["address"] == remote
 
     def through_sshd(port: int) -> bool:
         """Does an sshd process hold a connection to the scheduler's own port?"""
