@@ -1,0 +1,304 @@
+"""The code blocks of README.md and docs/*.md that no specialised test runs, run as written.
+
+Specialised tests run the slow, realistic examples (Spark, Slurm, the Huawei Cloud
+emulator walkthrough; see ``grep -rn doc_examples tests``).  This module runs the rest
+against the embedded ``local`` provider, in one IPython kernel and one state folder for the
+whole module (cheap): magics and Python in a real kernel, cell by cell as a user types them
+(a statement whose line ends in ``# -> VALUE`` must show VALUE), shell blocks in ``bash -e``
+with this environment's scripts on ``PATH``, config blocks through the command that reads
+them.  The kernel and the shell work in a copy of ``examples/`` (the folder the README's HPC
+lines are run from), so the repository stays clean.
+
+Stand-ins, each said in the doc too: the backend ``daint`` (a supercomputer in the docs) is
+configured as a ``local`` backend here.  What runs where is recorded by
+``tests/doc_examples.py``; the end of a full run fails if a runnable block ran nowhere.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import doc_examples as docs
+import pytest
+import yaml
+
+ROOT = docs.ROOT
+BIN = Path(sys.executable).parent
+
+pytestmark = pytest.mark.timeout(240)
+
+
+# --- the blocks themselves ------------------------------------------------------------------
+
+
+def test_every_block_says_whether_it_runs():
+    """Each fence has an info string: a runnable language or ``text``; an opt-out has a
+    reason.  (A bare fence would leave it to the reader whether it is true.)"""
+    bad = [b.id for b in docs.all_blocks()
+           if b.lang not in docs.RUNNABLE | docs.ILLUSTRATIVE
+           or (b.not_run is not None and len(b.not_run) < 10)]
+    assert not bad, "blocks with no (known) info string or an empty not-run reason:\n" + \
+        "\n".join(bad)
+    assert sum(b.runnable for b in docs.all_blocks()) >= 30
+
+
+def test_blocks_are_found_with_their_heading_and_opt_out(tmp_path, monkeypatch):
+    md = tmp_path / "docs" / "x.md"
+    md.parent.mkdir()
+    md.write_text("# T\n\n```bash\necho a\n```\n\n## Sub\n\n<!-- not-run: needs the moon -->\n"
+                  "```python\nmoon()\n```\n\n* item:\n\n    ```python\n    x = 1\n    ```\n\n"
+                  "```text\nout\n```\n")
+    monkeypatch.setattr(docs, "ROOT", tmp_path)
+    found = docs.parse(md)
+    assert [(b.heading, b.lang, b.text, b.not_run) for b in found] == [
+        ("T", "bash", "echo a\n", None), ("Sub", "python", "moon()\n", "needs the moon"),
+        ("Sub", "python", "x = 1\n", None), ("Sub", "text", "out\n", None)]
+    assert [b.runnable for b in found] == [True, False, True, False]
+    monkeypatch.setattr(docs, "doc_paths", lambda: [md])
+    monkeypatch.setattr(docs, "_RAN", {})
+    assert len(docs.check_coverage()) == 2  # the bash block and the indented python one
+    assert docs.block("docs/x.md", "Sub").text == "x = 1\n"
+    (left,) = docs.check_coverage()
+    assert left == "docs/x.md:3 [0] (bash, under 'T')"
+    with pytest.raises(LookupError, match="no runnable block 1"):
+        docs.block("docs/x.md", "Sub", 1)
+
+
+# --- how blocks run -------------------------------------------------------------------------
+
+
+def cells(block: docs.Block) -> list[str]:
+    """The block as a user types it into IPython: one complete statement (or magic line) at
+    a time; a cell magic (``%%``) block is one cell."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    text = block.text
+    if text.lstrip().startswith("%%"):
+        return [text]
+    tm, out, cur = TransformerManager(), [], []
+    for line in text.splitlines():
+        if not cur and not line.strip():
+            continue
+        cur.append(line)
+        status, _ = tm.check_complete("\n".join(cur) + "\n")
+        if status != "incomplete":
+            out.append("\n".join(cur))
+            cur = []
+    assert not cur, f"{block.id}: an incomplete statement at the end"
+    return out
+
+
+class Kernel:
+    """One IPython kernel (nbclient), cells run as typed; errors fail the test."""
+
+    def __init__(self, cwd: Path) -> None:
+        from nbclient import NotebookClient
+        from nbformat.v4 import new_notebook
+
+        self.client = NotebookClient(new_notebook(), kernel_name="python3", timeout=120,
+                                     resources={"metadata": {"path": str(cwd)}})
+
+    def cell(self, source: str) -> tuple[str, str]:
+        """(the cell's result as text/plain, everything it printed)."""
+        from nbformat.v4 import new_code_cell
+
+        c = new_code_cell(source)
+        self.client.nb.cells.append(c)
+        self.client.execute_cell(c, len(self.client.nb.cells) - 1)
+        result = "".join(str(o.get("data", {}).get("text/plain", "")) for o in c.outputs
+                         if o.get("output_type") == "execute_result")
+        printed = "".join(o.get("text", "") for o in c.outputs
+                          if o.get("output_type") == "stream")
+        return result, printed
+
+    def run(self, block: docs.Block) -> list[tuple[str, str, str]]:
+        """Run every cell of the block; check ``# -> VALUE`` comments."""
+        done = []
+        for source in cells(block):
+            result, printed = self.cell(source)
+            expected = re.search(r"#\s*->\s*(.+?)\s*$", source.splitlines()[-1])
+            if expected:
+                assert result == expected.group(1), (block.id, source, result, printed)
+            done.append((source, result, printed))
+        return done
+
+
+def bash(block: docs.Block, cwd: Path, env: dict[str, str], timeout: float = 120,
+         stdin: str | None = None) -> str:
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=cwd, env=env,
+                       input=stdin, capture_output=True, text=True, timeout=timeout)
+    assert r.returncode == 0, f"{block.id} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.stdout
+
+
+# --- one state folder, one kernel, one work folder for the module ----------------------------
+
+HPC_CONFIG = """
+c.HPC.backends = {"daint": {"type": "local"}}   # the docs' supercomputer, here
+"""
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory, isolated_jupyter):
+    """The work folder (a copy of examples/), state folder, Jupyter config and environment."""
+    from conftest import TEST_CONFIG, _down_everything
+
+    from jupyter_cloudtik.testing.processes import (
+        cloudtik_processes,
+        describe,
+        kill_all,
+        stop_launcher,
+    )
+
+    base = tmp_path_factory.mktemp("docs")
+    work, state, config, home = (base / "work", base / "state", base / "config",
+                                 base / "home")
+    shutil.copytree(ROOT / "examples", work)
+    for d in (state, config, home):
+        d.mkdir()
+    (config / "jupyter_cloudtik_config.py").write_text(TEST_CONFIG + HPC_CONFIG)
+    env = {**os.environ, "CLOUDTIK_STATE_DIR": str(state), "JUPYTER_CONFIG_DIR": str(config),
+           "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
+    saved = {k: os.environ.get(k) for k in ("CLOUDTIK_STATE_DIR", "JUPYTER_CONFIG_DIR")}
+    os.environ.update(CLOUDTIK_STATE_DIR=str(state), JUPYTER_CONFIG_DIR=str(config))
+    try:
+        yield {"work": work, "state": state, "config": config, "home": home, "env": env}
+    finally:
+        _down_everything(state)
+        stop_launcher(state)
+        for k, v in saved.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+        left = [p for p in cloudtik_processes(state)
+                if "launcher" not in describe([p]) and "reaper" not in describe([p])]
+        if left:
+            text = describe(left)
+            kill_all(left)
+            pytest.fail("node processes left behind:\n" + text, pytrace=False)
+
+
+@pytest.fixture(scope="module")
+def kernel(site):
+    k = Kernel(site["work"])
+    with k.client.setup_kernel():
+        yield k
+
+
+# --- README.md ------------------------------------------------------------------------------
+
+
+def test_readme_first_example(kernel):
+    (block,) = [b for b in docs.parse(ROOT / "README.md") if b.index == 0]
+    docs.mark_run(block)
+    kernel.run(block)
+    result, _ = kernel.cell("%cluster list")
+    assert "No clusters" in result, result
+
+
+def test_readme_python_api(kernel):
+    done = kernel.run(docs.block("README.md", "Python API"))
+    shown = dict((src.split("#")[0].strip(), res) for src, res, _ in done)
+    assert "running" in shown["c.status, c.dashboard_link"], shown
+    assert "default" in shown['Cluster.get("default"); Cluster.list()'], shown
+
+
+def test_readme_command_line(site):
+    out = bash(docs.block("README.md", "Command line"), site["work"], site["env"])
+    assert "analysis" in out
+    listing = subprocess.run([BIN / "jupyter-cloudtik", "list", "--json"], env=site["env"],
+                             capture_output=True, text=True, timeout=60)
+    assert json.loads(listing.stdout) == [], listing.stdout
+
+
+def test_readme_hpc_jobs(kernel, site):
+    """The notebook job from examples/ (alpha = 0.5 over data.csv's 1+2+3) and the cell job,
+    on ``daint`` (a local backend here)."""
+    done = kernel.run(docs.block("README.md", "HPC jobs", 0))
+    job_id = kernel.cell("job.id")[0].strip("'")
+    fetched = site["work"] / "hpc-jobs" / job_id
+    assert (fetched / "result.csv").read_text() == "alpha,result\n0.5,3.0\n", done
+    assert any(p.suffix == ".ipynb" for p in fetched.iterdir()), list(fetched.iterdir())
+    ((_, _, printed),) = kernel.run(docs.block("README.md", "HPC jobs", 1))
+    assert str(sum(i * i for i in range(10**6))) in printed, printed
+
+
+def test_readme_cluster_config_reference(site, tmp_path):
+    """The reference config, as a file `up` reads (nodes on this machine)."""
+    block = docs.block("README.md", "Cluster config reference")
+    cfg = site["work"] / "cluster.yaml"
+    cfg.write_text(block.text)
+    env = site["env"]
+
+    def cli(*args):
+        return subprocess.run([BIN / "jupyter-cloudtik", *args], env=env, cwd=site["work"],
+                              capture_output=True, text=True, timeout=120)
+
+    r = cli("up", "cluster.yaml", "--json")
+    assert r.returncode == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["name"] == "analysis" and got["state"] == "running", got
+    assert len([n for n in got["nodes"] if n["kind"] == "worker"]) == 2, got
+    r = cli("down", "analysis")
+    assert r.returncode == 0, r.stderr
+
+
+def test_readme_placement_line(kernel):
+    """The placement section, in a config that `up` reads."""
+    block = docs.block("README.md", "Placement: where nodes go")
+    section = yaml.safe_load(block.text)
+    kernel.cell(f"from jupyter_cloudtik import Cluster\n"
+                f"c = Cluster.up({{'cluster_name': 'placed', **{section!r}}}, workers=1, "
+                f"progress=False)")
+    result, _ = kernel.cell("c.status, c.down()")
+    assert "running" in result, result
+
+
+# --- docs/hpc.md ----------------------------------------------------------------------------
+
+
+def test_hpc_md_first_example_and_cell_job(kernel, site):
+    kernel.run(docs.block("docs/hpc.md", "HPC jobs"))
+    job_id = kernel.cell("job.id")[0].strip("'")
+    assert (site["work"] / "hpc-jobs" / job_id / "result.csv").exists()
+    ((_, _, printed),) = kernel.run(docs.block("docs/hpc.md", "`%%hpc`: one cell as a job"))
+    assert re.fullmatch(r"-?\d+\.\d+", printed.strip().splitlines()[-1]), printed
+
+
+def test_hpc_md_backends_config_and_secrets(site, tmp_path):
+    """The backends config as a Jupyter config file, read by ``jobs backends`` and by
+    ``jobs secret`` (its key file made here; the client secrets come on stdin)."""
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "jupyter_cloudtik_config.py").write_text(
+        docs.block("docs/hpc.md", "Configuring backends", lang="python").text)
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nx\n")
+    env = {**site["env"], "JUPYTER_CONFIG_DIR": str(config), "HOME": str(home)}
+    r = subprocess.run([BIN / "jupyter-cloudtik", "jobs", "backends", "--json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = {b["name"]: b for b in json.loads(r.stdout)}
+    assert {"daint", "cluster", "eiger", "nordugrid", "arc6"} <= set(got)
+    assert got["daint"]["default"], got["daint"]
+    # typed at the prompts, as a user does (asked without echo)
+    import pexpect
+
+    block = docs.block("docs/hpc.md", "Configuring backends", lang="bash")
+    sh = pexpect.spawn("bash", ["-e", "-c", block.text], cwd=str(tmp_path), env=env,
+                       encoding="utf-8", timeout=60)
+    for backend, value in [("eiger", "secret-one"), ("nordugrid", "secret-two")]:
+        sh.expect(f"client_secret for backend {backend}: ")
+        sh.sendline(value)
+    sh.expect(pexpect.EOF)
+    sh.close()
+    assert sh.exitstatus == 0, sh.before
+    out = sh.before
+    assert "secret-one" not in out and "BEGIN" not in out, out
+    assert "stored client_secret for backend 'nordugrid'" in out, out
