@@ -116,6 +116,12 @@ def blocks(doc: str, heading: str, lang: str | None = None, by: str = "") -> lis
     return found
 
 
+def code(text: str) -> list[str]:
+    """The lines of a block without comments and blank lines (for "the same example")."""
+    lines = (re.sub(r"\s+#.*$|^#.*$", "", ln).rstrip() for ln in text.splitlines())
+    return [ln for ln in lines if ln]
+
+
 def mark_run(b: Block, by: str = "") -> None:
     import os
 
@@ -134,3 +140,120 @@ def not_run() -> list[Block]:
 def check_coverage() -> list[str]:
     """One line per runnable block of the docs that no test ran (empty: all ran)."""
     return [b.id for b in not_run()]
+
+
+# --- running blocks: IPython cells in a real kernel, shell blocks in bash --------------------
+
+
+def cells(b: Block) -> list[str]:
+    """The block as a user types it into IPython: one complete statement (or magic line) at
+    a time; a cell-magic (``%%``) block is one cell."""
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    if b.text.lstrip().startswith("%%"):
+        return [b.text]
+    tm, out, cur = TransformerManager(), [], []
+
+    def complete() -> bool:
+        return tm.check_complete("\n".join(cur) + "\n")[0] != "incomplete"
+
+    for line in b.text.splitlines():
+        if not line.strip() and not cur:
+            continue
+        # an unindented line after a complete statement starts the next one (the body of
+        # a def or a for is complete at each line, so a cell ends only at a dedent)
+        starts = line[:1] not in ("", " ", "\t", ")", "]", "}")
+        if cur and starts and complete():
+            out.append("\n".join(cur).rstrip())
+            cur = []
+        cur.append(line)
+    if cur:
+        if not complete():
+            raise ValueError(f"{b.id}: an incomplete statement at the end")
+        out.append("\n".join(cur).rstrip())
+    return out
+
+
+class CellError(AssertionError):
+    pass
+
+
+class Kernel:
+    """A real IPython kernel (jupyter_client) in ``cwd`` with ``env``; cells run as a
+    frontend runs them, prompts (``input``/``getpass``) answered from ``answers``."""
+
+    def __init__(self, cwd: Path, env: dict[str, str] | None = None) -> None:
+        from jupyter_client.manager import start_new_kernel
+
+        self.km, self.kc = start_new_kernel(kernel_name="python3", cwd=str(cwd), env=env,
+                                            startup_timeout=60)
+
+    def close(self) -> None:
+        self.kc.stop_channels()
+        self.km.shutdown_kernel(now=False)
+
+    def __enter__(self) -> Kernel:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def cell(self, source: str, timeout: float = 120,
+             answers: dict[str, str] | None = None) -> tuple[str, str]:
+        """(the cell's result as text/plain, what it printed and displayed)."""
+        result: list[str] = []
+        shown: list[str] = []
+        error: list[str] = []
+        asked: list[str] = []
+
+        def output(msg) -> None:
+            kind, content = msg["msg_type"], msg["content"]
+            if kind == "stream":
+                shown.append(content["text"])
+            elif kind == "execute_result":
+                result.append(content["data"].get("text/plain", ""))
+            elif kind == "display_data":
+                shown.append(content["data"].get("text/plain", "") + "\n")
+            elif kind == "error":
+                error.append(f"{content['ename']}: {content['evalue']}")
+
+        def stdin(msg) -> None:
+            prompt = msg["content"]["prompt"]
+            asked.append(prompt)
+            value = next((v for k, v in (answers or {}).items() if k in prompt), None)
+            if value is None:
+                raise CellError(f"unexpected prompt {prompt!r} in {source!r}")
+            self.kc.input(value)
+
+        reply = self.kc.execute_interactive(source, timeout=timeout, output_hook=output,
+                                            stdin_hook=stdin, allow_stdin=True)
+        if error or reply["content"]["status"] != "ok":
+            raise CellError(f"{source!r}: " + ("; ".join(error) or str(reply["content"])))
+        return "".join(result), "".join(shown)
+
+    def run(self, b: Block, timeout: float = 120, answers: dict[str, str] | None = None,
+            text: str | None = None) -> list[tuple[str, str, str]]:
+        """Run every cell of the block (``text``: the block with a test's stand-ins);
+        a statement whose last line ends in ``# -> VALUE`` must give VALUE."""
+        done = []
+        block = b if text is None else Block(**{**b.__dict__, "text": text})
+        for source in cells(block):
+            result, shown = self.cell(source, timeout, answers)
+            expected = re.search(r"#\s*->\s*(.+?)\s*$", source.splitlines()[-1])
+            if expected and result != expected.group(1):
+                raise CellError(f"{b.id}: {source!r} gave {result!r}, the doc says "
+                                f"{expected.group(1)!r}\n{shown}")
+            done.append((source, result, shown))
+        return done
+
+
+def bash(b: Block, cwd: Path, env: dict[str, str], timeout: float = 120,
+         text: str | None = None) -> str:
+    """Run a shell block with ``bash -e -o pipefail`` (``text``: with a test's stand-ins)."""
+    import subprocess
+
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", b.text if text is None else text],
+                       cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    if r.returncode != 0 or "Traceback" in r.stderr:
+        raise AssertionError(f"{b.id} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}")
+    return r.stdout

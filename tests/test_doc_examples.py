@@ -70,74 +70,6 @@ def test_blocks_are_found_with_their_heading_and_opt_out(tmp_path, monkeypatch):
         docs.block("docs/x.md", "Sub", 1)
 
 
-# --- how blocks run -------------------------------------------------------------------------
-
-
-def cells(block: docs.Block) -> list[str]:
-    """The block as a user types it into IPython: one complete statement (or magic line) at
-    a time; a cell magic (``%%``) block is one cell."""
-    from IPython.core.inputtransformer2 import TransformerManager
-
-    text = block.text
-    if text.lstrip().startswith("%%"):
-        return [text]
-    tm, out, cur = TransformerManager(), [], []
-    for line in text.splitlines():
-        if not cur and not line.strip():
-            continue
-        cur.append(line)
-        status, _ = tm.check_complete("\n".join(cur) + "\n")
-        if status != "incomplete":
-            out.append("\n".join(cur))
-            cur = []
-    assert not cur, f"{block.id}: an incomplete statement at the end"
-    return out
-
-
-class Kernel:
-    """One IPython kernel (nbclient), cells run as typed; errors fail the test."""
-
-    def __init__(self, cwd: Path) -> None:
-        from nbclient import NotebookClient
-        from nbformat.v4 import new_notebook
-
-        self.client = NotebookClient(new_notebook(), kernel_name="python3", timeout=120,
-                                     resources={"metadata": {"path": str(cwd)}})
-
-    def cell(self, source: str) -> tuple[str, str]:
-        """(the cell's result as text/plain, everything it printed)."""
-        from nbformat.v4 import new_code_cell
-
-        c = new_code_cell(source)
-        self.client.nb.cells.append(c)
-        self.client.execute_cell(c, len(self.client.nb.cells) - 1)
-        result = "".join(str(o.get("data", {}).get("text/plain", "")) for o in c.outputs
-                         if o.get("output_type") == "execute_result")
-        printed = "".join(o.get("text", "") for o in c.outputs
-                          if o.get("output_type") == "stream")
-        return result, printed
-
-    def run(self, block: docs.Block) -> list[tuple[str, str, str]]:
-        """Run every cell of the block; check ``# -> VALUE`` comments."""
-        done = []
-        for source in cells(block):
-            result, printed = self.cell(source)
-            expected = re.search(r"#\s*->\s*(.+?)\s*$", source.splitlines()[-1])
-            if expected:
-                assert result == expected.group(1), (block.id, source, result, printed)
-            done.append((source, result, printed))
-        return done
-
-
-def bash(block: docs.Block, cwd: Path, env: dict[str, str], timeout: float = 120,
-         stdin: str | None = None) -> str:
-    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.text], cwd=cwd, env=env,
-                       input=stdin, capture_output=True, text=True, timeout=timeout)
-    assert r.returncode == 0, f"{block.id} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
-    assert "Traceback" not in r.stderr, r.stderr
-    return r.stdout
-
-
 # --- one state folder, one kernel, one work folder for the module ----------------------------
 
 HPC_CONFIG = """
@@ -185,8 +117,7 @@ def site(tmp_path_factory, isolated_jupyter):
 
 @pytest.fixture(scope="module")
 def kernel(site):
-    k = Kernel(site["work"])
-    with k.client.setup_kernel():
+    with docs.Kernel(site["work"], site["env"]) as k:
         yield k
 
 
@@ -209,7 +140,7 @@ def test_readme_python_api(kernel):
 
 
 def test_readme_command_line(site):
-    out = bash(docs.block("README.md", "Command line"), site["work"], site["env"])
+    out = docs.bash(docs.block("README.md", "Command line"), site["work"], site["env"])
     assert "analysis" in out
     listing = subprocess.run([BIN / "jupyter-cloudtik", "list", "--json"], env=site["env"],
                              capture_output=True, text=True, timeout=60)
