@@ -233,3 +233,103 @@ def test_hpc_md_backends_config_and_secrets(site, tmp_path):
     out = sh.before
     assert "secret-one" not in out and "BEGIN" not in out, out
     assert "stored client_secret for backend 'nordugrid'" in out, out
+
+
+def test_readme_quick_start_demo(site):
+    """``make demo`` is ``make install`` (this environment) and examples/run_demo.py."""
+    make = (ROOT / "Makefile").read_text()
+    assert re.search(r"^demo: install\n\t\$\(BIN\)/python examples/run_demo.py$", make, re.M)
+    r = subprocess.run([sys.executable, ROOT / "examples" / "run_demo.py"], env=site["env"],
+                       capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "result" in r.stdout.lower(), r.stdout
+
+
+# --- docs/panel.md, dashboards.md, placement.md ----------------------------------------------
+
+
+def test_panel_inserted_client_code(kernel):
+    """The code **Insert client code** puts in a notebook, for a cluster named demo."""
+    kernel.cell("from jupyter_cloudtik import Cluster\n"
+                "demo = Cluster.up(name='demo', workers=1, progress=False)")
+    done = kernel.run(docs.block("docs/panel.md", "Sections"))
+    assert done[-1][1].startswith("<Client: "), done[-1]
+    kernel.cell("client.close(); demo.down()")
+
+
+def test_dashboards_adaptive_section_of_a_config(kernel):
+    """The ``adaptive:`` line of docs/dashboards.md in a config that `up` reads."""
+    section = yaml.safe_load(docs.block("docs/dashboards.md",
+                                        "Adaptive scaling that outlives the kernel").text)
+    kernel.cell("from jupyter_cloudtik import Cluster\n"
+                f"a = Cluster.up({{'cluster_name': 'adaptive', **{section!r}}}, workers=1, "
+                "progress=False)")
+    result, _ = kernel.cell("a.status, a.info.config['adaptive']")
+    assert "running" in result and "'maximum': 8" in result, result
+    kernel.cell("a.down()")
+
+
+def test_placement_json_filter_and_plugins(kernel):
+    """The JSON filter as a cluster's ``placement.query`` (this machine passes it), and the
+    plugin example's classes, defined as written and asked about an offer of this machine."""
+    query = json.loads(docs.block("docs/placement.md", "The JSON filter").text)
+    kernel.cell("from jupyter_cloudtik import Cluster\n"
+                f"q = Cluster.up({{'cluster_name': 'queried', 'placement': {{'query': {query!r}}}}}, "
+                "workers=1, progress=False)")
+    result, _ = kernel.cell("q.status, q.down()")
+    assert "running" in result, result
+    kernel.run(docs.block("docs/placement.md", "Writing a filter or a weigher", lang="python"))
+    result, _ = kernel.cell("TrustedHosts.name, PreferEurope.name")
+    assert result == "('trusted', 'prefer_europe')", result
+
+
+# --- docs/hub-sidekicks.md, hub-egress.md ------------------------------------------------------
+
+
+def test_job_gateway_without_a_hub(tmp_path, site):
+    """The job gateway, run directly (its port and folder: free ones of this test's)."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    block = docs.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)",
+                       lang="bash", n=1)
+    text = block.text.replace("8765", str(port)).replace("/tmp/gw", str(tmp_path / "gw"))
+    log = tmp_path / "out.log"  # a file: the gateway in the background keeps a pipe open
+    with open(log, "w") as f:
+        proc = subprocess.Popen(["bash", "-e", "-c", text], cwd=tmp_path, env=site["env"],
+                                stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        proc.wait(timeout=60)
+        out = log.read_text()
+        assert proc.returncode == 0, out
+        assert '{"ok": true' in out, out  # the answers of curl, between the gateway's log
+        assert re.search(r'\{"id": "\w+", "state": "queued", "backend": "local"', out), out
+    finally:
+        import signal
+
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        time.sleep(0.5)
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_sidekick_definitions_file(tmp_path):
+    from jupyter_cloudtik.hub.sidekick_specs import SidekickCatalog
+
+    path = tmp_path / "sidekicks.yaml"
+    path.write_text(docs.block("docs/hub-sidekicks.md", "Defining side-kicks").text)
+    catalog = SidekickCatalog.from_file(path)
+    spec = catalog.get("job-gateway", "bob", ["hpc-users"])
+    assert spec.name == "job-gateway"
+    assert catalog.get("data-finder", "anyone").name == "data-finder"
+    with pytest.raises(Exception) as e:
+        catalog.get("job-gateway", "eve", ["other"])
+    assert "job-gateway" in str(e.value)
