@@ -46,6 +46,10 @@ def test_readme_huawei_walkthrough_runs_as_written(tmp_path, monkeypatch):
     blocks = doc_examples.blocks("README.md", "Huawei Cloud (emulated)")
     assert [b.lang for b in blocks] == ["bash", "python", "bash"], blocks
     start, notebook, finish = (b.text for b in blocks)
+    # docs/huaweicloud.md's "Realistic mode" command is the first line of the README's
+    (realistic,) = doc_examples.code(doc_examples.block(
+        "docs/huaweicloud.md", "Realistic mode").text)
+    assert f"\n{realistic} &\n" in start, (realistic, start)
     root = tmp_path / "hwc"
 
     def ours(text: str) -> str:
