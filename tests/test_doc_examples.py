@@ -273,9 +273,9 @@ def test_placement_json_filter_and_plugins(kernel):
     """The JSON filter as a cluster's ``placement.query`` (this machine passes it), and the
     plugin example's classes, defined as written and asked about an offer of this machine."""
     query = json.loads(docs.block("docs/placement.md", "The JSON filter").text)
-    kernel.cell("from jupyter_cloudtik import Cluster\n"
-                f"q = Cluster.up({{'cluster_name': 'queried', 'placement': {{'query': {query!r}}}}}, "
-                "workers=1, progress=False)")
+    cfg = {"cluster_name": "queried", "placement": {"query": query}}
+    kernel.cell(f"from jupyter_cloudtik import Cluster\n"
+                f"q = Cluster.up({cfg!r}, workers=1, progress=False)")
     result, _ = kernel.cell("q.status, q.down()")
     assert "running" in result, result
     kernel.run(docs.block("docs/placement.md", "Writing a filter or a weigher", lang="python"))
