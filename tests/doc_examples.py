@@ -122,6 +122,26 @@ def code(text: str) -> list[str]:
     return [ln for ln in lines if ln]
 
 
+def entry_points_txt(toml_text: str) -> str:
+    """The ``entry_points.txt`` of a dist-info for a ``pyproject.toml`` fragment's
+    ``[project.entry-points."GROUP"]`` tables (what pip writes when it installs it)."""
+    import tomllib
+
+    groups = tomllib.loads(toml_text)["project"]["entry-points"]
+    return "".join(f"[{g}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items()) + "\n"
+                   for g, eps in groups.items())
+
+
+def write_dist_info(root: Path, name: str, toml_text: str) -> Path:
+    """A ``NAME-0.1.dist-info`` in ``root`` with the fragment's entry points: importlib
+    finds it on ``sys.path`` as it finds an installed wheel."""
+    info = root / f"{name}-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(entry_points_txt(toml_text))
+    return root
+
+
 def mark_run(b: Block, by: str = "") -> None:
     import os
 

@@ -333,3 +333,49 @@ def test_sidekick_definitions_file(tmp_path):
     with pytest.raises(Exception) as e:
         catalog.get("job-gateway", "eve", ["other"])
     assert "job-gateway" in str(e.value)
+
+
+# --- plugins declared as the docs say (pyproject.toml fragments) -----------------------------
+
+BACKEND = '''
+from jupyter_cloudtik.hpc.base import HPCBackend
+
+
+class MySchedBackend(HPCBackend):
+    """Declared only; `jobs backends` lists it by its type."""
+    kind = "mysched"
+'''
+
+
+def test_plugin_entry_points_of_the_docs(site, tmp_path):
+    """A filter and a weigher (docs/placement.md: the module and the pyproject.toml
+    fragment as written) and an HPC backend type (docs/hpc.md's fragment), installed as a
+    dist-info on PYTHONPATH: `up` uses the filter by name, `jobs backends` knows the type."""
+    root = tmp_path / "site"
+    (root / "mypkg").mkdir(parents=True)
+    (root / "mypkg" / "__init__.py").write_text("")
+    (root / "mypkg" / "placement.py").write_text(
+        docs.block("docs/placement.md", "Writing a filter or a weigher", lang="python").text)
+    docs.write_dist_info(root, "mypkg", docs.block(
+        "docs/placement.md", "Writing a filter or a weigher", lang="toml").text)
+    (root / "my_package").mkdir()
+    (root / "my_package" / "__init__.py").write_text("")
+    (root / "my_package" / "backend.py").write_text(BACKEND)
+    docs.write_dist_info(root, "my_package", docs.block("docs/hpc.md", "Writing a backend").text)
+    config = tmp_path / "config"
+    config.mkdir()
+    (config / "jupyter_cloudtik_config.py").write_text(
+        (site["config"] / "jupyter_cloudtik_config.py").read_text()
+        + 'c.HPC.backends = {"mine": {"type": "mysched"}}\n')
+    env = {**site["env"], "PYTHONPATH": str(root), "JUPYTER_CONFIG_DIR": str(config)}
+    # "Use them by name": this machine's offer is not attested, so nothing may start
+    (tmp_path / "trusted.yaml").write_text(
+        "cluster_name: trusted\n"
+        "placement: {filters: [trusted, max_price], weighers: {prefer_europe: 2}}\n")
+    r = subprocess.run([BIN / "jupyter-cloudtik", "up", str(tmp_path / "trusted.yaml")],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "filter 'trusted' eliminated" in r.stderr, r.stderr
+    r = subprocess.run([BIN / "jupyter-cloudtik", "jobs", "backends", "--json"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert {b["name"]: b["type"] for b in json.loads(r.stdout)}["mine"] == "mysched"
