@@ -170,8 +170,14 @@ def pytest_sessionfinish(session, exitstatus):
     import doc_examples
 
     missing = doc_examples.check_coverage()
+    waiting = doc_examples.pending()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if waiting and reporter:
+        reporter.write_line("")
+        reporter.write_line(f"{len(waiting)} doc blocks are marked pending (not run by any "
+                            "test yet):\n" + "\n".join(f"  {b.id}: {b.not_run}"
+                                                       for b in waiting), yellow=True)
     if missing:
-        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         text = ("runnable code blocks of the docs that no test ran (run them from a test "
                 "through tests/doc_examples.py, or give a reason with <!-- not-run: ... -->):\n"
                 + "\n".join("  " + m for m in missing))

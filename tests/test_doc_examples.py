@@ -379,3 +379,26 @@ def test_plugin_entry_points_of_the_docs(site, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     assert {b["name"]: b["type"] for b in json.loads(r.stdout)}["mine"] == "mysched"
+
+
+def test_hpc_emulators_in_the_foreground(tmp_path, site):
+    """docs/hpc.md's emulator commands, each as in its own terminal: it prints its JSON
+    line, then Ctrl-C (SIGINT) stops it.  Their folders: this test's, for /tmp/..."""
+    import signal
+
+    block = docs.block("docs/hpc.md", "Testing without a supercomputer")
+    lines = docs.code(block.text)
+    assert len(lines) == 2
+    for line in lines:
+        line = line.replace("/tmp/", f"{tmp_path}/")
+        proc = subprocess.Popen(["bash", "-c", f"exec {line}"], env=site["env"], text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        try:
+            first = json.loads(proc.stdout.readline())
+            assert first["url"].startswith("http://127.0.0.1:") and first["token_uri"], first
+            proc.send_signal(signal.SIGINT)
+            assert proc.wait(timeout=30) in (0, -signal.SIGINT, 130), proc.stderr.read()
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
