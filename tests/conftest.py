@@ -178,12 +178,18 @@ def pytest_sessionfinish(session, exitstatus):
                             "test yet):\n" + "\n".join(f"  {b.id}: {b.not_run}"
                                                        for b in waiting), yellow=True)
     if missing:
+        skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+        strict = os.environ.get("CLOUDTIK_DOC_CHECK") == "1" or not skipped
         text = ("runnable code blocks of the docs that no test ran (run them from a test "
                 "through tests/doc_examples.py, or give a reason with <!-- not-run: ... -->):\n"
                 + "\n".join("  " + m for m in missing))
+        if not strict:
+            text += (f"\n(not failing: {skipped} tests were skipped and may be the ones that "
+                     "run them; CLOUDTIK_DOC_CHECK=1 makes this fail)")
         if reporter:
             reporter.write_line("")
-            reporter.write_line(text, red=True)
+            reporter.write_line(text, red=strict, yellow=not strict)
         else:
             print(text, file=sys.stderr)
-        session.exitstatus = 1
+        if strict:
+            session.exitstatus = 1

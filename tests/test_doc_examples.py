@@ -80,7 +80,6 @@ c.HPC.backends = {"daint": {"type": "local"}}   # the docs' supercomputer, here
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, isolated_jupyter):
     """The work folder (a copy of examples/), state folder, Jupyter config and environment."""
-    from conftest import TEST_CONFIG, _down_everything
 
     from jupyter_cloudtik.testing.processes import (
         cloudtik_processes,
@@ -95,7 +94,10 @@ def site(tmp_path_factory, isolated_jupyter):
     shutil.copytree(ROOT / "examples", work)
     for d in (state, config, home):
         d.mkdir()
-    (config / "jupyter_cloudtik_config.py").write_text(TEST_CONFIG + HPC_CONFIG)
+    # the suite's settings (tests/conftest.py wrote them; "import conftest" may be another
+    # folder's conftest when several test folders run) and the stand-in backend
+    suite = (isolated_jupyter / "jupyter-config" / "jupyter_cloudtik_config.py").read_text()
+    (config / "jupyter_cloudtik_config.py").write_text(suite + HPC_CONFIG)
     env = {**os.environ, "CLOUDTIK_STATE_DIR": str(state), "JUPYTER_CONFIG_DIR": str(config),
            "PATH": f"{BIN}:{os.environ.get('PATH', '')}"}
     saved = {k: os.environ.get(k) for k in ("CLOUDTIK_STATE_DIR", "JUPYTER_CONFIG_DIR")}
@@ -103,7 +105,8 @@ def site(tmp_path_factory, isolated_jupyter):
     try:
         yield {"work": work, "state": state, "config": config, "home": home, "env": env}
     finally:
-        _down_everything(state)
+        subprocess.run([BIN / "jupyter-cloudtik", "down", "--all"], env=env,
+                       capture_output=True, timeout=120)
         stop_launcher(state)
         for k, v in saved.items():
             os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
@@ -124,12 +127,19 @@ def kernel(site):
 # --- README.md ------------------------------------------------------------------------------
 
 
-def test_readme_first_example(kernel):
+def test_readme_first_example(site, tmp_path):
+    """The README's first lines, as a new user runs them: no settings of ours at all (the
+    suite's CPU overcommit would hide what a small machine says).  On 2 cores this needs
+    the local provider's defaults of issue 20.3 (`--workers 4` fits); before those, it is
+    refused with "not enough capacity", and that is a true failure of the README."""
     (block,) = [b for b in docs.parse(ROOT / "README.md") if b.index == 0]
     docs.mark_run(block)
-    kernel.run(block)
-    result, _ = kernel.cell("%cluster list")
-    assert "No clusters" in result, result
+    plain = tmp_path / "no-settings"
+    plain.mkdir()
+    with docs.Kernel(site["work"], {**site["env"], "JUPYTER_CONFIG_DIR": str(plain)}) as k:
+        k.run(block)
+        result, _ = k.cell("%cluster list")
+        assert "No clusters" in result, result
 
 
 def test_readme_python_api(kernel):
