@@ -121,6 +121,7 @@ def site(tmp_path_factory, isolated_jupyter):
 @pytest.fixture(scope="module")
 def kernel(site):
     with docs.Kernel(site["work"], site["env"]) as k:
+        k.cell("%load_ext jupyter_cloudtik")  # "Load them with ..." (README, Magics)
         yield k
 
 
@@ -305,7 +306,7 @@ def test_job_gateway_without_a_hub(tmp_path, site):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     block = docs.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)",
-                       lang="bash", n=1)
+                       lang="bash")
     text = block.text.replace("8765", str(port)).replace("/tmp/gw", str(tmp_path / "gw"))
     log = tmp_path / "out.log"  # a file: the gateway in the background keeps a pipe open
     with open(log, "w") as f:
