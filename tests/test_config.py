@@ -154,3 +154,58 @@ def test_sizes():
     for bad in ["2 parsecs", "-1", True]:
         with pytest.raises(ConfigError):
             parse_bytes(bad)
+
+
+ALL_WRONG = """
+cluster_name: analysis
+provider:
+  type: local
+available_node_types:
+  head:
+    resources: {CPU: 0}
+  small:
+    resources: {CPU: 1, memory: lots}
+    min_workers: 3
+    max_workers: 1
+  big:
+    resources: {CPU: 2, memory: 2 potatoes}
+    node_config: {colour: red}
+head_node_type: head
+idle_timeout_minutes: soon
+"""
+
+
+def test_every_fault_of_a_config_is_named_at_once(settings):
+    """A file with faults in independent places, found by the schema and by the later
+    checks: one error lists them all, so the user fixes the file in one round."""
+    with pytest.raises(ConfigError) as e:
+        build_config(parse_config_text(ALL_WRONG), settings=settings)
+    body = e.value.to_dict()
+    fields = [p["field"] for p in body["problems"]]
+    assert set(fields) == {
+        "idle_timeout_minutes",
+        "available_node_types.small.resources.memory",
+        "available_node_types.small.min_workers",
+        "available_node_types.big.resources.memory",
+        "available_node_types.big.node_config",
+    }, fields
+    assert e.value.field == fields[0]
+    assert e.value.message.startswith("5 problems in the config: ")
+    for words in ("'soon'", "'lots'", "'2 potatoes'", "3 is more than max_workers (1)",
+                  "'colour'"):
+        assert words in e.value.message, (words, e.value.message)
+
+    one = ALL_WRONG.replace("memory: lots", "memory: 1GiB").replace(
+        "2 potatoes", "2GiB").replace("min_workers: 3", "min_workers: 1").replace(
+        "node_config: {colour: red}", "").replace("soon", "5")
+    build_config(parse_config_text(one), settings=settings)  # all fixed: accepted
+
+
+def test_several_schema_faults_are_listed_together(settings):
+    raw = {"cluster_name": "x", "idle_timeout_minutes": "soon", "max_workers": -1,
+           "colour": "red"}
+    with pytest.raises(ConfigError) as e:
+        build_config(raw, settings=settings)
+    fields = {p["field"] for p in e.value.to_dict()["problems"]}
+    assert {"idle_timeout_minutes", "max_workers", "(top level)"} <= fields, fields
+    assert "unknown field 'colour'" in e.value.message

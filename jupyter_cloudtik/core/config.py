@@ -22,7 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
 from . import plugins
-from .errors import ConfigError
+from .errors import ConfigError, ConfigProblems
 from .units import parse_bytes
 
 if TYPE_CHECKING:
@@ -100,23 +100,26 @@ def _describe(error: ValidationError, schema_root: dict[str, Any]) -> str:
 def validate_against(
     instance: Any, schema: dict[str, Any], prefix: str = ""
 ) -> None:
-    """Raise a ConfigError for the most relevant schema violation (others are counted)."""
+    """Raise one ConfigError naming every schema violation (the most precise one first)."""
     validator = Draft202012Validator(schema)
-    errors = sorted(validator.iter_errors(instance), key=lambda e: (len(e.path), e.path))
+    errors = list(validator.iter_errors(instance))
     if not errors:
         return
-    # deepest error first: it names the precise field
-    errors.sort(key=lambda e: -len(list(e.absolute_path)))
-    first = errors[0]
-    if first.validator == "oneOf" and first.context:
-        inner = sorted(first.context, key=lambda e: -len(list(e.absolute_path)))[0]
-        if "description" not in first.schema:
-            first = inner
-    path = _field_path(first, prefix)
-    more = f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})" if len(
-        errors) > 1 else ""
-    raise ConfigError(f"{path}: {_describe(first, schema)}{more}", field=path,
-                      value=first.instance)
+    problems = []
+    for error in errors:
+        if error.validator == "oneOf" and error.context and "description" not in error.schema:
+            error = sorted(error.context, key=lambda e: -len(list(e.absolute_path)))[0]
+        path = _field_path(error, prefix)
+        problems.append(ConfigError(f"{path}: {_describe(error, schema)}", field=path,
+                                    value=error.instance))
+    # deepest first, then in document order: the precise field leads
+    problems.sort(key=lambda e: (-e.field.count("."), e.field))
+    seen: set[str] = set()
+    unique = [p for p in problems if not (p.message in seen or seen.add(p.message))]
+    raise ConfigError.combine(unique[:MAX_PROBLEMS])
+
+
+MAX_PROBLEMS = 20  # beyond that, a listing helps nobody
 
 
 def provider_class(provider_type: str, settings: CloudTik | None = None) -> type[NodeProvider]:
@@ -148,7 +151,10 @@ def build_config(
     else:
         raw = read_config_file(source)
 
-    validate_against(raw, cluster_schema())
+    try:
+        validate_against(raw, cluster_schema())
+    except ConfigError as shape:
+        raise _with_later_faults(shape, raw, workers, settings) from None
 
     if name is not None:
         raw["cluster_name"] = name
@@ -167,8 +173,52 @@ def build_config(
                 f"workers: {workers!r} is not a whole number of workers (0 or more)",
                 field="workers",
             )
-    validate_against(raw, cluster_schema())
+    try:
+        validate_against(raw, cluster_schema())
+    except ConfigError as shape:
+        raise _with_later_faults(shape, raw, workers, settings) from None
     return normalize(raw, workers=workers, settings=settings)
+
+
+def _drop(tree: Any, parts: list[str]) -> None:
+    """Remove the value at a dotted path (a schema fault's field), if it is there."""
+    for i, part in enumerate(parts):
+        last = i == len(parts) - 1
+        if isinstance(tree, dict) and part in tree:
+            if last:
+                del tree[part]
+                return
+            tree = tree[part]
+        elif isinstance(tree, list) and part.isdigit() and int(part) < len(tree):
+            if last:
+                del tree[int(part)]
+                return
+            tree = tree[int(part)]
+        else:
+            return
+
+
+def _with_later_faults(shape: ConfigError, raw: dict[str, Any], workers: int | None,
+                       settings: CloudTik | None) -> ConfigError:
+    """The schema's faults plus those the later checks (provider options, node types,
+    min/max) find in the same file, so one round shows everything wrong."""
+    faults = shape.details.get("problems") or [{"field": shape.field}]
+    known = {p["field"] for p in faults}
+    rest = copy.deepcopy(raw)  # without the faulty values: no fault is reported twice
+    for field in known:
+        _drop(rest, (field or "").split("."))
+    try:
+        normalize(rest, workers=workers, settings=settings)
+    except ConfigError as later:
+        extra = [p for p in later.details.get("problems") or [
+            {"field": later.field, "message": later.message}] if p["field"] not in known]
+        if extra:
+            more = [ConfigError(p["message"], field=p["field"], value=p.get("value"))
+                    for p in extra]
+            return ConfigError.combine([shape, *more])
+    except Exception:  # a malformed file may trip a later stage; the schema said why
+        pass
+    return shape
 
 
 def normalize(
@@ -179,10 +229,12 @@ def normalize(
     prov = cfg.setdefault("provider", {})
     prov.setdefault("type", settings.default_provider if settings else "local")
     cls = provider_class(prov["type"], settings)
-    validate_against(
-        {k: v for k, v in prov.items() if k != "type"},
-        _without_type(cls.config_schema), prefix="provider",
-    )
+    problems = ConfigProblems()  # independent faults are reported together
+    with problems.check():
+        validate_against(
+            {k: v for k, v in prov.items() if k != "type"},
+            _without_type(cls.config_schema), prefix="provider",
+        )
 
     types = cfg.get("available_node_types")
     if not types:
@@ -195,6 +247,7 @@ def normalize(
             types["head"] = cls.default_node_types(prov)["head"]
         head = cfg["head_node_type"] = "head"
     if head not in types:
+        problems.raise_any()
         raise ConfigError(
             f"head_node_type: '{head}' is not one of the available_node_types "
             f"({', '.join(types)})",
@@ -217,12 +270,14 @@ def normalize(
     for tname, t in types.items():
         path = f"available_node_types.{tname}"
         t.setdefault("node_config", {})
-        validate_against(t["node_config"], cls.node_config_schema, prefix=f"{path}.node_config")
+        with problems.check():
+            validate_against(t["node_config"], cls.node_config_schema,
+                             prefix=f"{path}.node_config")
         res = cls.fill_resources(prov, t)
-        if "memory" in res:
-            res["memory"] = parse_bytes(res["memory"], field=f"{path}.resources.memory")
-        if "disk" in res:
-            res["disk"] = parse_bytes(res["disk"], field=f"{path}.resources.disk")
+        for key in ("memory", "disk"):
+            if key in res:
+                with problems.check():
+                    res[key] = parse_bytes(res[key], field=f"{path}.resources.{key}")
         res.setdefault("CPU", 1)
         res.setdefault("GPU", 0)
         t["resources"] = res
@@ -233,12 +288,13 @@ def normalize(
         t.setdefault("min_workers", 0)
         t.setdefault("max_workers", max(t["min_workers"], 1))
         if t["min_workers"] > t["max_workers"]:
-            raise ConfigError(
+            problems.errors.append(ConfigError(
                 f"{path}.min_workers: {t['min_workers']} is more than max_workers "
                 f"({t['max_workers']})",
                 field=f"{path}.min_workers",
                 value=t["min_workers"],
-            )
+            ))
+    problems.raise_any()
 
     total_min = sum(types[t]["min_workers"] for t in worker_types)
     total_max = sum(types[t]["max_workers"] for t in worker_types)

@@ -26,14 +26,67 @@ class CloudTikError(Exception):
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"message": self.message, "reason": self.reason}
         out["field"] = self.field
+        problems = self.details.get("problems")
+        if problems and len(problems) > 1:
+            out["problems"] = [{"field": p["field"], "message": p["message"]}
+                               for p in problems]
         return out
 
 
 class ConfigError(CloudTikError):
-    """Bad configuration or input; ``field`` is the dotted path of the bad value."""
+    """Bad configuration or input; ``field`` is the dotted path of the bad value.
+
+    A config with several faults raises one ConfigError naming all of them (``problems``,
+    each ``{"field", "message"}``; ``field`` is the first), so a user fixes a file in one
+    round instead of one fault per attempt."""
 
     http_status = 400
     reason = "invalid"
+
+    @classmethod
+    def combine(cls, errors: list[ConfigError]) -> ConfigError:
+        """One error for several: every problem listed, the first one's field."""
+        problems: list[dict[str, Any]] = []
+        for e in errors:
+            problems += e.details.get("problems") or [
+                {"field": e.field, "message": e.message, "value": e.details.get("value")}]
+        if len(problems) == 1:
+            return errors[0]
+        lines = "; ".join(p["message"] for p in problems)
+        return cls(f"{len(problems)} problems in the config: {lines}",
+                   field=problems[0]["field"], value=problems[0].get("value"),
+                   problems=problems)
+
+
+class ConfigProblems:
+    """Collects ConfigErrors of independent checks, then raises them together.
+
+    ``with problems.check(): ...`` runs one check; a ConfigError it raises is kept and the
+    next check runs. ``problems.raise_any()`` raises them combined."""
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    def check(self) -> _Collect:
+        return _Collect(self)
+
+    def raise_any(self) -> None:
+        if self.errors:
+            raise ConfigError.combine(self.errors)
+
+
+class _Collect:
+    def __init__(self, owner: ConfigProblems) -> None:
+        self.owner = owner
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None and isinstance(exc, ConfigError):
+            self.owner.errors.append(exc)
+            return True
+        return False
 
 
 class NotFoundError(CloudTikError):

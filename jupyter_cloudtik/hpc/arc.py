@@ -434,7 +434,9 @@ class ArcBackend(HPCBackend):
         if names:
             lim.queues = names
             lim.default_queue = self.config.get("queue") or names[0]
-        self._limits = (now, lim)
+            # an information document without shares is a CE whose information system has
+            # not published yet (the first minute after A-REX starts): ask again next time
+            self._limits = (now, lim)
         return lim
 
     # submitting ---------------------------------------------------------------------------------

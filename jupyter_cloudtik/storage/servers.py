@@ -69,10 +69,18 @@ class RcloneServer:
 
 def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.PathLike[str],
                  user: str | None = None, password: str | None = None,
-                 dir_cache_time: str = "0s", timeout: float = 20.0,
+                 dir_cache_time: str = "100ms", timeout: float = 20.0,
                  host: str = "127.0.0.1") -> RcloneServer:
     """Start ``rclone serve KIND root`` on ``host`` (loopback unless a test needs an address
-    emulated servers can reach) with generated credentials."""
+    emulated servers can reach) with generated credentials.
+
+    ``dir_cache_time`` is short so files written straight into ``root`` show up at once, but
+    never ``0s``: with 0s rclone 1.75's VFS starts a whole-tree ``ForgetAll`` for every
+    directory read, and under a few parallel PUTs these pile up (150 goroutines waiting on
+    the same locks) until ``serve s3`` stops answering — the CI hang of the storage tests."""
+    if dir_cache_time.strip() in ("0", "0s", "0ms"):
+        raise ValueError("dir_cache_time: 0s makes rclone serve hang under parallel writes; "
+                         "use a small positive duration such as 100ms")
     root, workdir = Path(root), Path(workdir)
     root.mkdir(parents=True, exist_ok=True)
     workdir.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -336,10 +336,15 @@ class ArexSite:
                 if p.poll() is not None:
                     self.stop()
                     raise RuntimeError(f"A-REX exited while starting: {self.tail()}")
-            with contextlib.suppress(OSError), \
-                    socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                self.start_seconds = time.monotonic() - t0
-                return self
+            # ready = REST listening and the information system's first GLUE2 document
+            # written (CEinfo.pl, a minute or more on a loaded machine): before that /info
+            # has no queues, as on a real CE that has just restarted
+            if (self.root / "control" / "info.xml").is_file() and (
+                    self.root / "control" / "info.xml").stat().st_size > 0:
+                with contextlib.suppress(OSError), \
+                        socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    self.start_seconds = time.monotonic() - t0
+                    return self
             time.sleep(0.5)
         self.stop()
         raise RuntimeError(f"A-REX did not listen on {self.port} within {timeout}s: "

@@ -135,6 +135,21 @@ def test_bad_input_is_a_4xx_naming_the_field(lab, spec_checker, method, path, bo
         checked(spec_checker, resp)
 
 
+def test_a_config_with_several_faults_names_them_all(lab, spec_checker):
+    config = {"idle_timeout_minutes": "soon", "available_node_types": {
+        "head": {"resources": {"CPU": 0}},
+        "w": {"resources": {"memory": "lots"}, "min_workers": 3, "max_workers": 1}}}
+    resp = lab.request("POST", "clusters", json={"name": unique("faults"), "config": config})
+    assert resp.status_code == 400, resp.text
+    err = resp.json()
+    assert {p["field"] for p in err["problems"]} == {
+        "idle_timeout_minutes", "available_node_types.w.resources.memory",
+        "available_node_types.w.min_workers"}
+    assert err["field"] == err["problems"][0]["field"]
+    assert err["message"].startswith("3 problems in the config: ")
+    checked(spec_checker, resp)
+
+
 def test_oversized_body_is_refused(lab):
     huge = json.dumps({"config": {"setup_commands": ["x" * (2 * 1024 * 1024)]}})
     resp = lab.request("POST", "clusters", data=huge)
