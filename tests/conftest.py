@@ -143,3 +143,51 @@ def browser():
 
     with chromium() as b:
         yield b
+
+
+# --- every runnable block of README.md and docs/*.md ran somewhere (tests/doc_examples.py) ---
+
+
+def _whole_suite(session) -> bool:
+    """True when this session ran the whole suite: no paths, -k, -m, --deselect, --lf
+    and no early stop.  CLOUDTIK_DOC_CHECK=1 forces the check, =0 turns it off."""
+    forced = os.environ.get("CLOUDTIK_DOC_CHECK", "")
+    if forced in ("0", "1"):
+        return forced == "1"
+    cfg = session.config
+    tests = Path(__file__).resolve().parent
+    args = [Path(str(cfg.rootpath), a.split("::")[0]).resolve() for a in cfg.args]
+    return (args in ([], [tests]) and not cfg.option.keyword and not cfg.option.markexpr
+            and not getattr(cfg.option, "deselect", None) and not getattr(cfg.option, "lf", False)
+            and not session.shouldstop and not session.shouldfail and session.testscollected > 0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if exitstatus not in (0, 1) or not _whole_suite(session):
+        return
+    import doc_examples
+
+    missing = doc_examples.check_coverage()
+    waiting = doc_examples.pending()
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    if waiting and reporter:
+        reporter.write_line("")
+        reporter.write_line(f"{len(waiting)} doc blocks are marked pending (not run by any "
+                            "test yet):\n" + "\n".join(f"  {b.id}: {b.not_run}"
+                                                       for b in waiting), yellow=True)
+    if missing:
+        skipped = len(reporter.stats.get("skipped", [])) if reporter else 0
+        strict = os.environ.get("CLOUDTIK_DOC_CHECK") == "1" or not skipped
+        text = ("runnable code blocks of the docs that no test ran (run them from a test "
+                "through tests/doc_examples.py, or give a reason with <!-- not-run: ... -->):\n"
+                + "\n".join("  " + m for m in missing))
+        if not strict:
+            text += (f"\n(not failing: {skipped} tests were skipped and may be the ones that "
+                     "run them; CLOUDTIK_DOC_CHECK=1 makes this fail)")
+        if reporter:
+            reporter.write_line("")
+            reporter.write_line(text, red=strict, yellow=not strict)
+        else:
+            print(text, file=sys.stderr)
+        if strict:
+            session.exitstatus = 1

@@ -5,12 +5,11 @@ Python client's slow tasks grow the cluster to its maximum; idle, it shrinks bac
 from __future__ import annotations
 
 import json
-import re
 import shlex
 import subprocess
 import time
-from pathlib import Path
 
+import doc_examples
 import pytest
 
 from jupyter_cloudtik.clusters.reaper import reaper_running
@@ -42,15 +41,11 @@ def wait_for(store: Store, name: str, workers: int, timeout: float = 120) -> Non
     raise AssertionError(f"cluster {name} did not reach {workers} workers: {seen}")
 
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "dashboards.md"
-
-
 def docs_example() -> list[list[str]]:
     """The shell example of docs/dashboards.md's "Where the loop runs" (comments dropped)."""
-    text = DOCS.read_text()
-    block = re.search(r"\n((?:    jupyter cloudtik .*\n)+)", text[text.index(
-        "### Where the loop runs"):]).group(1)
-    return [shlex.split(line.split("#")[0])[2:] for line in block.splitlines()]
+    block = doc_examples.block("docs/dashboards.md", "Where the loop runs: the server, the "
+                               "sidekick or the reaper daemon", lang="bash")
+    return [shlex.split(line.split("#")[0])[2:] for line in block.text.splitlines()]
 
 
 def test_cli_adapt_with_no_server_runs_in_the_reaper(venv_bin, state_dir):

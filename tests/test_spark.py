@@ -17,6 +17,7 @@ import threading
 import time
 from pathlib import Path
 
+import doc_examples
 import psutil
 import pytest
 
@@ -264,18 +265,14 @@ def test_other_pyspark_on_the_nodes_is_refused_at_boot(backend, state_dir):
     assert spark_jvms(state_dir) == {}
 
 
-def readme_example(name: str) -> str:
-    text = (ROOT / "README.md").read_text()
-    m = re.search(rf"<!-- example: {name} .*?-->\n```python\n(.*?)```", text, re.S)
-    assert m, f"README has no example '{name}'"
-    return m.group(1)
-
-
 def test_readme_spark_example_runs_and_leaves_no_jvm(state_dir):
     """The README's Spark example, statement by statement, as a notebook would run it."""
     import ast
 
-    tree = ast.parse(readme_example("spark"))
+    example = doc_examples.block("README.md", "Spark").text
+    same = doc_examples.block("docs/spark.md", "Spark clusters")  # the same example
+    assert doc_examples.code(same.text) == doc_examples.code(example), same.id
+    tree = ast.parse(example)
     ns: dict = {}
     results = []
     jvms: dict[int, str] = {}

@@ -25,6 +25,7 @@ to qualify does not.
 from __future__ import annotations
 
 import json
+import math
 import operator
 from collections.abc import Callable
 from typing import Any
@@ -44,9 +45,11 @@ OPERATORS = (*COMPARISONS, "in", "not", "and", "or")
 
 
 def _free(dim: str, scale: float = 1.0) -> Getter:
+    # a free amount of None is "no limit" (room_for counts it as math.inf): a query like
+    # [">=", "$free_ram_mb", 8192] holds there (the local provider without overcommit)
     def get(o: Offer, s: VirtualState) -> Any:
         v = s.free(o, dim)
-        return None if v is None else v / scale
+        return math.inf if v is None else v / scale
     return get
 
 

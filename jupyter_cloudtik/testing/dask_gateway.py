@@ -31,6 +31,13 @@ c.ClusterConfig.worker_cores = 1
 c.ClusterConfig.worker_memory = "1 G"
 c.LocalClusterConfig.local_directory = {workdir!r}
 c.DaskGateway.cluster_manager_options = None
+# the options a site's gateway typically offers (the docs' cluster_options use them)
+from dask_gateway_server.options import Float, Integer, Options
+c.Backend.cluster_options = Options(
+    Integer("worker_cores", default=1, min=1, max=4, label="Worker cores"),
+    Float("worker_memory", default=1, min=0.25, max=8, label="Worker memory (GiB)"),
+    handler=lambda o: {{"worker_cores": o.worker_cores,
+                        "worker_memory": int(o.worker_memory * 2**30)}})
 """
 
 

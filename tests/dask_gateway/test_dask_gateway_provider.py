@@ -155,3 +155,37 @@ def test_a_storage_reaches_the_gateway_workers(gateway, state, tmp_path):
         assert r["out"] == "read on a gateway worker", (worker, r)
         assert r["conf"].startswith("/dev/shm/") and r["mode"] == "0o600", r
     assert dav.password not in json.dumps(options, default=str)
+
+
+def test_the_docs_configs(gateway, state, tmp_path):
+    """README's provider section and docs/dask-gateway.md's config, as files `up` reads,
+    with this gateway's addresses for the docs' gateway.example.org."""
+    import doc_examples
+    import yaml
+
+    def ours(text: str) -> str:
+        port = gateway.address.rsplit(":", 1)[1]
+        return (text.replace("https://gateway.example.org", gateway.address)
+                .replace("gateway://gw.example.org:8786", f"gateway://127.0.0.1:{port}"))
+
+    readme = doc_examples.block("README.md", "The `dask-gateway` provider")
+    guide = doc_examples.block("docs/dask-gateway.md", "Config")
+    section = yaml.safe_load(ours(readme.text))
+    (tmp_path / "small.yaml").write_text(yaml.safe_dump(
+        {"cluster_name": "small", **section, "available_node_types": {
+            "head": {"resources": {"CPU": 0}},
+            "worker": {"resources": {"CPU": 2}, "min_workers": 1, "max_workers": 2}},
+         "head_node_type": "head"}))
+    (tmp_path / "big.yaml").write_text(ours(guide.text))
+    env = {**os.environ}
+    for name, workers in (("small", 1), ("big", 4)):
+        r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "up",
+                            str(tmp_path / f"{name}.yaml"), "--json"], env=env,
+                           capture_output=True, text=True, timeout=180)
+        assert r.returncode == 0, r.stderr
+        got = json.loads(r.stdout)
+        assert len([n for n in got["nodes"] if n["kind"] == "worker"]) == workers, got
+        r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "down", name], env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+    assert _gateway_clusters(gateway) == []

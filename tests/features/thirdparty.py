@@ -78,13 +78,12 @@ def write_distribution(root: Path) -> Path:
     (pkg / "__init__.py").write_text(PACKAGE)
     (pkg / "faces.py").write_text(FACES)
     (pkg / "handlers.py").write_text(HANDLERS)
-    info = root / "cloudtik_quota_demo-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: cloudtik-quota-demo\n"
-                                   "Version: 0.1\n")
-    (info / "entry_points.txt").write_text(
-        "[jupyter_cloudtik.features]\n90-quota-demo = cloudtik_quota_demo:FEATURE\n")
-    return root
+    # the entry point exactly as docs/architecture.md tells a third party to declare it
+    import doc_examples
+
+    fragment = doc_examples.block("docs/architecture.md", "Features register once "
+                                  "(`core/features.py`, entry points `jupyter_cloudtik.features`)")
+    return doc_examples.write_dist_info(root, "cloudtik_quota_demo", fragment.text)
 
 
 def installed_in_process(root: Path, monkeypatch):

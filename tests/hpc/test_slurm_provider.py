@@ -14,6 +14,7 @@ import subprocess
 import sys
 import time
 
+import doc_examples
 import psutil
 import pytest
 
@@ -395,22 +396,7 @@ def test_over_ssh_with_a_configured_hpc_backend(slurm, slurm_cfg, manager, sshd,
 
 def _doc_blocks(doc: str, heading: str) -> list[str]:
     """The python blocks under a heading of docs/DOC."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "docs" / doc).read_text()
-    part = text.split(heading + "\n", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", part, re.S)
-
-
-def _readme_blocks(heading: str) -> list[tuple[str, str]]:
-    """(language, code) of the fenced blocks under a README heading."""
-    import re
-    from pathlib import Path
-
-    text = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-    part = text.split(heading, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    return re.findall(r"```(\w+)\n(.*?)```", part, re.S)
+    return [b.text for b in doc_examples.blocks(f"docs/{doc}", heading, lang="python")]
 
 
 def test_readme_example_notebook_then_cli(slurm, state_dir, tmp_path, monkeypatch):
@@ -421,10 +407,13 @@ def test_readme_example_notebook_then_cli(slurm, state_dir, tmp_path, monkeypatc
     from nbclient import NotebookClient
     from nbformat.v4 import new_code_cell, new_notebook
 
-    blocks = _readme_blocks("### The `slurm` provider")
-    python = next(code for lang, code in blocks if lang == "python")
-    bash = next(code for lang, code in blocks if lang == "bash")
-    yaml_cfg = next(code for lang, code in blocks if lang == "yaml")
+    heading = "The `slurm` provider"
+    python = doc_examples.block("README.md", heading, lang="python").text
+    bash = doc_examples.block("README.md", heading, lang="bash").text
+    yaml_cfg = doc_examples.block("README.md", heading, lang="yaml").text
+    # docs/slurm-provider.md opens with the same example: this runs it too
+    same = doc_examples.block("docs/slurm-provider.md", "The `slurm` cluster provider")
+    assert doc_examples.code(same.text) == doc_examples.code(python), same.id
     monkeypatch.setenv("SLURM_CONF", slurm.env["SLURM_CONF"])
     monkeypatch.setenv("HOME", str(tmp_path))  # the default job folder ~/cloudtik-slurm
 
@@ -561,7 +550,7 @@ def test_tls_and_storages_reach_the_workers(slurm, slurm_cfg, manager, state_dir
             assert c.submit(sum, range(10)).result(timeout=30) == 45
             seen = c.run(read_storage)
             # the docs' example, as written
-            (example,) = _doc_blocks("slurm-provider.md", "## Storages on the workers")
+            (example,) = _doc_blocks("slurm-provider.md", "Storages on the workers")
             *lines, last = example.strip().splitlines()
             scope = {}
             exec("\n".join(lines), scope)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import doc_examples
 import pytest
 
 from jupyter_cloudtik.testing.huaweicloud import image, network
@@ -24,15 +25,6 @@ from jupyter_cloudtik.testing.huaweicloud import image, network
 pytestmark = [pytest.mark.realistic, pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.skipif((network.available() or image.available()) is not None,
                                  reason=network.available() or image.available() or "")]
-
-README = Path(__file__).resolve().parents[2] / "README.md"
-
-
-def _blocks(heading: str) -> list[tuple[str, str]]:
-    text = README.read_text()
-    part = text.split(heading, 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
-    return re.findall(r"```(\w+)\n(.*?)```", part, re.S)
-
 
 def _bash(script: str, env: dict[str, str], log: Path, timeout: float = 400) -> str:
     # output to a file, not a pipe: the emulator the script starts in the background
@@ -51,9 +43,13 @@ def test_readme_huawei_walkthrough_runs_as_written(tmp_path, monkeypatch):
 
     from jupyter_cloudtik.testing.huaweicloud.control import EmulatorControl
 
-    blocks = _blocks("### Huawei Cloud (emulated)")
-    assert [lang for lang, _ in blocks[:3]] == ["bash", "python", "bash"], blocks
-    (_, start), (_, notebook), (_, finish) = blocks[:3]
+    blocks = doc_examples.blocks("README.md", "Huawei Cloud (emulated)")
+    assert [b.lang for b in blocks] == ["bash", "python", "bash"], blocks
+    start, notebook, finish = (b.text for b in blocks)
+    # docs/huaweicloud.md's "Realistic mode" command is the first line of the README's
+    (realistic,) = doc_examples.code(doc_examples.block(
+        "docs/huaweicloud.md", "Realistic mode").text)
+    assert f"\n{realistic} &\n" in start, (realistic, start)
     root = tmp_path / "hwc"
 
     def ours(text: str) -> str:

@@ -71,3 +71,24 @@ def test_bad_catalog_files_name_the_entry_and_field(tmp_path, text, words):
         load_catalog_file(_ctx(tmp_path, text))
     for word in words:
         assert word in info.value.message, info.value.message
+
+
+def test_the_catalogue_of_docs_hub_md(tmp_path, monkeypatch):
+    """docs/hub.md's catalogue file as written, its secrets from the environment it names."""
+    import doc_examples
+
+    text = doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text
+    for var in ("HWC_AK", "HWC_SK", "HWC_PROJECT", "OBS_SK"):
+        monkeypatch.setenv(var, f"value-of-{var}")
+    ctx = _ctx(tmp_path, text)
+    load_catalog_file(ctx)
+    cat = ctx.catalog
+    physicist, chemist = Caller("alice", ("physics",)), Caller("carol", ("chemistry",))
+    assert sorted(r.name for r in cat.visible(physicist)) == [
+        "cluster-a", "hwc-research", "jobgw", "physics-data", "small"]
+    assert sorted(r.name for r in cat.visible(chemist)) == ["hwc-research", "small"]
+    assert cat.secret_values("storage", "physics-data") == {"secret_access_key": "value-of-OBS_SK"}
+    # her own row wins; another physicist gets the group's; others the default
+    assert cat.quota_for(physicist)["max_spend_per_day"] == 100
+    assert cat.quota_for(Caller("bob", ("physics",)))["max_cores"] == 128
+    assert cat.quota_for(chemist)["max_cores"] == 32

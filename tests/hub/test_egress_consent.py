@@ -99,3 +99,22 @@ def test_rules_from_before_consent_become_offers(tmp_path):
     rules = EgressRules(store, secrets)
     assert _audience(rules, "old") == (["alice"], [])
     assert [(o["id"], o["share"]) for o in rules.offers(BOB)] == [("old", "offered")]
+
+
+def test_the_rule_of_docs_hub_egress_md():
+    """The doc's rule, in the form the proxy takes it (``EgressSupervisor.update(rules=)``):
+    it matches what the table says and never shows its value."""
+    import json
+
+    import doc_examples
+
+    from jupyter_cloudtik.hub.egress.rules import Rule
+
+    data = json.loads(doc_examples.block("docs/hub-egress.md", "Rules").text)
+    rule = Rule.from_dict(data)
+    assert rule.matches_host("eso.archive.example.org", 443)
+    assert not rule.matches_host("archive.example.org", 443)  # not the domain itself
+    assert not rule.matches_host("eso.archive.example.org", 80)
+    assert rule.matches_path("/api/x") and not rule.matches_path("/apix")
+    assert data["value"] not in repr(rule) + str(rule) + json.dumps(rule.to_public())
+    assert (rule.users, rule.groups, rule.owner) == (("alice",), ("physics",), "carol")

@@ -278,3 +278,24 @@ class CuttingProxy:
     def close(self) -> None:
         self._stop = True
         self.sock.close()
+
+
+def test_rest_api_md_example(lab):
+    """docs/rest-api.md's RestBackend example as written, with this server's URL and token
+    for the doc's 8888 and ``<server token>``."""
+    import doc_examples
+
+    block = doc_examples.block("docs/rest-api.md", "Authentication and permissions",
+                               lang="python")
+    text = (block.text.replace("http://127.0.0.1:8888/cloudtik/api/", lab.api_url)
+            .replace("<server token>", lab.token))
+    assert text.count(lab.token) == 1 and lab.api_url in text
+    ns: dict = {}
+    exec(compile(text, block.id, "exec"), ns)
+    c = ns["c"]
+    try:
+        assert c.name == "demo" and c.status == "running"
+        (seen,) = [x for x in lab.get("clusters").json()["clusters"] if x["name"] == "demo"]
+        assert seen["state"] == "running"
+    finally:
+        c.down()

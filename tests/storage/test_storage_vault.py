@@ -128,3 +128,33 @@ def test_storages_with_vault_secrets(vault, s3_server, tmp_path, workdir, monkey
         assert client.manager.secrets.get_all("storage:vs3") == {}
     finally:
         client.close()
+
+
+def test_vault_settings_of_the_doc(vault, s3_server, tmp_path, workdir, monkeypatch):
+    """docs/storage.md's Vault settings as a config file (its URL: the tests' OpenBao)."""
+    import doc_examples as docs
+    from traitlets.config.loader import PyFileConfigLoader
+
+    url, token = vault
+    monkeypatch.setenv("VAULT_TOKEN", token)
+    block = docs.block("docs/storage.md", "Secrets", lang="python")
+    (tmp_path / "cfg.py").write_text(block.text.replace("https://vault.example.org:8200", url))
+    c = PyFileConfigLoader("cfg.py", path=str(tmp_path)).load_config()
+    prefix = c.VaultSecrets.path_prefix
+    c.VaultSecrets.path_prefix = f"{prefix}-{secrets.token_hex(3)}"  # a shared Vault
+    c.Storage.working_dir = str(workdir)
+    client = StorageClient(manager=StorageManager(
+        settings=CloudTik(config=c, state_dir=str(tmp_path / "state"))))
+    try:
+        (s3_server.root / "doc-vault").mkdir(exist_ok=True)
+        client.add("dv", "s3", s3_server.storage_options(), source="doc-vault")
+        assert client.manager.store.query("SELECT COUNT(*) FROM secrets")[0][0] == 0
+        import hvac
+
+        data = hvac.Client(url=url, token=token).secrets.kv.v2.read_secret_version(
+            path=f"{c.VaultSecrets.path_prefix}/storage/dv", raise_on_deleted_version=False,
+            mount_point=c.VaultSecrets.mount_point)
+        assert data["data"]["data"]["secret_access_key"] == s3_server.password
+        client.remove("dv")
+    finally:
+        client.close()

@@ -82,7 +82,9 @@ def read_profile(profile: str, path: Path | None = None) -> Credentials | None:
     path = path or credentials_file()
     if not path.is_file():
         return None
-    parser = configparser.ConfigParser()
+    # "key = value   # comment", as docs/huaweicloud.md writes it (and the SDK's own
+    # files allow): the comment is not part of the value
+    parser = configparser.ConfigParser(inline_comment_prefixes=("#", ";"))
     try:
         parser.read(path)
     except configparser.Error as e:
