@@ -148,7 +148,7 @@ def browser():
 # --- every runnable block of README.md and docs/*.md ran somewhere (tests/doc_examples.py) ---
 
 
-def _whole_suite(session) -> bool:
+def _whole_suite(session, distributed: bool = False) -> bool:
     """True when this session ran the whole suite: no paths, -k, -m, --deselect, --lf
     and no early stop.  CLOUDTIK_DOC_CHECK=1 forces the check, =0 turns it off."""
     forced = os.environ.get("CLOUDTIK_DOC_CHECK", "")
@@ -159,13 +159,33 @@ def _whole_suite(session) -> bool:
     args = [Path(str(cfg.rootpath), a.split("::")[0]).resolve() for a in cfg.args]
     return (args in ([], [tests]) and not cfg.option.keyword and not cfg.option.markexpr
             and not getattr(cfg.option, "deselect", None) and not getattr(cfg.option, "lf", False)
-            and not session.shouldstop and not session.shouldfail and session.testscollected > 0)
+            and not session.shouldstop and not session.shouldfail
+            and (distributed or session.testscollected > 0))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist the workers record the doc blocks they ran in a folder that the
+    controller reads at the end (workers inherit this environment when they start)."""
+    if not hasattr(config, "workerinput") and "CLOUDTIK_DOC_RAN_DIR" not in os.environ:
+        import tempfile
+
+        os.environ["CLOUDTIK_DOC_RAN_DIR"] = tempfile.mkdtemp(prefix="cloudtik-doc-ran-")
 
 
 def pytest_sessionfinish(session, exitstatus):
-    if exitstatus not in (0, 1) or not _whole_suite(session):
-        return
     import doc_examples
+
+    ran_dir = Path(os.environ.get("CLOUDTIK_DOC_RAN_DIR", ""))
+    worker = getattr(session.config, "workerinput", None)
+    if worker is not None:  # a worker: hand the record over, the controller checks
+        if ran_dir.is_dir():
+            doc_examples.save_ran(ran_dir / f"ran-{worker['workerid']}.json")
+        return
+    distributed = bool(getattr(session.config.option, "numprocesses", None))
+    if distributed and ran_dir.is_dir():
+        doc_examples.load_ran(ran_dir)
+    if exitstatus not in (0, 1) or not _whole_suite(session, distributed):
+        return
 
     missing = doc_examples.check_coverage()
     waiting = doc_examples.pending()

@@ -158,6 +158,24 @@ def ran() -> dict[tuple[str, int], str]:
     return dict(_RAN)
 
 
+def save_ran(path: Path) -> None:
+    """This process's record (a pytest-xdist worker's share), for the controller."""
+    import json
+
+    path.write_text(json.dumps([[d, i, by] for (d, i), by in _RAN.items()]))
+
+
+def load_ran(folder: Path) -> int:
+    """Merge the workers' records of ``folder`` into this process's; how many were read."""
+    import json
+
+    files = sorted(folder.glob("ran-*.json"))
+    for f in files:
+        for d, i, by in json.loads(f.read_text()):
+            _RAN.setdefault((d, i), by)
+    return len(files)
+
+
 def not_run() -> list[Block]:
     """Runnable blocks that no test of this session fetched."""
     return [b for b in all_blocks() if b.runnable and (b.doc, b.index) not in _RAN]
