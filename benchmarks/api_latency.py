@@ -51,8 +51,7 @@ def start_server(tmp: Path) -> tuple[subprocess.Popen, str, str]:
     proc = subprocess.Popen(
         [str(BIN / "jupyter-server"), "--no-browser", "--allow-root", "--ip=127.0.0.1",
          f"--port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={tmp / 'root'}", "--ServerApp.log_level=WARN",
-         "--LocalProvider.cpu_overcommit=4", "--LocalProvider.memory_overcommit=4"],
+         f"--ServerApp.root_dir={tmp / 'root'}", "--ServerApp.log_level=WARN"],
         env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}/"
     for _ in range(300):

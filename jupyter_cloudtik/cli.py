@@ -159,7 +159,7 @@ def run(argv: list[str]) -> int:
 
     cmd = args.command
     if cmd == "up":
-        from .clusters.api import sized_config
+        from .clusters.api import show_warnings, sized_config
         from .core.config import read_config_file
         from .core.operations import started_info
         from .runtime.base import with_runtime
@@ -170,7 +170,9 @@ def run(argv: list[str]) -> int:
         config = sized_config(backend, config, args.provider, args.cores, args.memory)
         op_id = backend.start_up(config, name=args.name, workers=args.workers,
                                  provider=args.provider)
-        name = started_info(backend, op_id).resource.name
+        started = started_info(backend, op_id)
+        name = started.resource.name
+        show_warnings(started)
         if args.no_wait:
             _emit(args, {"operation": op_id, "cluster": name},
                   f"started operation {op_id} for cluster '{name}'")
@@ -210,6 +212,10 @@ def run(argv: list[str]) -> int:
         return 0
     if cmd == "scale":
         op_id = backend.start_scale(args.name, args.workers, args.node_type)
+        from .clusters.api import show_warnings
+        from .core.operations import started_info
+
+        show_warnings(started_info(backend, op_id))
         if args.no_wait:
             _emit(args, {"operation": op_id}, f"started operation {op_id}")
             return 0

@@ -25,8 +25,6 @@ from jupyter_cloudtik.testing.processes import (
 )
 
 TEST_CONFIG = """
-c.LocalProvider.cpu_overcommit = 8.0     # several small clusters at once on a 2-core CI box
-c.LocalProvider.memory_overcommit = 4.0
 c.LocalProvider.terminate_grace = 2.0
 c.CloudTik.reaper_interval = 0.5
 """

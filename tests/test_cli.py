@@ -89,13 +89,24 @@ def test_bad_config_file_names_the_field(venv_bin, state_dir, tmp_path):
     assert r.returncode == 2 and "YAML syntax error at line 2" in r.stderr
 
 
-def test_capacity_refusal_exit_code(venv_bin, state_dir, tmp_path):
-    cfg = tmp_path / "big.yaml"
-    cfg.write_text("available_node_types:\n  worker:\n    resources: {CPU: 4096}\n"
+def test_capacity_refusal_exit_code_and_oversubscription_warning(venv_bin, state_dir,
+                                                                  tmp_path):
+    from jupyter_cloudtik.providers.local.provider import machine_cpus
+
+    cfg = tmp_path / "big.yaml"  # one node with more memory than the machine: cannot run
+    cfg.write_text("available_node_types:\n  worker:\n    resources: {memory: 100TiB}\n"
                    "    min_workers: 1\n")
     r = cli(venv_bin, "up", str(cfg))
     assert r.returncode == 2 and "not enough capacity" in r.stderr
+    assert "a worker node asks 100.0 TiB of memory, more than one node can have" in r.stderr
     assert json.loads(cli(venv_bin, "list", "--all", "--json").stdout) == []
+
+    # many more threads than cores: runs, with a warning on stderr (stdout stays JSON)
+    r = cli(venv_bin, "up", "--workers", "1", "--cores", str(3 * machine_cpus()),
+            "--name", "big", "--json")
+    assert r.returncode == 0, r.stderr
+    assert "WARNING: cluster 'big': oversubscribed: with 1 x worker" in r.stderr
+    assert json.loads(r.stdout)["state"] == "running"
 
 
 def test_failed_operation_exit_code_1(venv_bin, state_dir, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 import signal
 import subprocess
@@ -14,12 +15,20 @@ import psutil
 import pytest
 
 from jupyter_cloudtik import Cluster
+from jupyter_cloudtik.core.config import build_config, with_worker_size
 from jupyter_cloudtik.core.errors import (
     CapacityError,
     ConflictError,
     NotFoundError,
 )
+from jupyter_cloudtik.core.operations import started_info
 from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
+from jupyter_cloudtik.providers.local.provider import (
+    NODE_MEMORY_FLOOR,
+    LocalNodeProvider,
+    machine_cpus,
+    machine_memory,
+)
 
 
 def node_pids(state_dir, cluster="default") -> dict[int, str]:
@@ -41,7 +50,9 @@ def test_up_compute_scale_down(backend, state_dir):
         assert client.submit(sum, futures).result() == sum(x * x for x in range(100))
         workers = client.scheduler_info()["workers"]
         assert {w["name"] for w in workers.values()} == {n.node_id for n in info.workers}
-        assert all(w["nthreads"] == 1 for w in workers.values())
+        # threads as LocalCluster(n_workers=2) gives them: ceil(cores / 2)
+        assert all(w["nthreads"] == max(1, math.ceil(machine_cpus() / 2))
+                   for w in workers.values())
     finally:
         client.close()
 
@@ -84,18 +95,30 @@ def test_up_of_a_running_cluster_is_idempotent(backend, state_dir):
 
 
 def test_refusals_change_nothing(backend, state_dir, settings):
+    # more worker processes than this machine's memory can hold at all
+    too_many = machine_memory() // NODE_MEMORY_FLOOR + 1
     with pytest.raises(CapacityError) as e:
-        Cluster.up(workers=50, progress=False, backend=backend,
+        Cluster.up(workers=too_many, progress=False, backend=backend,
                    config={"available_node_types": {"worker": {
-                       "resources": {"CPU": 1}, "max_workers": 50}}})
+                       "resources": {"CPU": 1}, "max_workers": too_many}}})
+    assert e.value.field == "workers"
     assert "not enough capacity" in e.value.message and "nothing was started" in e.value.message
+    assert f"{too_many + 1} more node(s) needed" in e.value.message  # the need...
+    assert f"room for at most {too_many - 1} local nodes" in e.value.message  # ...and the room
     assert backend.list(include_stopped=True) == []  # no record, no process
     assert node_pids(state_dir) == {}
 
-    with pytest.raises(CapacityError, match="memory"):
+    # one node bigger than the machine; GPUs it does not have
+    with pytest.raises(CapacityError) as e:
+        Cluster.up(workers=1, progress=False, backend=backend, memory="100TiB")
+    assert e.value.field == "available_node_types.worker.resources.memory"
+    assert ("a worker node asks 100.0 TiB of memory, more than one node can have "
+            f"({machine_memory() / 2**30:.1f} GiB)") in e.value.message
+    with pytest.raises(CapacityError, match="1 GPUs needed, 0 available") as e:
         Cluster.up(workers=1, progress=False, backend=backend,
-                   config={"available_node_types": {"worker": {
-                       "resources": {"CPU": 1, "memory": "100TiB"}}}})
+                   config={"available_node_types": {"worker": {"resources": {"GPU": 1}}}})
+    assert e.value.field == "workers"
+    assert backend.list(include_stopped=True) == [] and node_pids(state_dir) == {}
 
     Cluster.up(workers=1, progress=False, backend=backend)
     with pytest.raises(ConflictError, match="exists with a different config"):
@@ -111,10 +134,56 @@ def test_refusals_change_nothing(backend, state_dir, settings):
         Cluster("default", backend).scale(2, progress=False)
 
 
-def test_capacity_counts_other_clusters(backend, settings):
-    from jupyter_cloudtik.providers.local.provider import machine_cpus
+def test_default_worker_size_shares_the_machine_like_local_cluster(settings):
+    cores, memory = machine_cpus(), machine_memory()
+    for n in (1, 2, cores, 4, 4 * cores):
+        cfg = build_config(None, workers=n, settings=settings)
+        res = cfg["available_node_types"]["worker"]["resources"]
+        threads = max(1, math.ceil(cores / n))  # LocalCluster(n_workers=n)'s threads
+        assert res["CPU"] == threads, (n, res)
+        assert res["memory"] == int(memory * threads / max(cores, n * threads)), (n, res)
+        assert n * res["memory"] <= memory  # the workers never claim more than the machine
+        assert cfg["available_node_types"]["head"]["resources"]["CPU"] == 0
+    # --cores / --memory are honoured exactly; memory then follows the declared cores
+    defaults = LocalNodeProvider.default_node_types({"type": "local"})
+    sized = build_config(with_worker_size(None, defaults, cores=3, memory="1.5GiB"),
+                         workers=4, settings=settings)
+    assert sized["available_node_types"]["worker"]["resources"] == {
+        "CPU": 3, "memory": int(1.5 * 2**30), "GPU": 0}
+    cores_only = build_config(with_worker_size(None, defaults, cores=2 * cores),
+                              workers=1, settings=settings)
+    assert cores_only["available_node_types"]["worker"]["resources"]["CPU"] == 2 * cores
+    assert cores_only["available_node_types"]["worker"]["resources"]["memory"] == memory
 
-    settings.config.LocalProvider.cpu_overcommit = 1.0
+
+def test_several_clusters_oversubscribe_with_a_warning(backend, state_dir, capsys):
+    cores = machine_cpus()
+    first = Cluster.up(workers=4, name="first", progress=False, backend=backend)
+    assert "WARNING" not in capsys.readouterr().err  # 4 workers alone: no warning
+    # 3x the machine's cores in one worker on top: allowed, and said loudly
+    op_id = backend.start_up(with_worker_size(None, {"head": {"resources": {"CPU": 0}},
+                                                     "worker": {"resources": {}}},
+                                              cores=3 * cores),
+                             name="second", workers=1)
+    warnings = started_info(backend, op_id).warnings
+    assert len(warnings) == 1 and warnings[0].startswith(
+        f"oversubscribed: with 1 x worker ({3 * cores} CPU, ")
+    assert "c.LocalProvider.oversubscription_warning" in warnings[0]
+    assert backend.operation(op_id).to_dict()["warnings"] == warnings  # REST's view
+    backend.wait(op_id)
+    events = list(backend.events(op_id))
+    assert [e.message for e in events if e.level == "warning"] == warnings
+    assert backend.get("second").last_operation["warnings"] == warnings  # the panel row's
+    assert backend.get("second").state == "running" and first.refresh().state == "running"
+    # the API (and so the magics) print it; scale warns again
+    first.scale(5, progress=False)
+    err = capsys.readouterr().err
+    assert "WARNING: cluster 'first': oversubscribed: with 1 x worker" in err
+    assert first.refresh().running_workers == 5
+
+
+def test_capacity_counts_other_clusters(backend, settings):
+    settings.config.LocalProvider.cpu_overcommit = 1.0  # an explicit hard limit is kept
     total = machine_cpus()
     Cluster.up(workers=total, name="first", progress=False, backend=backend)
     with pytest.raises(CapacityError) as e:

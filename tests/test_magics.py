@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import math
+import re
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -14,6 +17,9 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_cloudtik.clusters.magics import CloudTikMagics
 from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
+from jupyter_cloudtik.providers.local.provider import machine_cpus, machine_memory
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 class Kernel:
@@ -94,7 +100,8 @@ def test_magics_end_to_end_with_kernel_restart(kernel, state_dir):
     assert "exists with a different config" in text_of(out)
     out = kernel.run("%cluster up --name nb --memory 'a lot'  # it's a size", allow_error=True)
     assert "UsageError: memory: 'a lot' is not a size" in text_of(out)
-    out = kernel.run("%cluster up --name nb --workers 2 --cores 2", allow_error=True)
+    out = kernel.run(f"%cluster up --name nb --workers 2 --cores {machine_cpus() + 1}",
+                     allow_error=True)
     assert "exists with a different config" in text_of(out)  # --cores reached the config
 
     pids = find_marked_processes(state_dir, cluster="nb")
@@ -115,6 +122,33 @@ def test_magics_end_to_end_with_kernel_restart(kernel, state_dir):
         assert not is_alive(pid)
     out = kernel.run("%cluster list")
     assert "No clusters" in text_of(out)
+
+
+def test_readme_first_snippet_verbatim(kernel, state_dir):
+    """The README's first snippet as written, on this machine (2 cores in CI): 4 workers
+    that share the machine as LocalCluster(n_workers=4)'s would, not a capacity refusal;
+    then a cluster oversubscribing the cores is started with a loud warning."""
+    block = re.search(r"```python\n(.*?)```", (ROOT / "README.md").read_text(), re.S)[1]
+    lines = block.splitlines()
+    assert lines[1].startswith("c = %cluster up --workers 4 "), lines
+    out = kernel.run("\n".join(lines[:-1]))  # all but the last line: `%cluster down`
+    assert "Error" not in text_of(out) and "WARNING" not in text_of(out), text_of(out)
+    out = kernel.run("import json\nprint('WORKERS', json.dumps([[w['nthreads'], "
+                     "w['memory_limit']] for w in client.scheduler_info()['workers']"
+                     ".values()]))")
+    workers = json.loads(text_of(out).split("WORKERS", 1)[1])
+    threads = max(1, math.ceil(machine_cpus() / 4))
+    share = int(machine_memory() * threads / max(machine_cpus(), 4 * threads))
+    assert workers == [[threads, share]] * 4, workers
+    assert sum(m for _t, m in workers) <= machine_memory()
+
+    out = kernel.run(f"%cluster up --name big --workers 1 --cores {3 * machine_cpus()}")
+    err = "".join(o.get("text", "") for o in out if o.get("name") == "stderr")
+    assert "WARNING: cluster 'big': oversubscribed: with 1 x worker" in err, text_of(out)
+    assert "running" in text_of(out)
+    kernel.run("%cluster down big")
+    out = kernel.run(lines[-1])
+    assert lines[-1] == "%cluster down" and "cluster 'default' is stopped" in text_of(out)
 
 
 def test_interrupting_up_cancels_it(kernel, state_dir, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,9 @@ class Cluster:
         config = with_runtime(config, runtime, sync_env=sync_env)
         config = sized_config(backend, config, provider, cores, memory)
         op_id = backend.start_up(config, name=name, workers=workers, provider=provider)
-        cluster_name = started_info(backend, op_id).resource.name
+        started = started_info(backend, op_id)
+        cluster_name = started.resource.name
+        show_warnings(started)
         if wait:
             follow(backend, op_id, make_view(f"cluster {cluster_name}: up", progress))
         return cls(cluster_name, backend)
@@ -163,6 +166,7 @@ class Cluster:
     def scale(self, workers: int, node_type: str | None = None, *, wait: bool = True,
               progress: str | bool = "auto") -> Cluster:
         op_id = self.backend.start_scale(self.name, workers, node_type)
+        show_warnings(started_info(self.backend, op_id))
         if wait:
             follow(self.backend, op_id, make_view(f"cluster {self.name}: scale", progress))
         self._info = None
@@ -266,6 +270,15 @@ class ClusterList(list):
         lines = ["  ".join(c.upper().ljust(widths[c]) for c in cols)]
         lines += ["  ".join(str(r[c] or "-").ljust(widths[c]) for c in cols) for r in rows]
         return "\n".join(lines)
+
+
+def show_warnings(op, stream=None) -> None:
+    """An operation allowed although it may not go as hoped (a cluster oversubscribing
+    this machine) says so, loudly: ``WARNING: ...`` lines on stderr, in a notebook too
+    (the magics), besides the operation's ``warning`` event."""
+    for text in op.warnings:
+        print(f"WARNING: {op.resource.kind} '{op.resource.name}': {text}",
+              file=stream or sys.stderr, flush=True)
 
 
 def _cost(info) -> str | None:

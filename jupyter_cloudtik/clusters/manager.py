@@ -192,10 +192,13 @@ class ClusterManager(ActsForUser):
             )
         ]
         last = self.store.query_one(
-            "SELECT id, kind, state, reason, created_at, finished_at FROM operations"
+            "SELECT id, kind, state, reason, created_at, finished_at, params FROM operations"
             " WHERE target = ? ORDER BY created_at DESC LIMIT 1",
             (_target(row["name"]),),
         )
+        if last is not None:  # its warnings (oversubscription) are shown with the cluster
+            last = dict(last)
+            last["warnings"] = list(loads(last.pop("params"), {}).get("warnings") or [])
         cfg = loads(row["config"], {})
         connect = loads(self._connect_blob(row["name"]), None)
         types = list((cfg.get("runtime") or {}).get("types") or ["dask"])
@@ -220,7 +223,7 @@ class ClusterManager(ActsForUser):
             nodes=nodes,
             created_at=row["created_at"],
             updated_at=row["updated_at"],
-            last_operation=dict(last) if last else None,
+            last_operation=last,
             placement=self.placement.summary(row["name"]),
             spark_ui_link=spark_ui if "spark" in types else None,
             owner=row["owner"],
@@ -335,7 +338,7 @@ class ClusterManager(ActsForUser):
             else {t: cfg["available_node_types"][t]["min_workers"]
                   for t in cfgmod.worker_types(cfg)}
         )
-        await asyncio.to_thread(self._check_capacity, prov, cfg, target)
+        warnings = await asyncio.to_thread(self._check_capacity, prov, cfg, target)
         reservation = await asyncio.to_thread(self._reserve, prov, cfg, target)
 
         if row is not None and row["state"] == "stopped" and row["owner"] != self.user:
@@ -375,7 +378,8 @@ class ClusterManager(ActsForUser):
         rid = reservation.id if reservation else None
         try:
             op = self.ops.start("cluster.up", _target(name),
-                                {"config_hash": chash, "workers": target, "reservation": rid},
+                                {"config_hash": chash, "workers": target, "reservation": rid,
+                                 **({"warnings": warnings} if warnings else {})},
                                 user=self.user)
         except ConflictError:
             self.placement.finish(rid)
@@ -384,6 +388,7 @@ class ClusterManager(ActsForUser):
                 return attach
             raise
         self._placement_event(op.id, reservation)
+        self._warning_events(op.id, warnings)
         return self._launch(op, self._up(OperationContext(self.ops, op.id), prov, cfg, rid))
 
     def _archive_history(self, name: str, row: Any, prov: NodeProvider,
@@ -475,17 +480,20 @@ class ClusterManager(ActsForUser):
             )
         await self._cancel_active(name, kinds=("cluster.scale",))
         prov = self.provider_for(cfg)
-        await asyncio.to_thread(self._check_capacity, prov, cfg, new_target)
+        warnings = await asyncio.to_thread(self._check_capacity, prov, cfg, new_target)
         reservation = await asyncio.to_thread(self._reserve, prov, cfg, new_target)
         rid = reservation.id if reservation else None
         try:
             op = self.ops.start("cluster.scale", _target(name),
                                 {"node_type": node_type, "workers": workers,
-                                 "reservation": rid}, user=self.user)
+                                 "reservation": rid,
+                                 **({"warnings": warnings} if warnings else {})},
+                                user=self.user)
         except ConflictError:
             self.placement.finish(rid)
             raise
         self._placement_event(op.id, reservation)
+        self._warning_events(op.id, warnings)
         with self.store.transaction() as conn:
             conn.execute(
                 "UPDATE clusters SET target_workers = ?, state = 'scaling', updated_at = ?"
@@ -556,12 +564,13 @@ class ClusterManager(ActsForUser):
 
     # capacity -------------------------------------------------------------------------------
     def _check_capacity(self, prov: NodeProvider, cfg: dict[str, Any],
-                        target: dict[str, int]) -> None:
-        """Refuse before starting anything when the provider cannot hold the new nodes."""
+                        target: dict[str, int]) -> list[str]:
+        """Refuse before starting anything when the provider cannot hold the new nodes;
+        the warnings to carry when it can, oversubscribed (``prov.oversubscription``)."""
         cap: Capacity = prov.capacity()
         if cap.cpus is None and cap.memory is None and cap.gpus is None and (
-                cap.max_nodes is None):
-            return
+                cap.max_nodes is None and cap.node_memory is None):
+            return []
         name = cfg["cluster_name"]
         types = cfg["available_node_types"]
         need = {"CPU": 0.0, "memory": 0, "GPU": 0}
@@ -580,6 +589,12 @@ class ClusterManager(ActsForUser):
         )
         in_use = f"; in use by other clusters: {others}" if others else ""
         problems = []
+        too_big = [t for t, missing in missing_by_type.items()
+                   if missing and cap.node_memory is not None
+                   and (types[t]["resources"].get("memory") or 0) > cap.node_memory]
+        problems += [f"a {t} node asks {format_bytes(types[t]['resources'].get('memory'))} of "
+                     f"memory, more than one node can have ({format_bytes(cap.node_memory)})"
+                     for t in too_big]
         if cap.cpus is not None and need["CPU"] > cap.cpus + 1e-9:
             problems.append(f"{need['CPU']:g} CPU cores needed, {cap.cpus:g} free")
         if cap.memory is not None and need["memory"] > cap.memory:
@@ -596,8 +611,13 @@ class ClusterManager(ActsForUser):
                 f"not enough capacity for cluster '{name}' ({', '.join(parts)}): "
                 f"{'; '.join(problems)} — {cap.description}{in_use}. Ask for fewer workers "
                 f"or smaller resources; nothing was started.",
-                field="workers",
+                # a node too big for the machine is its memory's fault, not the count's
+                field=(f"available_node_types.{too_big[0]}.resources.memory"
+                       if too_big and len(problems) == len(too_big) else "workers"),
             )
+        warning = prov.oversubscription(need["CPU"], int(need["memory"]))
+        adds = [p for p in parts if "(0 CPU, 0 B)" not in p]
+        return [f"oversubscribed: with {', '.join(adds)} more, {warning}"] if warning else []
 
     def _missing(self, prov: NodeProvider, cfg: dict[str, Any],
                  target: dict[str, int]) -> dict[str, int]:
@@ -613,6 +633,12 @@ class ClusterManager(ActsForUser):
     def _reserve(self, prov: NodeProvider, cfg: dict[str, Any], target: dict[str, int]):
         """Place every missing node at once and hold the choice as claims (placement/)."""
         return self.placement.reserve(prov, cfg, self._missing(prov, cfg, target), self.user)
+
+    def _warning_events(self, op_id: str, warnings: list[str]) -> None:
+        """Allowed but worth saying loudly (oversubscription): an event each; the texts are
+        also the operation's ``warnings`` (its params), which every face shows."""
+        for text in warnings:
+            self.ops.emit(op_id, "warning", text, 0.01, level="warning")
 
     def _placement_event(self, op_id: str, reservation) -> None:
         if reservation is None:

@@ -117,9 +117,16 @@ class OperationInfo:
         """The structured target (``kind``, ``name``)."""
         return Target.parse(self.target)
 
+    @property
+    def warnings(self) -> list[str]:
+        """What the operation was allowed to do but says loudly (e.g. a cluster that
+        oversubscribes this machine): recorded when it started, shown by every face."""
+        return list((self.params or {}).get("warnings") or [])
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["resource"] = self.resource.to_dict()
+        d["warnings"] = self.warnings
         return d
 
     @classmethod

@@ -93,6 +93,12 @@ class ResourcesFilter(Filter):
 
     def reason(self, offer: Offer, state: VirtualState) -> str:
         req = state.request
+        if not offer.fits_size(req) and offer.size is None:
+            big = [d for d in REQUEST_DIMS if (offer.node_max or {}).get(d) is not None
+                   and float(offer.node_max[d]) + EPSILON < float(req.resources.get(d) or 0)]
+            return (f"{offer.key}: one node cannot have more than the machine ("
+                    + ", ".join(f"{d} {_fmt(d, req.resources.get(d))} asked, "
+                                f"{_fmt(d, offer.node_max[d])} there" for d in big) + ")")
         if not offer.fits_size(req):
             small = [d for d in REQUEST_DIMS
                      if float((offer.size or {}).get(d) or 0) + EPSILON

@@ -59,6 +59,9 @@ class Offer:
 
     ``size`` is what one node consumes when the offer has a fixed node size (a cloud
     flavor); without it a node consumes what the request asks for (a share of a machine).
+    ``node_max`` is the most one node may ask for on an offer without a fixed size (the
+    machine's memory and GPUs): a bigger node cannot run there at all, however free the
+    offer is.
     ``key`` is unique within a zone and stable over time: claims, recorded failures and
     sealed hints refer to offers by it.
     """
@@ -81,6 +84,7 @@ class Offer:
     recent_failures: int = 0
     node_config: dict[str, Any] = field(default_factory=dict)  # overlay for create_node
     description: str = ""
+    node_max: dict[str, float] | None = None
 
     # what one node of a request takes ---------------------------------------------------
     def consumption(self, request: Request) -> dict[str, float]:
@@ -90,9 +94,12 @@ class Offer:
         return out
 
     def fits_size(self, request: Request) -> bool:
-        """A fixed-size offer must be at least as big as the request in every dimension."""
+        """A fixed-size offer must be at least as big as the request in every dimension;
+        one without a fixed size must not have a ``node_max`` below it."""
         if self.size is None:
-            return True
+            return self.node_max is None or all(
+                float(self.node_max[d]) + EPSILON >= float(request.resources.get(d) or 0)
+                for d in REQUEST_DIMS if self.node_max.get(d) is not None)
         return all(
             float(self.size.get(d) or 0) + EPSILON >= float(request.resources.get(d) or 0)
             for d in REQUEST_DIMS

@@ -66,6 +66,8 @@ class Capacity:
     max_nodes: int | None = None
     description: str = ""
     in_use: dict[str, dict[str, float]] = field(default_factory=dict)  # cluster -> totals
+    #: the most one node may ask for (a machine's memory): a bigger node cannot run at all
+    node_memory: int | None = None
 
 
 @dataclass
@@ -164,6 +166,12 @@ class NodeProvider:
     def capacity(self) -> Capacity:
         """What can still be placed; ``Capacity()`` means "no limit known"."""
         return Capacity()
+
+    def oversubscription(self, cpus: float, memory: int) -> str | None:
+        """A warning when adding nodes that declare ``cpus`` cores and ``memory`` bytes
+        is allowed but oversubscribes what the provider has by much (the local provider:
+        this machine); None when it does not (the default)."""
+        return None
 
     def offers(self, query: OfferQuery | None = None) -> OfferSet:
         """Where this provider can place nodes, as placement offers (docs/placement.md).

@@ -144,8 +144,6 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
     users_home.mkdir(exist_ok=True)
     sk_cfg = base / "sidekick_config.py"
     sk_cfg.write_text(textwrap.dedent("""
-        c.LocalProvider.cpu_overcommit = 8.0
-        c.LocalProvider.memory_overcommit = 4.0
         c.LocalProvider.terminate_grace = 2.0
         c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
         c.CloudTikHub.egress_no_proxy = ""

@@ -129,7 +129,11 @@ export function clusterFields(
         title: 'Cores per worker',
         kind: 'integer',
         section: 'cluster',
-        default: worker[1].resources?.CPU ?? 1,
+        // unset (the local provider): threads are a share of the machine, as LocalCluster
+        // gives them, and only a value typed here is sent
+        default: worker[1].resources?.CPU,
+        placeholder:
+          worker[1].resources?.CPU === undefined ? 'provider default: cores / workers' : undefined,
         minimum: 1
       },
       {

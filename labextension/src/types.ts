@@ -51,6 +51,8 @@ export interface Cluster {
   target_workers: Record<string, number>;
   nodes: NodeInfo[];
   created_at: number;
+  /** the latest operation; its warnings (e.g. oversubscribing this machine) are shown */
+  last_operation?: { id: string; kind: string; state: string; warnings?: string[] } | null;
   summary: {
     workers: number;
     wanted_workers: number;

@@ -74,6 +74,27 @@ describe('form from a provider schema', () => {
     expect(local.default_node_types!.worker.resources).toEqual({ CPU: 1 });
   });
 
+  it('leaves the worker size to the provider when its defaults declare none', () => {
+    const shared = {
+      ...local,
+      default_node_types: {
+        head: { node_config: {}, resources: { CPU: 0 } },
+        worker: { node_config: {}, resources: {}, min_workers: 1, max_workers: 8 }
+      }
+    };
+    const fields = clusterFields(shared, 4);
+    const values = initialValues(fields);
+    expect(values['worker.CPU']).toBe('');
+    expect(fields.find(f => f.key === 'worker.CPU')!.placeholder).toMatch(/cores \/ workers/);
+    expect(buildCreateRequest(shared, fields, values).config.available_node_types).toBe(
+      undefined
+    );
+    const sized = buildCreateRequest(shared, fields, { ...values, 'worker.memory': '1GiB' });
+    expect(sized.config.available_node_types.worker.resources).toEqual({ memory: '1GiB' });
+    const one = buildCreateRequest(shared, fields, { ...values, 'worker.CPU': '1' });
+    expect(one.config.available_node_types.worker.resources).toEqual({ CPU: 1 });
+  });
+
   it('leaves bad numbers as text so the server names the field', () => {
     const [, workers] = clusterFields(local, 2);
     expect(coerce(workers, 'two')).toBe('two');

@@ -219,3 +219,21 @@ def test_plugins_come_from_entry_points(tmp_path, monkeypatch):
         assert "arm_only" in plugins.installed("jupyter_cloudtik.placement_filters")
     finally:
         plugins._entry_points.cache_clear()
+
+
+def test_a_machine_shared_without_limits_still_refuses_a_node_bigger_than_itself():
+    """The local provider's offer: cores and memory free without limit (oversubscription
+    is allowed), but no single node bigger than the machine's memory (``node_max``)."""
+    from jupyter_cloudtik.placement import Offer
+
+    machine = Offer(key="local/box", provider="local", total={"CPU": 2, "memory": 8 * GIB},
+                    free={"CPU": None, "memory": None, "GPU": 0, "instances": 64},
+                    node_max={"memory": 8 * GIB})
+    plan = engine().place([machine], Request(count=40, resources={"CPU": 1, "memory": GIB}))
+    assert plan.counts() == {"local/box": 40}  # 40 cores' worth on 2: allowed
+    with pytest.raises(CapacityError) as e:
+        engine().place([machine], Request(count=1, resources={"CPU": 1, "memory": 9 * GIB}))
+    assert "one node cannot have more than the machine (memory 9.0 GiB asked, 8.0 GiB there)" \
+        in e.value.message
+    with pytest.raises(CapacityError, match="room for 64 instance"):  # processes it holds
+        engine().place([machine], Request(count=65, resources={"CPU": 1}))

@@ -198,8 +198,6 @@ def lab(tmp_path_factory) -> Iterator[Server]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=",
         "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}",
-        "--LocalProvider.cpu_overcommit=4",  # a few small clusters at once on 2 cores
-        "--LocalProvider.memory_overcommit=2",
     ], {})
     yield server
     problems = _stop(server)

@@ -21,8 +21,7 @@ from .conftest import BIN, _start_server, _stop
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}",
-        "--LocalProvider.cpu_overcommit=4", "--LocalProvider.memory_overcommit=2"]
+ARGS = ["--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"]
 
 
 def cli(state_dir, *args):

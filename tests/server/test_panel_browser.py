@@ -133,6 +133,32 @@ def test_create_watch_scale_insert_shutdown(page, lab):
     assert lab.get(f"clusters/{name}").json()["state"] == "stopped"
 
 
+def test_oversubscription_warning_on_the_row(page, lab):
+    """A worker with 3x this machine's cores starts (no refusal) and its row says why it
+    may be slow; the REST operation carries the same warning."""
+    from jupyter_cloudtik.providers.local.provider import machine_cpus
+
+    name = unique("over")
+    page.click(".jp-CloudTik-new")
+    form = page.locator(".jp-CloudTik-form")
+    form.wait_for()
+    form.locator("input[name='name']").fill(name)
+    form.locator("input[name='workers']").fill("1")
+    form.locator("input[name='worker.CPU']").fill(str(3 * machine_cpus()))
+    form.locator(".jp-CloudTik-start").click()
+    item = page.locator(f".jp-CloudTik-cluster[data-name='{name}']")
+    item.locator(".jp-CloudTik-badge[data-state='running']").wait_for(timeout=90_000)
+    warning = item.locator(".jp-CloudTik-clusterWarning")
+    warning.wait_for(timeout=10_000)
+    assert warning.inner_text().startswith("warning: oversubscribed: with 1 x worker")
+    shot(page, "panel-oversubscribed", panel_only=True)
+    last = lab.get(f"clusters/{name}").json()["last_operation"]
+    assert last["warnings"] and last["warnings"][0] in warning.inner_text()
+    op = lab.get(f"operations/{last['id']}").json()
+    assert op["warnings"] == last["warnings"]
+    lab.request("DELETE", f"clusters/{name}")
+
+
 @pytest.mark.parametrize(("fields", "message"), [
     ({"name": "Bad_Name"}, "'Bad_Name' is not allowed"),
     ({"name": "too-big", "workers": "4096"}, "not enough capacity"),

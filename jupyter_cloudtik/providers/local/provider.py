@@ -6,9 +6,18 @@ is the ``local_nodes`` table plus the process table: a node exists while its rec
 process (pid and start time) is alive, so a node that crashed is seen as gone and ``up``
 replaces it.
 
-Capacity is this machine's cores and memory, minus what live local nodes of every cluster
-in the same state folder have declared; more than that is refused before anything starts
-(overcommit factors allow more, deliberately).
+Nodes share this machine the way ``distributed.LocalCluster``'s workers do: by default a
+worker gets ``ceil(cores / workers)`` threads and a share of the memory such that the
+workers of one cluster never declare more than the machine has (``fill_resources``).
+Declared cores and memory are limits the nodes run under, not reservations: several
+clusters at once may declare more than the machine in total (oversubscription).  That is
+allowed, with a loud warning once the live local nodes of every cluster in the same state
+folder would declare more than ``oversubscription_warning`` (2) times this machine's cores
+or memory.  Refused before anything starts is only what cannot run at all: one node asking
+more memory than the machine has, GPUs (there are none), or more nodes than the machine's
+memory holds processes for (``NODE_MEMORY_FLOOR`` each).  An administrator who sets
+``cpu_overcommit`` / ``memory_overcommit`` makes the declared totals a hard limit again
+(this machine's cores / memory times the factor).
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ from traitlets.config import Configurable
 
 from ...core.errors import NodeLaunchError
 from ...core.store import dumps, loads
+from ...core.units import format_bytes
 from ...runtime.tls import attach, ensure_cluster_tls, is_loopback, node_files, remove_cluster_tls
 from ..base import (
     TAG_CLUSTER_NAME,
@@ -77,6 +87,13 @@ DASK_HTTP_ROUTES = [
 ]
 
 
+#: what a node's processes take whatever it declares (a Dask worker alone is ~100 MiB
+#: resident): this machine's memory over it is how many local nodes can run at all
+NODE_MEMORY_FLOOR = 128 * 2**20
+#: the default factor of ``oversubscription_warning``
+OVERSUBSCRIPTION_WARNING = 2.0
+
+
 def machine_cpus() -> int:
     try:
         return len(os.sched_getaffinity(0))
@@ -92,10 +109,24 @@ class LocalProvider(Configurable):
     """Settings of the local provider (``c.LocalProvider.*``)."""
 
     cpu_overcommit = Float(
-        1.0, help="Multiply this machine's cores by this for the capacity check."
+        None, allow_none=True,
+        help="Unset (the default): local nodes may declare any number of cores in total, "
+             "as LocalCluster's workers share the machine (a warning past "
+             "oversubscription_warning). Set: a hard limit, the nodes of every cluster may "
+             "declare at most this machine's cores times this factor; more is refused.",
     ).tag(config=True)
     memory_overcommit = Float(
-        1.0, help="Multiply this machine's memory by this for the capacity check."
+        None, allow_none=True,
+        help="Unset (the default): no limit on the memory local nodes declare in total "
+             "(one node may not declare more than the machine has). Set: a hard limit of "
+             "this machine's memory times this factor for all of them.",
+    ).tag(config=True)
+    oversubscription_warning = Float(
+        OVERSUBSCRIPTION_WARNING,
+        help="A start or scale whose local nodes (of every cluster) would declare more "
+             "than this many times this machine's cores or memory goes ahead with a "
+             "warning (an event, and a message in the magics, the CLI and the panel). "
+             "0: never warn.",
     ).tag(config=True)
     launch_method = Enum(
         ["fork", "exec"], default_value="fork",
@@ -193,7 +224,8 @@ class LocalNodeProvider(NodeProvider):
             "head": {"node_config": {}, "resources": {"CPU": 0}},
             "worker": {
                 "node_config": {},
-                "resources": {"CPU": 1},
+                # threads and memory: shares of this machine (fill_resources)
+                "resources": {},
                 "min_workers": 1,
                 # a policy cap only: the capacity check refuses what the machine cannot hold
                 "max_workers": max(machine_cpus(), 8),
@@ -204,50 +236,101 @@ class LocalNodeProvider(NodeProvider):
     def fill_resources(
         cls, provider_config: dict[str, Any], node_type: dict[str, Any]
     ) -> dict[str, Any]:
+        """Shares of this machine, as ``distributed.LocalCluster`` gives its workers: with
+        ``n`` workers of the type (``min_workers``, at least 1) on ``cores`` cores, a worker
+        without a declared ``CPU`` gets ``ceil(cores / n)`` threads, and without a declared
+        ``memory`` ``machine memory x CPU / max(cores, n x CPU)``: its share of the cores,
+        never more than 1/n of the memory, so the cluster's workers never declare more
+        memory than the machine has.  Declared values are kept exactly."""
         res = dict(node_type.get("resources") or {})
-        res.setdefault("CPU", 1)
+        cores = max(machine_cpus(), 1)
+        n = max(int(node_type.get("min_workers") or 0), 1)
+        if "CPU" not in res:
+            res["CPU"] = max(1, -(-cores // n))
         if "memory" not in res:
-            # a fair share of the machine, as LocalCluster does: memory per core x cores
-            share = machine_memory() // max(machine_cpus(), 1)
-            res["memory"] = int(share * max(int(res["CPU"]), 1)) if res["CPU"] else 0
+            cpu = float(res["CPU"] or 0)
+            res["memory"] = int(machine_memory() * cpu / max(cores, n * cpu)) if cpu else 0
         res.setdefault("GPU", 0)
         return res
 
-    def capacity(self) -> Capacity:
-        cpus = machine_cpus() * self.settings.cpu_overcommit
-        memory = int(machine_memory() * self.settings.memory_overcommit)
+    def _live_use(self) -> tuple[dict[str, dict[str, float]], int]:
+        """What the live local nodes of every cluster declare (cluster -> totals), and how
+        many nodes they are."""
         in_use: dict[str, dict[str, float]] = {}
+        nodes = 0
         for row in self._rows(states=("pending", "running")):
             if row["state"] == "running" and not is_alive(row["pid"], row["pid_started"]):
                 continue
+            nodes += 1
             res = loads(row["resources"], {})
             use = in_use.setdefault(row["cluster"], {"CPU": 0, "memory": 0, "GPU": 0})
             for k in use:
                 use[k] += res.get(k, 0) or 0
+        return in_use, nodes
+
+    def capacity(self) -> Capacity:
+        s = self.settings
+        cores, memory = machine_cpus(), machine_memory()
+        in_use, nodes = self._live_use()
         used_cpu = sum(u["CPU"] for u in in_use.values())
-        used_mem = sum(u["memory"] for u in in_use.values())
+        used_mem = int(sum(u["memory"] for u in in_use.values()))
+        most_nodes = memory // NODE_MEMORY_FLOOR
+        limits = []
+        if s.cpu_overcommit is not None:
+            limits.append(f"c.LocalProvider.cpu_overcommit = {s.cpu_overcommit:g}")
+        if s.memory_overcommit is not None:
+            limits.append(f"c.LocalProvider.memory_overcommit = {s.memory_overcommit:g}")
         return Capacity(
-            cpus=max(cpus - used_cpu, 0),
-            memory=max(memory - int(used_mem), 0),
+            cpus=(None if s.cpu_overcommit is None
+                  else max(cores * s.cpu_overcommit - used_cpu, 0)),
+            memory=(None if s.memory_overcommit is None
+                    else max(int(memory * s.memory_overcommit) - used_mem, 0)),
             gpus=0,
+            max_nodes=max(most_nodes - nodes, 0),
+            node_memory=memory,
             description=(
-                f"this machine has {machine_cpus()} CPU cores and "
-                f"{machine_memory() / 2**30:.1f} GiB of memory"
-                + (f" (x{self.settings.cpu_overcommit:g} CPU overcommit)"
-                   if self.settings.cpu_overcommit != 1 else "")
+                f"this machine has {cores} CPU cores and {memory / 2**30:.1f} GiB of memory"
+                f", room for at most {most_nodes} local nodes ("
+                f"{format_bytes(NODE_MEMORY_FLOOR)} each at least)"
+                + (f"; hard limits set: {', '.join(limits)}" if limits else "")
             ),
             in_use=in_use,
         )
 
+    def oversubscription(self, cpus: float, memory: int) -> str | None:
+        """The warning when the live local nodes of every cluster plus new ones declaring
+        ``cpus`` cores and ``memory`` would declare more than ``oversubscription_warning``
+        times this machine's cores or memory."""
+        factor = self.settings.oversubscription_warning
+        if factor <= 0 or (cpus <= 0 and memory <= 0):
+            return None
+        cores, mem = machine_cpus(), machine_memory()
+        in_use, _nodes = self._live_use()
+        total_cpu = cpus + sum(u["CPU"] for u in in_use.values())
+        total_mem = memory + sum(u["memory"] for u in in_use.values())
+        if total_cpu <= cores * factor + 1e-9 and total_mem <= mem * factor:
+            return None
+        return (
+            f"the local nodes would declare {total_cpu:g} CPU cores (threads) and "
+            f"{format_bytes(total_mem)} of memory limits on this machine's {cores} cores and "
+            f"{format_bytes(mem)} ({total_cpu / cores:.1f}x the cores, {total_mem / mem:.1f}x "
+            "the memory): they share it, run slower and may run out of memory before their "
+            "limits. Fewer or smaller workers, or fewer clusters, avoid this warning, which "
+            f"comes past {factor:g}x (c.LocalProvider.oversubscription_warning)."
+        )
+
     def offers(self, query=None):
-        """This machine as one offer: its cores and memory (with overcommit), what live
-        local nodes of every cluster already take, and who owns them."""
+        """This machine as one offer: its cores and memory, free without limit unless an
+        overcommit factor is set (then minus what live local nodes of every cluster
+        declare), room for as many nodes as its memory holds processes for, no node
+        bigger than its memory (``node_max``), and who owns the live nodes."""
         import platform
         import socket
 
         from ...placement.model import Offer, OfferSet
 
         cap = self.capacity()
+        s = self.settings
         owners = {r[0]: r[1] for r in self.store.query("SELECT name, owner FROM clusters")}
         instances = []
         for row in self._rows(states=("pending", "running")):
@@ -258,10 +341,13 @@ class LocalNodeProvider(NodeProvider):
         return OfferSet([Offer(
             key=f"local/{host}", provider="local", region="local", availability_zone=host,
             arch=platform.machine(), price_per_hour=0.0,
-            total={"CPU": machine_cpus() * self.settings.cpu_overcommit,
-                   "memory": float(int(machine_memory() * self.settings.memory_overcommit)),
-                   "GPU": 0.0},
-            free={"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus},
+            total={"CPU": machine_cpus() * (s.cpu_overcommit or 1),
+                   "memory": float(int(machine_memory() * (s.memory_overcommit or 1))),
+                   "GPU": 0.0, "instances": float(machine_memory() // NODE_MEMORY_FLOOR)},
+            # None: no limit on the total (oversubscription is allowed, with a warning)
+            free={"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus,
+                  "instances": cap.max_nodes},
+            node_max={"memory": float(machine_memory())},
             instances=instances, description=cap.description)])
 
     # records --------------------------------------------------------------------------

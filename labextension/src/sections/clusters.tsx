@@ -264,6 +264,11 @@ function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {
       {cluster.reason && cluster.state !== 'running' && (
         <div className="jp-CloudTik-reason">{cluster.reason}</div>
       )}
+      {(cluster.last_operation?.warnings ?? []).map(text => (
+        <div key={text} className="jp-CloudTik-reason jp-CloudTik-clusterWarning" title="warning">
+          warning: {text}
+        </div>
+      ))}
       <div className="jp-CloudTik-actions">
         {cluster.spark_ui_link && (
           <a
