@@ -7,6 +7,9 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip
 # pytest arguments, e.g. `make test PYTEST_ARGS="-k magics -x"`
 PYTEST_ARGS ?=
+# two workers by default (tests/conftest.py groups what must not run beside itself);
+# `make test PYTEST_WORKERS=` runs the suite in one process
+PYTEST_WORKERS ?= -n 2 --dist loadgroup
 
 # the JupyterLab side panel (TypeScript in labextension/, built into jupyter_cloudtik/labextension)
 JLPM      := PATH=$(abspath $(BIN)):$$PATH jlpm
@@ -71,7 +74,7 @@ format: $(VENV)/.installed
 	$(BIN)/ruff format jupyter_cloudtik tests benchmarks
 
 test: install lint labextension js-test
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py

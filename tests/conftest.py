@@ -211,3 +211,33 @@ def pytest_sessionfinish(session, exitstatus):
             print(text, file=sys.stderr)
         if strict:
             session.exitstatus = 1
+# Two workers (pytest-xdist, `make test`): suites that drive one machine-wide service or a
+# JVM each stay in one group, so Slurm (one slurmctld for the machine), the A-REX sites and
+# the Spark clusters never run beside themselves; everything else spreads over both.
+_GROUPS = (
+    ("hpc", ("tests/hpc/", "tests/hub/test_hub_locations.py")),
+    ("jvm", ("tests/test_spark.py", "tests/huaweicloud/test_spark_",
+             "tests/server/test_spark_ui_browser.py")),
+)
+
+
+def _group_of(item: pytest.Item) -> str | None:
+    path = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent.parent)
+    rel = path.as_posix()
+    for name, prefixes in _GROUPS:
+        if rel.startswith(prefixes):
+            return name
+    return None
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the grouped suites and put them first: they are the longest, so starting them
+    first keeps the other worker's share from outlasting them."""
+    rank = {name: i for i, (name, _) in enumerate(_GROUPS)}
+    groups = {}
+    for item in items:
+        group = _group_of(item)
+        groups[item.nodeid] = group
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=lambda it: rank.get(groups[it.nodeid], len(rank)))
