@@ -21,7 +21,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from . import plugins
+from . import jsontext, plugins
 from .errors import ConfigError
 from .units import parse_bytes
 
@@ -50,9 +50,21 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return parse_config_text(text, source=str(p))
 
 
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load``, every failure a ``yaml.YAMLError``: PyYAML lets a ``ValueError``
+    out for a date that does not exist (``2020-02-31``) and a ``RecursionError`` for deep
+    nesting."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+    except (ValueError, OverflowError) as e:
+        raise yaml.YAMLError(f"{e}") from None
+
+
 def parse_config_text(text: str, source: str = "<config>") -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
@@ -68,6 +80,9 @@ def parse_config_text(text: str, source: str = "<config>") -> dict[str, Any]:
             f"{source}: a cluster config must be a mapping, not {type(data).__name__}",
             field="config",
         )
+    problem = jsontext.check(data)  # before anything walks it recursively
+    if problem:
+        raise ConfigError(f"{source}: {problem}", field="config")
     _check_json(data, source, "")
     return data
 

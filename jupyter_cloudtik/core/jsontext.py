@@ -15,6 +15,9 @@ from typing import Any
 from .errors import ConfigError
 
 MAX_DEPTH = 64  # of arrays and objects; a cluster config or a filter query needs ~10
+# values in all: JSON text is bounded by its length, YAML is not (aliases share a node, so
+# ten aliases of ten aliases of ... is a billion values in a few hundred bytes)
+MAX_VALUES = 1_000_000
 
 
 def _no_constant(name: str) -> Any:
@@ -43,11 +46,15 @@ def loads(raw: bytes | str, field: str = "body") -> Any:
 
 def check(value: Any) -> str | None:
     """What makes ``value`` (parsed JSON) unfit, or None: nesting deeper than
-    ``MAX_DEPTH``, a string that is not Unicode text.  Iterative: any depth is measured
-    without a ``RecursionError``."""
+    ``MAX_DEPTH``, more than ``MAX_VALUES`` values, a string that is not Unicode text.
+    Iterative: any depth is measured without a ``RecursionError``."""
     stack = [(value, 0)]
+    seen = 0
     while stack:
         v, d = stack.pop()
+        seen += 1
+        if seen > MAX_VALUES:
+            return f"more than {MAX_VALUES} values (YAML aliases of aliases?)"
         if isinstance(v, str):
             if not v.isascii():
                 try:

@@ -114,8 +114,10 @@ def parse_backends_text(text: str, path: str) -> dict[str, dict[str, Any]]:
     """The ``backends:`` mapping of an HPC config file's text (``path`` names it in errors)."""
     import yaml
 
+    from ..core.config import load_yaml
+
     try:
-        data = yaml.safe_load(text) or {}
+        data = load_yaml(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"HPC config file {path}: {e}", field="config_file") from None
     backends = data.get("backends") if isinstance(data, dict) else None

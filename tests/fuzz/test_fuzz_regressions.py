@@ -219,3 +219,32 @@ def test_emulator_obs_signature_that_is_not_ascii():
     with pytest.raises(SignatureError):  # was TypeError from hmac.compare_digest
         verify_obs_signature("GET", "b", "", [], {"authorization": "OBS AK:\u00e9"},
                              {"AK": "SK"})
+
+
+# --- YAML (found by the 50 s campaign of fuzz/fuzz_config.py) -------------------------------
+@pytest.mark.parametrize("text,says", [
+    ("cluster_name: a\nstarted: 2020-02-31\n", "day is out of range"),  # was ValueError
+    ("a: " + "[" * 600 + "]" * 600, "nested too deeply"),               # was RecursionError
+    ("a: " + "[" * 70 + "]" * 70, "nested more than 64"),
+    # aliases of aliases: 10**9 values in 400 bytes (was minutes of schema checking)
+    ("a: &a [" + ",".join(["x"] * 10) + "]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join(["*" + chr(97 + i)] * 10) + "]\n"
+        for i in range(8)), "more than 1000000 values"),
+])
+def test_yaml_that_pyyaml_or_the_checks_choke_on(text, says):
+    from jupyter_cloudtik.core.config import parse_config_text
+
+    with pytest.raises(ConfigError) as e:
+        parse_config_text(text)
+    assert e.value.field == "config" and says in str(e.value)
+
+
+def test_yaml_values_elsewhere_read_the_same_way():
+    from jupyter_cloudtik.hpc.commands import parse_value
+    from jupyter_cloudtik.hpc.settings import parse_backends_text
+
+    assert parse_value("2020-02-31") == "2020-02-31"  # `%hpc -p d 2020-02-31`: text, no crash
+    assert parse_value("[1, 2]") == [1, 2]
+    with pytest.raises(ConfigError) as e:
+        parse_backends_text("backends:\n  hpc: {since: 2020-13-01}\n", "x.yaml")
+    assert e.value.field == "config_file"
