@@ -26,6 +26,7 @@ from jupyter_server.auth.decorator import authorized
 from jupyter_server.base.handlers import APIHandler
 from tornado import web
 
+from ..core import jsontext
 from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
 from . import openapi
 
@@ -204,22 +205,11 @@ class CloudTikHandler(APIHandler):
         A required body must be sent (``{}`` where every field is optional): an empty one
         is a 400 naming ``body``, not the defaults a client did not ask for."""
         raw = self.request.body or b""
-        if not raw.strip():
-            if required:
-                raise ConfigError(
-                    f"body: missing; send a JSON object ({schema_name} in openapi.yaml"
-                    "; {} where every field is optional)", field="body")
-            data: Any = {}
-        else:
-            try:
-                data = json.loads(raw)
-            except (ValueError, UnicodeDecodeError) as e:
-                raise ConfigError(f"body: not valid JSON ({e})", field="body") from None
-        if not isinstance(data, dict):
+        if not raw.strip() and required:
             raise ConfigError(
-                f"body: expected a JSON object, got {type(data).__name__}", field="body")
-        openapi.validate_body(data, schema_name)
-        return data
+                f"body: missing; send a JSON object ({schema_name} in openapi.yaml"
+                "; {} where every field is optional)", field="body")
+        return parse_json_body(raw, schema_name)
 
     def int_arg(self, name: str, default: int, minimum: int = 0,
                 maximum: int = 1_000_000) -> int:
@@ -327,3 +317,13 @@ class NotFoundHandler(CloudTikHandler):
     @authorized
     async def delete(self) -> None:
         self._missing()
+
+
+def parse_json_body(raw: bytes, schema_name: str) -> dict[str, Any]:
+    """A request body, parsed and checked against ``components/schemas/<schema_name>``."""
+    data: Any = jsontext.loads(raw, "body") if raw.strip() else {}
+    if not isinstance(data, dict):
+        raise ConfigError(
+            f"body: expected a JSON object, got {type(data).__name__}", field="body")
+    openapi.validate_body(data, schema_name)
+    return data

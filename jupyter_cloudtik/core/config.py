@@ -21,7 +21,7 @@ import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError
 
-from . import plugins
+from . import jsontext, plugins
 from .errors import ConfigError, ConfigProblems
 from .units import parse_bytes
 
@@ -50,9 +50,21 @@ def read_config_file(path: str | os.PathLike[str]) -> dict[str, Any]:
     return parse_config_text(text, source=str(p))
 
 
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load``, every failure a ``yaml.YAMLError``: PyYAML lets a ``ValueError``
+    out for a date that does not exist (``2020-02-31``) and a ``RecursionError`` for deep
+    nesting."""
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise yaml.YAMLError("nested too deeply") from None
+    except (ValueError, OverflowError) as e:
+        raise yaml.YAMLError(f"{e}") from None
+
+
 def parse_config_text(text: str, source: str = "<config>") -> dict[str, Any]:
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}" if mark else "unknown place"
@@ -68,7 +80,31 @@ def parse_config_text(text: str, source: str = "<config>") -> dict[str, Any]:
             f"{source}: a cluster config must be a mapping, not {type(data).__name__}",
             field="config",
         )
+    problem = jsontext.check(data)  # before anything walks it recursively
+    if problem:
+        raise ConfigError(f"{source}: {problem}", field="config")
+    _check_json(data, source, "")
     return data
+
+
+def _check_json(value: Any, source: str, path: str) -> None:
+    """A config is stored and compared as JSON: YAML's other kinds (keys that are not
+    text, dates, binary, sets) are refused where they are, not later as a crash."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                where = path or "(top level)"
+                raise ConfigError(
+                    f"{source}: {where}: the key {k!r} is a {type(k).__name__}; keys are "
+                    "text (quote it)", field=path or "config")
+            _check_json(v, source, f"{path}.{k}" if path else k)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _check_json(v, source, f"{path}.{i}" if path else str(i))
+    elif value is not None and not isinstance(value, (str, int, float, bool)):
+        raise ConfigError(
+            f"{source}: {path}: {value!r} is a {type(value).__name__}, which a config "
+            "cannot hold (quote it to make it text)", field=path or "config")
 
 
 def _field_path(error: ValidationError, prefix: str = "") -> str:
@@ -84,7 +120,7 @@ def _describe(error: ValidationError, schema_root: dict[str, Any]) -> str:
     if error.validator == "additionalProperties":
         allowed = sorted((error.schema.get("properties") or {}).keys())
         inst = error.instance
-        extra = sorted(set(inst) - set(allowed)) if isinstance(inst, dict) else []
+        extra = sorted(set(inst) - set(allowed), key=str) if isinstance(inst, dict) else []
         names = ", ".join(repr(e) for e in extra)
         hint = f" (allowed: {', '.join(allowed)})" if allowed else ""
         return f"unknown field {names}{hint}"

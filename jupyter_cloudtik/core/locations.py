@@ -113,7 +113,11 @@ def _short(text: str, n: int = 80) -> str:
 def file_url_path(text: str, field: str) -> str:
     """``file:///abs/path`` → ``/abs/path`` (``file://localhost/...`` too; other hosts
     are not this machine and are refused)."""
-    u = urlparse(text)
+    try:
+        u = urlparse(text)
+    except ValueError as e:  # "file://[x/": urllib's "Invalid IPv6 URL"
+        raise ConfigError(f"{field}: {_short(text)!r} is not a valid file:// URL ({e}); "
+                          "write file:///path", field=field, value=text) from None
     if u.netloc not in ("", "localhost"):
         raise ConfigError(f"{field}: {_short(text)!r} names host {u.netloc!r}; a file:// "
                           "location must be on this machine (file:///path)", field=field)

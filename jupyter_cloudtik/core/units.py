@@ -20,18 +20,29 @@ def parse_bytes(value: int | float | str, field: str = "memory") -> int:
     if isinstance(value, bool):
         raise ConfigError(f"{field}: {value!r} is not a size", field=field)
     if isinstance(value, (int, float)):
-        if value < 0:
+        if not value >= 0:  # also NaN (JSON's NaN, which Python's json reads)
             raise ConfigError(f"{field}: {value} is negative", field=field)
-        return int(value)
-    m = _SIZE.match(str(value))
+        return _bounded(value, value, field)
+    text = str(value)
+    m = _SIZE.match(text) if len(text) <= 40 else None
     unit = m.group(2).upper() if m else None
     if not m or unit not in _UNITS:
+        shown = text if len(text) <= 40 else text[:40] + "…"
         raise ConfigError(
-            f"{field}: {value!r} is not a size; use bytes or a number with a unit such as "
+            f"{field}: {shown!r} is not a size; use bytes or a number with a unit such as "
             "512MiB, 2GiB or 4GB",
             field=field,
         )
-    return int(float(m.group(1)) * _UNITS[unit])
+    return _bounded(float(m.group(1)) * _UNITS[unit], value, field)
+
+
+MAX_BYTES = 2**63 - 1  # what the stores and the OS count in; more is a typo
+
+
+def _bounded(n: float, value: object, field: str) -> int:
+    if not n <= MAX_BYTES:  # also inf: 1e400 as a float
+        raise ConfigError(f"{field}: {value!r} is more than {MAX_BYTES} bytes", field=field)
+    return int(n)
 
 
 def format_bytes(n: int | float | None) -> str:

@@ -176,10 +176,7 @@ class _Rest:
         items = [{"id": i} for i in ids]
         doc, _, _ = self.call("POST", "/jobs", ok=(201, 200), params={"action": action},
                               json_body={"job": items[0] if len(items) == 1 else items})
-        answers = _as_list((doc or {}).get("job"))
-        by_id = {str(a.get("id")): a for a in answers if isinstance(a, dict)}
-        return [by_id.get(i, {"id": i, "status-code": "404", "reason": "No such job"})
-                for i in ids]
+        return answers_by_id(doc, ids)
 
 
 class ArcBackend(HPCBackend):
@@ -411,29 +408,8 @@ class ArcBackend(HPCBackend):
             return self._limits[1]
         lim = super().limits()
         info = self._call(lambda r: r.call("GET", "/info")[0]) or {}
-        service = info.get("Domains", {}).get("AdminDomain", {}).get("Services", {}) \
-            .get("ComputingService", {})
-        if isinstance(service, list):
-            service = service[0] if service else {}
-        names = []
-        for share in _as_list(service.get("ComputingShare")):
-            if not isinstance(share, dict) or not share.get("Name"):
-                continue
-            name = share.get("MappingQueue") or share["Name"]
-            if name in names:
-                continue
-            names.append(name)
-            q = lim.per_queue.get(name) or Limits()
-            wall = _number(share.get("MaxWallTime"))
-            q.max_duration = _min(q.max_duration, wall, lim.max_duration)
-            slots = _number(share.get("MaxSlotsPerJob"))
-            q.max_cpus_per_node = _min(q.max_cpus_per_node,
-                                       int(slots) if slots else None, lim.max_cpus_per_node)
-            q.max_nodes = _min(q.max_nodes, lim.max_nodes)
-            lim.per_queue[name] = q
-        if names:
-            lim.queues = names
-            lim.default_queue = self.config.get("queue") or names[0]
+        limits_from_info(lim, info, self.config.get("queue"))
+        if lim.queues:
             # an information document without shares is a CE whose information system has
             # not published yet (the first minute after A-REX starts): ask again next time
             self._limits = (now, lim)
@@ -586,31 +562,11 @@ class ArcBackend(HPCBackend):
         def go(rest: _Rest) -> None:
             need_info = []
             for jid, ans in zip(ids, rest.manage(ids, "status"), strict=True):
-                code = str(ans.get("status-code"))
-                if code == "404":
-                    out[jid] = JobStatus(FAILED, "WIPED", "the CE no longer knows the job "
-                                                          "(cleaned?)")
-                    continue
-                if code != "200":
-                    raise BackendUnavailable(f"status of {jid}: {code} {ans.get('reason')}")
-                native = str(ans.get("state", ""))
-                state = common_state(native)
-                out[jid] = JobStatus(state, native)
-                if state in (SUCCEEDED, FAILED):
+                out[jid], more = status_from_answer(jid, ans)
+                if more:
                     need_info.append(jid)
             for jid, ans in zip(need_info, rest.manage(need_info, "info"), strict=True):
-                if str(ans.get("status-code")) != "200":
-                    continue
-                info, st = _activity(ans), out[jid]
-                code = info.get("ExitCode")
-                if code not in (None, ""):
-                    try:
-                        st.exit_code = int(code)
-                    except (TypeError, ValueError):
-                        pass
-                errors = [str(x) for x in _as_list(info.get("Error")) if x]
-                if errors:
-                    st.message = "; ".join(errors)[:1000]
+                add_info(out[jid], ans)
 
         self._call(go)
         return out
@@ -712,6 +668,75 @@ class ArcBackend(HPCBackend):
             pass
 
 
+def answers_by_id(doc: Any, ids: list[str]) -> list[dict[str, Any]]:
+    """A bulk job action's answer document, one answer per id in order (1.0 answers one
+    job as an object, not a list); a job the CE does not answer for is a 404."""
+    answers = _as_list(doc.get("job") if isinstance(doc, dict) else None)
+    by_id = {str(a.get("id")): a for a in answers if isinstance(a, dict)}
+    return [by_id.get(i, {"id": i, "status-code": "404", "reason": "No such job"})
+            for i in ids]
+
+
+def status_from_answer(jid: str, ans: dict[str, Any]) -> tuple[JobStatus, bool]:
+    """A job's status from its answer to ``action=status``, and whether its info (exit
+    code, errors) is worth asking for; a CE that cannot answer is BackendUnavailable."""
+    code = str(ans.get("status-code"))
+    if code == "404":
+        return JobStatus(FAILED, "WIPED", "the CE no longer knows the job (cleaned?)"), False
+    if code != "200":
+        raise BackendUnavailable(f"status of {jid}: {code} {ans.get('reason')}")
+    native = str(ans.get("state", ""))
+    state = common_state(native)
+    return JobStatus(state, native), state in (SUCCEEDED, FAILED)
+
+
+def add_info(st: JobStatus, ans: dict[str, Any]) -> None:
+    """What a finished job's answer to ``action=info`` adds: exit code, errors."""
+    if str(ans.get("status-code")) != "200":
+        return
+    info = _activity(ans)
+    code = info.get("ExitCode")
+    if code not in (None, ""):
+        try:
+            st.exit_code = int(code)
+        except (TypeError, ValueError):
+            pass
+    errors = [str(x) for x in _as_list(info.get("Error")) if x]
+    if errors:
+        st.message = "; ".join(errors)[:1000]
+
+
+def limits_from_info(lim: Limits, info: Any, queue: str | None = None) -> None:
+    """Fill ``lim`` (queues, per-queue limits) from the CE's ``GET /info`` document
+    (GLUE2 as JSON: its ComputingShares)."""
+    service = info
+    for key in ("Domains", "AdminDomain", "Services", "ComputingService"):
+        service = service.get(key) if isinstance(service, dict) else None
+    if isinstance(service, list):
+        service = service[0] if service else {}
+    if not isinstance(service, dict):
+        return  # no GLUE2 service here: no queues known
+    names: list[str] = []
+    for share in _as_list(service.get("ComputingShare")):
+        if not isinstance(share, dict) or not share.get("Name"):
+            continue
+        name = share.get("MappingQueue") or share["Name"]
+        if not isinstance(name, str) or name in names:
+            continue
+        names.append(name)
+        q = lim.per_queue.get(name) or Limits()
+        wall = _number(share.get("MaxWallTime"))
+        q.max_duration = _min(q.max_duration, wall, lim.max_duration)
+        slots = _number(share.get("MaxSlotsPerJob"))
+        q.max_cpus_per_node = _min(q.max_cpus_per_node,
+                                   int(slots) if slots else None, lim.max_cpus_per_node)
+        q.max_nodes = _min(q.max_nodes, lim.max_nodes)
+        lim.per_queue[name] = q
+    if names:
+        lim.queues = names
+        lim.default_queue = queue or names[0]
+
+
 def _auth_failure(e: ArcHTTPError) -> bool:
     """ARC 7 answers a token it cannot validate with 500; its reason says so."""
     text = f"{e.reason} {e.body}".lower()
@@ -740,11 +765,12 @@ def _as_list(v: Any) -> list:
 
 
 def _number(v: Any) -> float | None:
+    """A positive, finite number the CE wrote (as a number or text), else None."""
     try:
         f = float(v)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # OverflowError: a 400-digit int
         return None
-    return f if f > 0 else None
+    return f if 0 < f < 2**63 else None  # not inf ("1e999"), not NaN
 
 
 def _text(text: str) -> str:

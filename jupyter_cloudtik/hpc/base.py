@@ -62,16 +62,20 @@ _UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
 
 def parse_duration(value: str | int | float | None, field: str = "time") -> float | None:
     """Seconds from what people write: ``90`` (minutes, as Slurm reads it), ``30m``,
-    ``2h``, ``1:30:00``, ``2-00:00:00`` (days-hours:minutes:seconds)."""
+    ``2h``, ``1:30:00``, ``2-00:00:00`` (days-hours:minutes:seconds); at most
+    ``MAX_DURATION``."""
     if value is None or value == "":
         return None
     if isinstance(value, bool):
         raise ConfigError(f"{field}: {value!r} is not a duration", field=field)
     if isinstance(value, (int, float)):
-        if value <= 0:
+        if not value > 0:  # also NaN (JSON's NaN, which Python's json reads)
             raise ConfigError(f"{field}: {value} is not a positive duration", field=field)
-        return float(value) * 60
+        return _bounded(float(value) * 60, value, field)
     text = str(value).strip().lower()
+    if len(text) > 40:  # no duration needs more; int() refuses 4300 digits with ValueError
+        raise ConfigError(f"{field}: {_short(text)!r} is not a duration (too long)",
+                          field=field)
     m = _UNIT.match(text)
     if m and m.group(2) in _DURATION_UNITS:
         seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
@@ -94,7 +98,22 @@ def parse_duration(value: str | int | float | None, field: str = "time") -> floa
             seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
     if seconds <= 0:
         raise ConfigError(f"{field}: {value!r} is not a positive duration", field=field)
+    return _bounded(seconds, value, field)
+
+
+MAX_DURATION = 3650 * 86400.0  # ten years: more is a typo (and overflows as a float)
+
+
+def _bounded(seconds: float, value: object, field: str) -> float:
+    if not seconds <= MAX_DURATION:  # also inf and NaN
+        raise ConfigError(f"{field}: {_short(str(value))!r} is longer than "
+                          f"{MAX_DURATION / 86400:.0f} days, the longest duration allowed",
+                          field=field)
     return float(seconds)
+
+
+def _short(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else text[:n] + "…"
 
 
 def format_duration(seconds: float | None) -> str:

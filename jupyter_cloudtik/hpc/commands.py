@@ -27,8 +27,10 @@ def parse_value(text: str) -> Any:
     papermill's own ``-y`` would; anything else stays text."""
     import yaml
 
+    from ..core.config import load_yaml
+
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml(text)
     except yaml.YAMLError:
         return text
     if value is None and text.strip() not in ("null", "~", "None"):

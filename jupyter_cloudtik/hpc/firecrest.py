@@ -49,7 +49,7 @@ from .base import (
     remote_inside,
 )
 from .files import INPUTS_LIST, input_names
-from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, slurm_time
+from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, first_word, slurm_time
 
 LIMITS_TTL = 60.0
 # FirecREST refuses tokens with less than this left (OIDCTokenAuth.min_token_ttl = 30 s);
@@ -440,7 +440,7 @@ class FirecrestBackend(HPCBackend):
         if isinstance(native, list):
             native = native[0] if native else ""
         state = common_state(native)
-        native = native.split()[0] if native else native  # "CANCELLED by 1001"
+        native = first_word(native)  # "CANCELLED by 1001"
         reason = st.get("stateReason")
         message = None if reason in (None, "None", "", "(null)") else reason
         if native == "PENDING" and reason in NEVER_STARTS:

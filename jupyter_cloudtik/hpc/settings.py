@@ -103,19 +103,35 @@ class HPC(Configurable):
 
 
 def _read_backends_file(path: Path) -> dict[str, dict[str, Any]]:
-    import yaml
-
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        text = path.read_text()
     except FileNotFoundError:
         raise ConfigError(f"HPC config file {path} does not exist", field="config_file") from None
+    return parse_backends_text(text, str(path))
+
+
+def parse_backends_text(text: str, path: str) -> dict[str, dict[str, Any]]:
+    """The ``backends:`` mapping of an HPC config file's text (``path`` names it in errors)."""
+    import yaml
+
+    from ..core.config import load_yaml
+
+    try:
+        data = load_yaml(text) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"HPC config file {path}: {e}", field="config_file") from None
     backends = data.get("backends") if isinstance(data, dict) else None
     if not isinstance(backends, dict):
         raise ConfigError(f"HPC config file {path}: expected a 'backends:' mapping",
                           field="config_file")
-    return {str(k): dict(v or {}) for k, v in backends.items()}
+    out: dict[str, dict[str, Any]] = {}
+    for k, v in backends.items():
+        if v is not None and not isinstance(v, dict):
+            raise ConfigError(f"HPC config file {path}: backends.{k} must be a mapping of "
+                              f"settings (type: slurm, ...), not {type(v).__name__}",
+                              field=f"backends.{k}")
+        out[str(k)] = dict(v or {})
+    return out
 
 
 def installed_types() -> list[str]:

@@ -59,8 +59,15 @@ UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connec
 LIMITS_TTL = 60.0
 
 
+def first_word(native: object) -> str:
+    """The state word of what Slurm says (``CANCELLED by 0`` -> ``CANCELLED``); "" for
+    nothing, blanks only, or a value that is not text (a JSON answer's number)."""
+    words = native.split() if isinstance(native, str) else []
+    return words[0] if words else ""
+
+
 def common_state(native: str) -> str:
-    native = native.upper().split()[0] if native else ""
+    native = first_word(native).upper()
     if native in QUEUED_STATES:
         return QUEUED
     if native in RUNNING_STATES:
@@ -81,6 +88,14 @@ def slurm_time(seconds: float) -> str:
     return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours:02d}:{mins:02d}:00"
 
 
+def slurm_int(value: object) -> int | None:
+    """A count Slurm printed (``CPUTot=2``), or None for anything else (``UNLIMITED``,
+    ``N/A``, ``²``, which ``str.isdigit`` accepts and ``int`` refuses, 40 digits)."""
+    if isinstance(value, str) and value.isascii() and value.isdecimal() and len(value) <= 18:
+        return int(value)
+    return None
+
+
 def parse_kv(line: str) -> dict[str, str]:
     """``scontrol show ... -o`` lines: space-separated KEY=VALUE (values without spaces)."""
     out = {}
@@ -89,6 +104,68 @@ def parse_kv(line: str) -> dict[str, str]:
             k, v = token.split("=", 1)
             out[k] = v
     return out
+
+
+def parse_squeue_states(stdout: str) -> dict[str, tuple[str, str]]:
+    """``squeue -h -o %i|%T|%r`` lines: job id -> (state, reason)."""
+    seen: dict[str, tuple[str, str]] = {}
+    for line in stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3:
+            seen[parts[0]] = (parts[1], parts[2])
+    return seen
+
+
+def parse_sacct_states(stdout: str,
+                       native_ids: list[str]) -> dict[str, tuple[str, str, int | None]]:
+    """``sacct -X -n -P -o JobID,State,Reason,ExitCode`` lines of ``native_ids``: id ->
+    (state, reason, exit code; a signal ``0:9`` as 128 + 9)."""
+    out = {}
+    for line in stdout.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) < 4 or parts[0] not in native_ids:
+            continue
+        code, _, signal = parts[3].partition(":")
+        rc, sig = slurm_int(code), slurm_int(signal)
+        if rc == 0 and sig:
+            rc = 128 + sig
+        out[parts[0]] = (parts[1], parts[2], rc)
+    return out
+
+
+def limits_from_scontrol(lim: Limits, partitions: str, nodes: str) -> str | None:
+    """Fill ``lim`` (queues, per-queue limits) from ``scontrol show partition -o`` and
+    ``scontrol show node -o``; returns the default partition (or None)."""
+    node_info = [parse_kv(line) for line in nodes.splitlines() if line.strip()]
+    queues, default = [], None
+    for line in partitions.splitlines():
+        p = parse_kv(line)
+        name = p.get("PartitionName")
+        if not name or p.get("State", "UP") not in ("UP",):
+            continue
+        queues.append(name)
+        if p.get("Default") == "YES":
+            default = name
+        members = [n for n in node_info if name in n.get("Partitions", "").split(",")]
+        q = lim.per_queue.get(name) or Limits()
+        # UNLIMITED, or anything else that is not a number: no limit known
+        max_nodes, total = slurm_int(p.get("MaxNodes")), slurm_int(p.get("TotalNodes"))
+        q.max_nodes = _min(q.max_nodes, _min(max_nodes, total), lim.max_nodes)
+        cpus = max((c for n in members if (c := slurm_int(n.get("CPUTot"))) is not None),
+                   default=None)
+        q.max_cpus_per_node = _min(q.max_cpus_per_node, cpus, lim.max_cpus_per_node)
+        mem = max((m * 1024 * 1024 for n in members
+                   if (m := slurm_int(n.get("RealMemory"))) is not None), default=None)
+        q.max_memory_per_node = _min(q.max_memory_per_node, mem, lim.max_memory_per_node)
+        mt = p.get("MaxTime", "UNLIMITED")
+        try:  # UNLIMITED, INFINITE, or what is no positive duration: no limit known
+            seconds = parse_duration(mt) if mt not in ("UNLIMITED", "INFINITE") else None
+        except ConfigError:
+            seconds = None
+        q.max_duration = _min(q.max_duration, seconds, lim.max_duration)
+        lim.per_queue[name] = q
+    lim.queues = queues
+    return default
 
 
 class SlurmBackend(HPCBackend):
@@ -194,35 +271,7 @@ class SlurmBackend(HPCBackend):
         nodes = self._slurm(["scontrol", "show", "node", "-o"], "scontrol")
         if parts.rc != 0:
             raise ProviderError(f"scontrol show partition failed: {parts.message}")
-        node_info = [parse_kv(line) for line in nodes.stdout.splitlines() if line.strip()]
-        queues, default = [], None
-        for line in parts.stdout.splitlines():
-            p = parse_kv(line)
-            name = p.get("PartitionName")
-            if not name or p.get("State", "UP") not in ("UP",):
-                continue
-            queues.append(name)
-            if p.get("Default") == "YES":
-                default = name
-            members = [n for n in node_info if name in n.get("Partitions", "").split(",")]
-            q = lim.per_queue.get(name) or Limits()
-            max_nodes = None if p.get("MaxNodes", "UNLIMITED") == "UNLIMITED" \
-                else int(p["MaxNodes"])
-            total = int(p["TotalNodes"]) if p.get("TotalNodes", "").isdigit() else None
-            q.max_nodes = _min(q.max_nodes, _min(max_nodes, total), lim.max_nodes)
-            cpus = max((int(n["CPUTot"]) for n in members if n.get("CPUTot", "").isdigit()),
-                       default=None)
-            q.max_cpus_per_node = _min(q.max_cpus_per_node, cpus, lim.max_cpus_per_node)
-            mem = max((int(n["RealMemory"]) * 1024 * 1024 for n in members
-                       if n.get("RealMemory", "").isdigit()), default=None)
-            q.max_memory_per_node = _min(q.max_memory_per_node, mem, lim.max_memory_per_node)
-            mt = p.get("MaxTime", "UNLIMITED")
-            if mt not in ("UNLIMITED", "INFINITE"):
-                q.max_duration = _min(q.max_duration, parse_duration(mt), lim.max_duration)
-            else:
-                q.max_duration = _min(q.max_duration, lim.max_duration)
-            lim.per_queue[name] = q
-        lim.queues = queues
+        default = limits_from_scontrol(lim, parts.stdout, nodes.stdout)
         lim.default_queue = self.config.get("partition") or default
         self._limits = (now, lim)
         return lim
@@ -321,11 +370,7 @@ class SlurmBackend(HPCBackend):
         r = self._slurm(["squeue", "--me", "--states=all", "-h", "-o", "%i|%T|%r"], "squeue")
         if r.rc != 0:
             raise BackendUnavailable(f"squeue failed: {r.message}")
-        seen: dict[str, tuple[str, str]] = {}
-        for line in r.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) >= 3:
-                seen[parts[0]] = (parts[1], parts[2])
+        seen = parse_squeue_states(r.stdout)
         out = {}
         gone = [j for j in jobs if j.native_id not in seen]
         accounted = self._accounting([j.native_id for j in gone]) if gone else {}
@@ -349,22 +394,12 @@ class SlurmBackend(HPCBackend):
                          "JobID,State,Reason,ExitCode"], "sacct")
         if r.rc != 0:
             return {}
-        out = {}
-        for line in r.stdout.splitlines():
-            parts = line.strip().split("|")
-            if len(parts) < 4 or parts[0] not in native_ids:
-                continue
-            code, _, signal = parts[3].partition(":")
-            rc = int(code) if code.isdigit() else None
-            if rc == 0 and signal.isdigit() and int(signal):
-                rc = 128 + int(signal)
-            out[parts[0]] = (parts[1], parts[2], rc)
-        return out
+        return parse_sacct_states(r.stdout, native_ids)
 
     def _status(self, job: JobRef, native: str, why: str,
                 exit_code: int | None = None) -> JobStatus:
         state = common_state(native)
-        native = native.split()[0] if native else native  # "CANCELLED by 0" (sacct)
+        native = first_word(native)  # "CANCELLED by 0" (sacct)
         message = None
         if why and why not in ("None", "(null)"):
             message = why

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from ..core.config import load_yaml
 from ..core.errors import ConfigError
 from .catalog import Caller
 
@@ -29,7 +30,7 @@ def load_catalog_file(ctx: Any) -> None:
     if not path:
         return
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
+        data = load_yaml(Path(path).read_text()) or {}
     except (OSError, yaml.YAMLError) as e:
         raise ConfigError(f"c.CloudTikHub.catalog_file: cannot read {path!r}: {e}",
                           field="catalog_file") from None

@@ -40,6 +40,7 @@ from typing import Any
 
 from tornado import web
 
+from ..core import jsontext
 from ..core.errors import CloudTikError, ConfigError
 
 log = logging.getLogger("jupyter_cloudtik.hub.job_gateway")
@@ -197,10 +198,7 @@ class JobsHandler(_Handler):
         self.write_json({"jobs": [j.to_dict() for j in jobs]})
 
     async def post(self) -> None:
-        try:
-            body = json.loads(self.request.body or b"null")
-        except ValueError as e:
-            raise ConfigError(f"body: not valid JSON ({e})", field="body") from None
+        body = jsontext.loads(self.request.body or b"null", "body")
         spec, backend = parse_submission(body, self.gw.default_backend, self.gw.root)
         info = await self.gw.manager.submit(spec, backend)
         url = f"{self.gw.prefix}/jobs/{info.id}"

@@ -266,9 +266,11 @@ class SidekickCatalog:
     def from_file(cls, path: str | Path) -> SidekickCatalog:
         import yaml
 
+        from ..core.config import load_yaml
+
         path = Path(path).expanduser()
         try:
-            data = yaml.safe_load(path.read_text())
+            data = load_yaml(path.read_text())
         except FileNotFoundError:
             raise ConfigError(f"sidekicks file {path} does not exist",
                               field="sidekicks_file") from None

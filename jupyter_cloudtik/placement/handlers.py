@@ -26,6 +26,7 @@ from typing import Any
 
 from tornado import web
 
+from ..core import jsontext
 from ..core.errors import CloudTikError, ConfigError
 from .zones import API, SERVERS_API, ZoneService, same_token
 
@@ -39,10 +40,7 @@ class PlacementAPIMixin:
     service: ZoneService
 
     def _body(self) -> Any:
-        try:
-            return json.loads(self.request.body or b"{}")
-        except ValueError as e:
-            raise ConfigError(f"body: not valid JSON ({e})", field="body") from None
+        return jsontext.loads(self.request.body or b"{}", "body")
 
     def _send(self, status: int, data: Any) -> None:
         self.set_status(status)

@@ -30,6 +30,7 @@ import operator
 from collections.abc import Callable
 from typing import Any
 
+from ..core import jsontext
 from ..core.errors import ConfigError
 from .model import Offer, VirtualState
 
@@ -141,11 +142,10 @@ def _safe(op: Callable[[Any, Any], bool]) -> Callable[[Any, Any], bool]:
 def parse(query: Any, field: str = "query") -> Any:
     """A query given as JSON text is parsed; syntax errors say where."""
     if isinstance(query, str):
-        try:
-            return json.loads(query)
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"{field}: not valid JSON ({e.msg} at line {e.lineno}, "
-                              f"column {e.colno})", field=field) from None
+        return jsontext.loads(query, field)
+    problem = jsontext.check(query)  # given as JSON already (a REST body's own part)
+    if problem:
+        raise ConfigError(f"{field}: {problem}", field=field)
     return query
 
 

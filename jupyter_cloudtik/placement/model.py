@@ -230,7 +230,7 @@ class Request:
         if unknown:
             raise ConfigError(
                 f"request: unknown field(s) {', '.join(map(repr, unknown))} (allowed: "
-                f"{', '.join(cls.__dataclass_fields__)})", field=unknown[0])
+                f"{', '.join(cls.__dataclass_fields__)})", field=unknown[0] or "request")
         if "count" not in d:
             raise ConfigError("count: missing (how many instances to place)", field="count")
         d = {k: copy.deepcopy(v) for k, v in d.items()}

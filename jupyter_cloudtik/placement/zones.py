@@ -147,6 +147,9 @@ class ZoneKeys:
         f = self.fernet()
         if not isinstance(token, str) or not token:
             raise HintRefused("hint: missing", field="hint")
+        if not token.isascii():  # a Fernet token is base64; "\udcff" cannot even be encoded
+            raise HintRefused("hint: not a hint this zone issued (hints are base64 text); "
+                              "run select again", field="hint")
         try:
             data = f.decrypt(token.encode())
         except InvalidToken:

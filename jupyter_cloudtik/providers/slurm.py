@@ -179,6 +179,76 @@ def decode_comment(comment: str) -> dict[str, str] | None:
             TAG_LAUNCH_CONFIG: q.get("launch", "")}
 
 
+def parse_squeue_jobs(stdout: str, ns: str, cluster_name: str) -> dict[str, dict[str, Any]]:
+    """``squeue -h -o SQUEUE_FORMAT`` lines of the jobs of cluster ``cluster_name`` in
+    namespace ``ns`` (their comment says so): job id -> state, node, elapsed, limit, reason,
+    tags."""
+    out: dict[str, dict[str, Any]] = {}
+    for line in stdout.splitlines():
+        parts = line.strip().split("|", 6)
+        if len(parts) < 7:
+            continue
+        tags = decode_comment(parts[6])
+        if not tags or tags["ns"] != ns or tags[TAG_CLUSTER_NAME] != cluster_name:
+            continue
+        out[parts[0]] = {"state": parts[1], "node": parts[2], "elapsed": parts[3],
+                         "time_limit": parts[4], "reason": parts[5], "tags": tags}
+    return out
+
+
+def parse_sacct_job(stdout: str, job_id: str) -> dict[str, str]:
+    """``sacct -X -n -P -o JobID,State,ExitCode,Elapsed,Timelimit,NodeList`` of one job."""
+    for line in stdout.splitlines():
+        f = line.split("|")
+        if len(f) >= 6 and f[0] == job_id:
+            return {"state": f[1], "exit_code": f[2], "elapsed": f[3],
+                    "time_limit": f[4], "node": f[5]}
+    return {}
+
+
+def parse_sinfo(stdout: str) -> list[dict[str, Any]]:
+    """``sinfo -h -o %P|%a|%l|%D|%C|%N|%m`` lines: one row per partition."""
+    rows = []
+    for line in stdout.splitlines():
+        f = line.strip().split("|")
+        if len(f) >= 7:
+            rows.append({"name": f[0].rstrip("*"), "default": f[0].endswith("*"),
+                         "avail": f[1], "time_limit": f[2], "nodes": f[3],
+                         "cpus": f[4], "nodelist": f[5], "memory": f[6]})
+    return rows
+
+
+def sinfo_cpus(text: str) -> tuple[int, int, int, int] | None:
+    """sinfo's ``%C``: allocated/idle/other/total CPUs, or None for another shape."""
+    from ..hpc.slurm import slurm_int
+
+    counts = [slurm_int(x) for x in text.split("/")]
+    if len(counts) != 4 or None in counts:
+        return None
+    return counts[0], counts[1], counts[2], counts[3]  # type: ignore[return-value]
+
+
+def free_memory(nodes: list[dict[str, str]]) -> int:
+    """Bytes not allocated on the idle or partly used nodes of ``scontrol show node -o``."""
+    from ..hpc.slurm import slurm_int
+
+    free = 0
+    for n in nodes:
+        real = slurm_int(n.get("RealMemory"))
+        if real is not None and n.get("State", "").split("+")[0] in ("IDLE", "MIXED"):
+            free += max(real - (slurm_int(n.get("AllocMem")) or 0), 0) * 2**20
+    return free
+
+
+def memory_per_core(nodes: list[dict[str, str]]) -> int | None:
+    """The smallest memory per core of ``scontrol show node -o`` rows (None: none says)."""
+    from ..hpc.slurm import slurm_int
+
+    shares = [mem * 2**20 // max(slurm_int(n.get("CPUTot")) or 1, 1)
+              for n in nodes if (mem := slurm_int(n.get("RealMemory"))) is not None]
+    return min(shares) if shares else None
+
+
 _IMPORT_LOCK = threading.Lock()
 
 
@@ -556,17 +626,7 @@ class SlurmNodeProvider(NodeProvider):
             r = self._run(["squeue", "--me", "-h", "-o", SQUEUE_FORMAT], "squeue")
             if r.rc != 0:
                 raise ProviderError(f"squeue on {self.where} failed: {r.message}")
-            out: dict[str, dict[str, str]] = {}
-            for line in r.stdout.splitlines():
-                parts = line.strip().split("|", 6)
-                if len(parts) < 7:
-                    continue
-                tags = decode_comment(parts[6])
-                if not tags or tags["ns"] != self.ns or \
-                        tags[TAG_CLUSTER_NAME] != self.cluster_name:
-                    continue
-                out[parts[0]] = {"state": parts[1], "node": parts[2], "elapsed": parts[3],
-                                 "time_limit": parts[4], "reason": parts[5], "tags": tags}
+            out = parse_squeue_jobs(r.stdout, self.ns, self.cluster_name)
             self._cache = (time.monotonic(), out)
             return out
 
@@ -580,12 +640,7 @@ class SlurmNodeProvider(NodeProvider):
                        "JobID,State,ExitCode,Elapsed,Timelimit,NodeList"], "sacct")
         if r.rc != 0:
             return {}
-        for line in r.stdout.splitlines():
-            f = line.split("|")
-            if len(f) >= 6 and f[0] == job_id:
-                return {"state": f[1], "exit_code": f[2], "elapsed": f[3],
-                        "time_limit": f[4], "node": f[5]}
-        return {}
+        return parse_sacct_job(r.stdout, job_id)
 
     def local(self):
         """The login-node scheduler's provider (``scheduler: login``)."""
@@ -609,13 +664,7 @@ class SlurmNodeProvider(NodeProvider):
             if r.rc != 0:
                 raise ConfigError(f"{self._host_field()}: sinfo on {self.where} failed: "
                                   f"{r.message}", field=self._host_field())
-            rows = []
-            for line in r.stdout.splitlines():
-                f = line.strip().split("|")
-                if len(f) >= 7:
-                    rows.append({"name": f[0].rstrip("*"), "default": f[0].endswith("*"),
-                                 "avail": f[1], "time_limit": f[2], "nodes": f[3],
-                                 "cpus": f[4], "nodelist": f[5], "memory": f[6]})
+            rows = parse_sinfo(r.stdout)
             self._sinfo, self._sinfo_at = rows, time.monotonic()
         return self._sinfo
 
@@ -641,9 +690,9 @@ class SlurmNodeProvider(NodeProvider):
         mem = int(resources.get("memory") or 0)
         if mem:
             return mem
-        shares = [int(n["RealMemory"]) * 2**20 // max(int(n.get("CPUTot") or 1), 1)
-                  for n in self.nodes() if n.get("RealMemory", "").isdigit()]
-        per_core = min(shares) if shares else parse_bytes("1GiB")
+        per_core = memory_per_core(self.nodes())
+        if per_core is None:
+            per_core = parse_bytes("1GiB")
         return per_core * max(int(resources.get("CPU") or 1), 1)
 
     def partition(self) -> dict[str, str]:
@@ -760,14 +809,16 @@ class SlurmNodeProvider(NodeProvider):
     def _check_fit(self, cfg: dict[str, Any] | None, part: dict[str, str]) -> None:
         nodes = self.nodes()
         res = self._resources(cfg, "worker")
-        cpus = max((int(n["CPUTot"]) for n in nodes if n.get("CPUTot", "").isdigit()),
+        from ..hpc.slurm import slurm_int
+
+        cpus = max((c for n in nodes if (c := slurm_int(n.get("CPUTot"))) is not None),
                    default=None)
         if cpus is not None and int(res.get("CPU") or 1) > cpus:
             raise ConfigError(
                 f"provider.cores: {res.get('CPU')} cores per worker job; the largest node of "
                 f"partition '{part['name']}' has {cpus} (scontrol show node CPUTot)",
                 field="provider.cores", value=res.get("CPU"))
-        mem = max((int(n["RealMemory"]) for n in nodes if n.get("RealMemory", "").isdigit()),
+        mem = max((m for n in nodes if (m := slurm_int(n.get("RealMemory"))) is not None),
                   default=None)
         if mem is not None and self.job_memory(res) > mem * 2**20:
             raise ConfigError(
@@ -802,22 +853,26 @@ class SlurmNodeProvider(NodeProvider):
         if time.monotonic() - self._sinfo_at > FACTS_SECONDS:
             self._sinfo = None  # idle cores change: ask again
         part = self.partition()
-        _alloc, idle, _other, total = (int(x) for x in part["cpus"].split("/"))
+        counts = sinfo_cpus(part["cpus"])
+        if counts is None:
+            raise ProviderError(f"sinfo on {self.where} answered {part['cpus']!r} for the CPUs "
+                                f"of partition '{part['name']}', not allocated/idle/other/"
+                                "total")
+        _alloc, idle, _other, total = counts
         return Capacity(cpus=idle, max_nodes=None, description=(
             f"partition '{part['name']}' on {self.where} has {idle} idle of {total} CPU "
             f"cores on {part['nodes']} node(s) ({part['nodelist']}; sinfo)"))
 
     def offers(self, query=None) -> OfferSet:
+        from ..hpc.slurm import slurm_int
         from ..placement.model import Offer, OfferSet
 
         cap = self.capacity()
         part = self.partition()
-        total = int(part["cpus"].split("/")[3])
-        mem = part["memory"].rstrip("+")
-        per_node = int(mem) * 2**20 if mem.isdigit() else None
-        free_mem = sum((int(n["RealMemory"]) - int(n.get("AllocMem") or 0)) * 2**20
-                       for n in self.nodes() if n.get("RealMemory", "").isdigit()
-                       and n.get("State", "").split("+")[0] in ("IDLE", "MIXED"))
+        total = (sinfo_cpus(part["cpus"]) or (0, 0, 0, 0))[3]
+        mem = slurm_int(part["memory"].rstrip("+"))
+        per_node = mem * 2**20 if mem is not None else None
+        free_mem = free_memory(self.nodes())
         return OfferSet([Offer(
             key=f"slurm/{part['name']}", provider="slurm", region=self.where,
             availability_zone=part["name"], price_per_hour=0.0,

@@ -279,21 +279,8 @@ class StorageManager(ActsForUser):
             {REMOTE_SRC: self.catalog.remote(loc.storage)},
             timeout=self.storage_settings.command_timeout,
             redact=self.redactor([loc.storage]))
-        items = json.loads(out or b"[]")
-        items.sort(key=lambda e: (not e.get("IsDir"), e.get("Path", "")))
-        base = loc.path.strip("/")
-        page = [{
-            "name": e.get("Name"),
-            "path": f"{base}/{e['Path']}" if base else e["Path"],
-            "is_dir": bool(e.get("IsDir")),
-            "size": None if e.get("IsDir") else e.get("Size"),
-            "mod_time": e.get("ModTime"),
-            "mime_type": e.get("MimeType"),
-        } for e in items[offset:offset + limit]]
-        end = offset + len(page)
-        return {"storage": loc.storage, "path": base, "entries": page, "total": len(items),
-                "offset": offset, "limit": limit,
-                "next_offset": end if end < len(items) else None}
+        return {"storage": loc.storage,
+                **listing_page(out, loc.path, offset, limit, f"listing {loc}")}
 
     # transfers ---------------------------------------------------------------------------
     async def start_copy(self, src: str | Location, dst: str | Location, *,
@@ -653,3 +640,31 @@ def describe_stats(st: TransferStats) -> str:
     if st.eta is not None:
         parts.append(f"ETA {st.eta:.0f}s")
     return ", ".join(parts)
+
+
+def listing_page(out: bytes | str, path: str, offset: int, limit: int,
+                 what: str = "listing") -> dict[str, Any]:
+    """One page of ``rclone lsjson`` output for folder ``path``: folders first, then files,
+    by name."""
+    try:
+        items = json.loads(out or b"[]")
+    except ValueError:  # cut short (rclone killed at the command's timeout), or not JSON
+        items = None
+    if not isinstance(items, list) or not all(
+            isinstance(e, dict) and isinstance(e.get("Path"), str) for e in items):
+        shown = (out[:80] if isinstance(out, str) else out[:80].decode(errors="replace"))
+        raise StorageError(f"{what}: rclone lsjson answered something that is not a listing "
+                           f"({shown!r}…)")
+    items.sort(key=lambda e: (not e.get("IsDir"), e["Path"]))
+    base = path.strip("/")
+    page = [{
+        "name": e.get("Name"),
+        "path": f"{base}/{e['Path']}" if base else e["Path"],
+        "is_dir": bool(e.get("IsDir")),
+        "size": None if e.get("IsDir") else e.get("Size"),
+        "mod_time": e.get("ModTime"),
+        "mime_type": e.get("MimeType"),
+    } for e in items[offset:offset + limit]]
+    end = offset + len(page)
+    return {"path": base, "entries": page, "total": len(items), "offset": offset,
+            "limit": limit, "next_offset": end if end < len(items) else None}

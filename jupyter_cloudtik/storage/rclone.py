@@ -368,23 +368,33 @@ class TransferStats:
 
 
 def parse_stats(line: str) -> TransferStats | None:
-    """Stats from one ``--use-json-log`` line, or None if the line holds none."""
+    """Stats from one ``--use-json-log`` line, or None if the line holds none (also a line
+    that only looks like one: a file named ``"stats"`` in a text log line)."""
     if '"stats"' not in line:
         return None
     try:
-        s = json.loads(line).get("stats")
+        rec = json.loads(line)
     except ValueError:
         return None
+    s = rec.get("stats") if isinstance(rec, dict) else None
     if not isinstance(s, dict):
         return None
+    eta = _stat(s, "eta", float) if s.get("eta") is not None else None
     return TransferStats(
-        bytes=int(s.get("bytes") or 0), total_bytes=int(s.get("totalBytes") or 0),
-        files=int(s.get("transfers") or 0), total_files=int(s.get("totalTransfers") or 0),
-        checks=int(s.get("checks") or 0), errors=int(s.get("errors") or 0),
-        speed=float(s.get("speed") or 0.0),
-        eta=float(s["eta"]) if s.get("eta") is not None else None,
-        elapsed=float(s.get("elapsedTime") or 0.0), deletes=int(s.get("deletes") or 0),
+        bytes=_stat(s, "bytes", int), total_bytes=_stat(s, "totalBytes", int),
+        files=_stat(s, "transfers", int), total_files=_stat(s, "totalTransfers", int),
+        checks=_stat(s, "checks", int), errors=_stat(s, "errors", int),
+        speed=_stat(s, "speed", float), eta=eta, elapsed=_stat(s, "elapsedTime", float),
+        deletes=_stat(s, "deletes", int),
     )
+
+
+def _stat(s: dict[str, Any], key: str, kind: type) -> Any:
+    """A count or rate of rclone's stats; 0 for what is not a finite number 0 or more."""
+    v = s.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 2**63:
+        return kind(0)
+    return kind(v)
 
 
 # --------------------------------------------------------------------------- running

@@ -778,3 +778,27 @@ def test_custom_policy_documents_are_checked_and_scope_obs_access(emu):
     with pytest.raises(ClientRequestException) as e:  # the grant went with the policy
         node.get_object(GetObjectRequest(bucket_name="pol-bucket-a", object_key="k"))
     assert e.value.status_code == 403
+
+
+def test_malformed_requests_are_the_services_4xx_not_a_500(emu):
+    """Found by fuzz/fuzz_huaweicloud.py: a body of the wrong shape crashed the action
+    (AttributeError: a 500), and an OBS signature with a non-ASCII character crashed
+    hmac.compare_digest (TypeError: a 500)."""
+    import http.client
+
+    from huaweicloudsdkecs.v2 import DeleteServersRequest, DeleteServersRequestBody, EcsClient
+
+    with pytest.raises(ClientRequestException) as e:
+        _client(emu, EcsClient).delete_servers(
+            DeleteServersRequest(body=DeleteServersRequestBody(servers=["not-an-object"])))
+    assert e.value.status_code == 400 and e.value.error_code == "Ecs.0005"
+    conn = http.client.HTTPConnection("127.0.0.1", emu.port, timeout=10)
+    try:
+        conn.putrequest("GET", "/", skip_host=True)
+        conn.putheader("Host", f"b1.obs.{emu.options.region}.emulated.invalid")
+        conn.putheader("Authorization", f"OBS {emu.options.access_key}:\u00e9".encode("latin-1"))
+        conn.endheaders()
+        r = conn.getresponse()
+        assert r.status == 403 and b"SignatureDoesNotMatch" in r.read()
+    finally:
+        conn.close()

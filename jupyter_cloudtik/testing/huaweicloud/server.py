@@ -38,7 +38,7 @@ import tornado.web
 from tornado.ioloop import PeriodicCallback
 
 from .agency_credentials import check_temporary_credential, issue_temporary_credential
-from .cloud import Call, Cloud, now_iso
+from .cloud import Call, Cloud, dispatch, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded
 from .machines import Machines, _group_members, reap_children
 from .signing import SignatureError, verify_obs_signature, verify_sdk_signature
@@ -596,7 +596,7 @@ class ApiHandler(tornado.web.RequestHandler):
                     params=params, query=dict(query_pairs), body=body, headers=headers)
         with emu.cloud.lock:
             eff = emu.cloud.advance()
-            status, out = getattr(emu.cloud, action)(call)
+            status, out = dispatch(emu.cloud, call)
         for srv in eff.boot:
             emu._boot(srv)
         if isinstance(out, dict) and "_stopped" in out:

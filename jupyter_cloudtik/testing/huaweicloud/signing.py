@@ -80,7 +80,7 @@ def verify_sdk_signature(
                       canonical_headers, signed, payload])
     to_sign = f"{SDK_ALGORITHM}\n{date}\n{hashlib.sha256(creq.encode()).hexdigest()}"
     expected = hmac.new(sk.encode(), to_sign.encode(), hashlib.sha256).hexdigest()
-    if not hmac.compare_digest(expected, signature):
+    if not hmac.compare_digest(expected.encode(), signature.encode()):  # ASCII: the regex
         raise SignatureError("verify aksk signature fail")
     return ak
 
@@ -119,6 +119,8 @@ def verify_obs_signature(
         parts.append("?" + "&".join(f"{k}={v}" if v else k for k, v in sub))
     canonical = "".join(parts)
     digest = hmac.new(sk.encode(), canonical.encode(), hashlib.sha1).digest()
-    if not hmac.compare_digest(base64.b64encode(digest).decode(), signature):
+    # as bytes: compare_digest refuses str with non-ASCII characters (a TypeError, a 500)
+    if not hmac.compare_digest(base64.b64encode(digest),
+                               signature.encode("utf-8", "surrogateescape")):
         raise SignatureError("The request signature we calculated does not match")
     return ak

@@ -39,6 +39,18 @@ async def test_a_body_that_is_not_json_is_a_400(jp_fetch):
     assert answer["message"].startswith("body: not valid JSON")
 
 
+@pytest.mark.parametrize(("body", "says"), [
+    ('{"config":' + "[" * 3000 + "]" * 3000 + "}", "nested more than 64"),  # RecursionError
+    ('{"name": "a", "config": {"runtime": {"dask": {"x": NaN}}}}', "NaN"),   # stored as NaN
+    ('{"name": "\\ud800"}', "lone surrogate"),
+])
+async def test_a_body_that_is_not_plain_json_is_a_400(jp_fetch, cloudtik, body, says):
+    """Found by fuzz/fuzz_rest_body.py: these were a 500, or accepted."""
+    code, answer = await _refused(jp_fetch, "clusters", method="POST", body=body)
+    assert (code, answer["field"]) == (400, "body") and says in answer["message"]
+    assert cloudtik.manager.list(include_stopped=True) == []
+
+
 @pytest.mark.parametrize(("value", "says"), [("abc", "'abc' is not a whole number"),
                                              ("0", "0 is outside 1..1000")])
 async def test_a_bad_query_argument_is_a_400_naming_it(jp_fetch, value, says):
