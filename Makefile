@@ -9,7 +9,7 @@ PIP    := $(BIN)/python -m pip
 PYTEST_ARGS ?=
 # two workers by default (tests/conftest.py groups what must not run beside itself);
 # `make test PYTEST_WORKERS=` runs the suite in one process
-PYTEST_WORKERS ?= -n 2 --dist loadgroup
+PYTEST_WORKERS ?= -n 2 --dist loadscope
 
 # the JupyterLab side panel (TypeScript in labextension/, built into jupyter_cloudtik/labextension)
 JLPM      := PATH=$(abspath $(BIN)):$$PATH jlpm

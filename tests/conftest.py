@@ -166,14 +166,19 @@ def _whole_suite(session, distributed: bool = False) -> bool:
 def pytest_configure(config: pytest.Config) -> None:
     """Under pytest-xdist the workers record the doc blocks they ran in a folder that the
     controller reads at the end (workers inherit this environment when they start)."""
-    if not hasattr(config, "workerinput") and "CLOUDTIK_DOC_RAN_DIR" not in os.environ:
-        import tempfile
+    import tempfile
 
-        os.environ["CLOUDTIK_DOC_RAN_DIR"] = tempfile.mkdtemp(prefix="cloudtik-doc-ran-")
+    if not hasattr(config, "workerinput"):
+        for var, prefix in (("CLOUDTIK_DOC_RAN_DIR", "cloudtik-doc-ran-"),
+                            ("CLOUDTIK_TEST_LOCK_DIR", "cloudtik-test-locks-")):
+            if var not in os.environ:
+                os.environ[var] = tempfile.mkdtemp(prefix=prefix)
 
 
 def pytest_sessionfinish(session, exitstatus):
     import doc_examples
+
+    _share.release()
 
     ran_dir = Path(os.environ.get("CLOUDTIK_DOC_RAN_DIR", ""))
     worker = getattr(session.config, "workerinput", None)
@@ -230,14 +235,86 @@ def _group_of(item: pytest.Item) -> str | None:
     return None
 
 
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark the grouped suites and put them first: they are the longest, so starting them
-    first keeps the other worker's share from outlasting them."""
-    rank = {name: i for i, (name, _) in enumerate(_GROUPS)}
-    groups = {}
-    for item in items:
-        group = _group_of(item)
-        groups[item.nodeid] = group
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
-    items.sort(key=lambda it: rank.get(groups[it.nodeid], len(rank)))
+def _scope_of(nodeid: str) -> str:
+    """The unit of work a worker gets: a group of ``_GROUPS`` whole, else one module (its
+    tests in order, its module fixtures made once)."""
+    module = nodeid.split("::", 1)[0]
+    for name, prefixes in _GROUPS:
+        if module.startswith(prefixes):
+            return name
+    return module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """Units by ``_scope_of``, largest first.  (pytest-xdist's own ``loadgroup`` renames
+    node ids, which pytest 9 no longer lets it do, so its groups would be ignored.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class GroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope_of(nodeid)
+
+    return GroupScheduling(config, log)
+
+
+# Modules that have the machine to themselves: Spark's JVMs start and notice lost workers on
+# timers that a busy 2-core machine stretches (seen beside the other worker's tests), so
+# while one of these runs the other worker waits between its tests. The wait happens before
+# pytest-timeout starts its clock (the hook below runs outside its wrapper).
+
+
+def _alone(item: pytest.Item) -> bool:
+    return _group_of(item) == "jvm"
+
+
+class _MachineShare:
+    """A readers-writer lock across the test processes (flock): tests share the machine,
+    an ``_ALONE`` module takes it whole.  A writer holds the gate too, so readers that
+    arrive while it waits queue behind it instead of starving it."""
+
+    def __init__(self) -> None:
+        self._files: list[int] = []
+        self.exclusive = False
+
+    def _open(self, name: str) -> int:
+        folder = Path(os.environ.get("CLOUDTIK_TEST_LOCK_DIR") or "/tmp")
+        return os.open(str(folder / name), os.O_RDWR | os.O_CREAT, 0o600)
+
+    def take(self, exclusive: bool) -> None:
+        import fcntl
+
+        if self._files:
+            return
+        gate, main = self._open("gate.lock"), self._open("machine.lock")
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(main, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        if exclusive:
+            self._files = [main, gate]
+        else:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+            os.close(gate)
+            self._files = [main]
+        self.exclusive = exclusive
+
+    def release(self) -> None:
+        for fd in self._files:
+            os.close(fd)  # closing the last descriptor drops its flock
+        self._files = []
+        self.exclusive = False
+
+
+_share = _MachineShare()
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
+    alone = _alone(item)
+    if _share.exclusive != alone:
+        _share.release()
+    _share.take(exclusive=alone)
+    try:
+        yield
+    finally:
+        same_module = nextitem is not None and _alone(nextitem) and nextitem.path == item.path
+        if not (alone and same_module):
+            _share.release()
