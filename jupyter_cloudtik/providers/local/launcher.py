@@ -250,7 +250,7 @@ class Launcher:
             for key, _ in self.selector.select(timeout=0 if preloading else 0.2):
                 if key.fileobj is self.listener:
                     self._accept()
-            if preloading and self.running:
+            if self.running and self.preload_pending():  # a launch may have finished it
                 self.preload_step()
             self._reap()
             now = time.monotonic()
@@ -326,10 +326,11 @@ class Launcher:
         op = message.get("op")
         if op == "hello":
             return {"version": __version__, "protocol": PROTOCOL, "pid": os.getpid(),
-                    "children": len(self.children)}
+                    "children": len(self.children), "preloading": len(self.preload_pending())}
         if op == "launch":
-            # a head need not wait for the dashboard's modules (see PRELOAD_CORE)
-            self.preload(dashboard=any(s.get("role") != "head" for s in message["specs"]))
+            # heads alone need not wait for the dashboard's modules (see PRELOAD_CORE)
+            specs = message["specs"]
+            self.preload(dashboard=not (specs and all(s.get("role") == "head" for s in specs)))
             return [self.launch(spec, conn) for spec in message["specs"]]
         if op == "retire":
             self.retire()
