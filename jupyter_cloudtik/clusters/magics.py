@@ -141,7 +141,7 @@ def _prewarm() -> None:
         return
 
     def run() -> None:
-        try:
+        try:  # the imports too: %load_ext returns at once
             from ..core.settings import default_settings
             from ..providers.local.provider import prewarm_launcher
 

@@ -195,6 +195,10 @@ class CloudTikExtension(ExtensionApp):
                 hook(self.ctx)
             except Exception:  # a feature that cannot start must not take the server down
                 self.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
+        if not target:  # clusters live here: the first `%cluster up` finds Dask imported
+            from ..providers.local.provider import prewarm_in_background
+
+            prewarm_in_background(self.ctx.settings)
         self.log.info("jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",
                       self.serverapp.base_url, self.ctx.settings.state_dir)
 

@@ -131,6 +131,7 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         str(BIN / f"jupyter-{app}"), "--no-browser", "--allow-root", "--ip=127.0.0.1",
         f"--port={port}", "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp / 'root'}",
+        "--LocalProvider.prewarm=False",  # no launcher per server start; `lab` keeps it
         *extra_args,
     ]
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
@@ -200,6 +201,7 @@ def lab(tmp_path_factory) -> Iterator[Server]:
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=",
         "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}",
+        "--LocalProvider.prewarm=True",  # as installed: the server's start starts the launcher
     ], {})
     yield server
     problems = _stop(server)

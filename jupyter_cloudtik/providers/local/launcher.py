@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -72,13 +73,18 @@ def request(state_dir: str | Path, message: dict[str, Any], timeout: float = 30.
             s.connect(str(path))
         except OSError as e:
             raise LauncherUnavailable(str(e)) from e
-        s.sendall(json.dumps(message).encode() + b"\n")
         data = b""
-        while not data.endswith(b"\n"):
-            chunk = s.recv(65536)
-            if not chunk:
-                break
-            data += chunk
+        try:
+            s.sendall(json.dumps(message).encode() + b"\n")
+            while not data.endswith(b"\n"):
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        except TimeoutError as e:
+            raise LauncherUnavailable(f"the launcher did not answer in {timeout:g} s") from e
+        except ConnectionError as e:  # it closed its socket (stopping) as we connected
+            raise LauncherUnavailable(str(e)) from e
     if not data:
         raise LauncherUnavailable("the launcher closed the connection")
     reply = json.loads(data)
@@ -87,12 +93,21 @@ def request(state_dir: str | Path, message: dict[str, Any], timeout: float = 30.
     return reply.get("result")
 
 
+_starting = threading.Lock()  # one start at a time per process (a prewarm and an `up`)
+
+
 def ensure_running(
     state_dir: str | Path, idle_seconds: float, env: dict[str, str], timeout: float = 30.0
 ) -> dict[str, Any]:
     """Connect to the launcher of ``state_dir``, starting one if none answers."""
+    with _starting:
+        return _ensure_running(state_dir, idle_seconds, env, timeout)
+
+
+def _ensure_running(state_dir: str | Path, idle_seconds: float, env: dict[str, str],
+                    timeout: float) -> dict[str, Any]:
     try:
-        hello = request(state_dir, {"op": "hello"}, timeout=5)
+        hello = request(state_dir, {"op": "hello"}, timeout=timeout)
         if hello.get("version") == __version__ and hello.get("protocol") == PROTOCOL:
             return hello
         request(state_dir, {"op": "retire"}, timeout=5)  # outdated code: replace it
@@ -100,9 +115,30 @@ def ensure_running(
         pass
     ldir = local_dir(state_dir)
     ldir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    proc = None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        # start one unless a launcher holds the lock: one starting (it listens before its
+        # slow imports and answers between them) or one still exiting (then try again)
+        if proc is None and _lock_free(ldir / "launcher.lock"):
+            proc = _spawn(state_dir, idle_seconds, env, ldir)
+        try:
+            return request(state_dir, {"op": "hello"}, timeout=timeout)
+        except LauncherUnavailable:
+            if proc is not None and proc.poll() is not None:
+                if proc.returncode != 0:
+                    break
+                proc = None  # exit code 0: another launcher won the lock
+            time.sleep(0.01)
+    tail = _tail(ldir / "launcher.log")
+    raise LauncherUnavailable(f"the local launcher did not start; its log ends with:\n{tail}")
+
+
+def _spawn(state_dir: str | Path, idle_seconds: float, env: dict[str, str],
+           ldir: Path) -> subprocess.Popen:
     log = open(ldir / "launcher.log", "ab")  # noqa: SIM115 - handed to the child
     try:
-        proc = subprocess.Popen(
+        return subprocess.Popen(
             [sys.executable, "-m", "jupyter_cloudtik.providers.local.launcher",
              "--state-dir", str(state_dir), "--idle-seconds", str(idle_seconds)],
             stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
@@ -110,17 +146,15 @@ def ensure_running(
         )
     finally:
         log.close()
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            return request(state_dir, {"op": "hello"}, timeout=5)
-        except LauncherUnavailable:
-            # exit code 0: another launcher won the lock and answers shortly
-            if proc.poll() not in (None, 0):
-                break
-            time.sleep(0.01)
-    tail = _tail(ldir / "launcher.log")
-    raise LauncherUnavailable(f"the local launcher did not start; its log ends with:\n{tail}")
+
+
+def _lock_free(path: Path) -> bool:
+    """No launcher holds the lock (none runs nor is starting)."""
+    fd = try_flock(path)
+    if fd is None:
+        return False
+    os.close(fd)
+    return True
 
 
 def _tail(path: Path, lines: int = 15) -> str:
@@ -143,6 +177,7 @@ class Launcher:
         self.lock_fd: int | None = None
         self.listener: socket.socket | None = None
         self.sock_path = socket_path(state_dir)
+        self.preloaded: set[str] = set()
 
     # set-up -------------------------------------------------------------------------
     def acquire_lock(self) -> bool:
@@ -172,17 +207,38 @@ class Launcher:
         self.listener = s
         self.selector.register(s, selectors.EVENT_READ)
 
-    @staticmethod
-    def preload() -> None:
-        import distributed
-        import distributed.cli.dask_scheduler
-        import distributed.cli.dask_worker
-        import distributed.http.scheduler.api
+    # Dask, imported once here so each forked node starts in milliseconds: first what
+    # every node needs, then the dashboard (bokeh, about as slow to import as Dask itself).
+    # The daemon listens before importing anything, answers ``hello`` between these steps,
+    # and forks a head as soon as the first group is in: the head imports the dashboard
+    # itself while the daemon does too, so the two slow imports overlap on two cores and the
+    # workers, asked for once the head is up, fork with everything loaded.
+    PRELOAD_CORE = ("distributed", "distributed.cli.dask_scheduler",
+                    "distributed.cli.dask_worker", "distributed.http.scheduler.api",
+                    "jupyter_cloudtik.providers.local.node")
+    PRELOAD_DASHBOARD = ("distributed.dashboard.scheduler",)
 
+    def preload_pending(self) -> list[str]:
+        return [m for m in self.PRELOAD_CORE + self.PRELOAD_DASHBOARD if m not in self.preloaded]
+
+    def preload_step(self) -> None:
+        """Import the next preload module (an optional one may be missing: no bokeh)."""
+        import importlib
+
+        name = self.preload_pending()[0]
+        self.preloaded.add(name)
         try:
-            import distributed.dashboard.scheduler  # noqa: F401  (bokeh: the dashboard)
+            importlib.import_module(name)
         except ImportError:
-            pass
+            if name not in self.PRELOAD_DASHBOARD:
+                raise
+        if threading.active_count() != 1:  # pragma: no cover - would make fork unsafe
+            print(f"preloading {name} started threads: {threading.enumerate()}", flush=True)
+
+    def preload(self, dashboard: bool = True) -> None:
+        """Finish the core group (and the dashboard's, with ``dashboard``)."""
+        while any(m in self.PRELOAD_CORE or dashboard for m in self.preload_pending()):
+            self.preload_step()
 
     # loop ----------------------------------------------------------------------------
     def serve(self) -> None:
@@ -190,9 +246,12 @@ class Launcher:
         signal.signal(signal.SIGINT, self._on_term)
         last_guard = 0.0
         while self.running:
-            for key, _ in self.selector.select(timeout=0.2):
+            preloading = bool(self.preload_pending())
+            for key, _ in self.selector.select(timeout=0 if preloading else 0.2):
                 if key.fileobj is self.listener:
                     self._accept()
+            if self.running and self.preload_pending():  # a launch may have finished it
+                self.preload_step()
             self._reap()
             now = time.monotonic()
             if now - last_guard >= 1.0:
@@ -267,8 +326,11 @@ class Launcher:
         op = message.get("op")
         if op == "hello":
             return {"version": __version__, "protocol": PROTOCOL, "pid": os.getpid(),
-                    "children": len(self.children)}
+                    "children": len(self.children), "preloading": len(self.preload_pending())}
         if op == "launch":
+            # heads alone need not wait for the dashboard's modules (see PRELOAD_CORE)
+            specs = message["specs"]
+            self.preload(dashboard=not (specs and all(s.get("role") == "head" for s in specs)))
             return [self.launch(spec, conn) for spec in message["specs"]]
         if op == "retire":
             self.retire()
@@ -393,12 +455,7 @@ def main(argv: list[str] | None = None) -> None:
         setproctitle.setproctitle(f"cloudtik launcher {args.state_dir}")
     except Exception:
         pass
-    launcher.preload()
-    import threading
-
-    if threading.active_count() != 1:  # pragma: no cover - would make fork unsafe
-        print(f"preloading started threads: {threading.enumerate()}", flush=True)
-    launcher.listen()
+    launcher.listen()  # before the slow imports: clients connect and wait, none starts another
     print(f"launcher {os.getpid()} serving {launcher.sock_path} (version {__version__})",
           flush=True)
     launcher.serve()

@@ -28,6 +28,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -134,8 +135,9 @@ class LocalProvider(Configurable):
              "exec: each node is a fresh `python` process.",
     ).tag(config=True)
     prewarm = Bool(
-        True, help="Start the launcher in the background when the magics are loaded, so "
-                   "the first `%cluster up` does not wait for Dask to be imported.",
+        True, help="Start the launcher in the background when the magics are loaded "
+                   "(`%load_ext jupyter_cloudtik`) or the Jupyter server starts, so the "
+                   "first `%cluster up` does not wait for Dask to be imported.",
     ).tag(config=True)
     launcher_idle_seconds = Float(
         help="Seconds the launcher daemon stays after its last node ended "
@@ -154,6 +156,21 @@ class LocalProvider(Configurable):
             return float(os.environ.get("CLOUDTIK_LAUNCHER_IDLE", "300"))
         except ValueError:
             return 300.0
+
+
+def prewarm_in_background(settings) -> threading.Thread:
+    """``prewarm_launcher`` in a daemon thread: a face that will likely need the launcher
+    (``%load_ext``, the Jupyter server's start) starts it without waiting for it."""
+
+    def run() -> None:
+        try:
+            prewarm_launcher(settings)
+        except Exception:  # only an optimisation: `up` starts the launcher anyway
+            pass
+
+    t = threading.Thread(target=run, name="cloudtik-prewarm", daemon=True)
+    t.start()
+    return t
 
 
 def prewarm_launcher(settings) -> bool:
@@ -640,8 +657,6 @@ class LocalNodeProvider(NodeProvider):
     def terminate_nodes(self, node_ids: list[str]) -> None:
         rows = [r for r in (self._row(n) for n in node_ids) if r is not None]
         # signal every node first, then wait for all: N nodes stop in one grace period
-        import threading
-
         threads = [
             threading.Thread(
                 target=terminate_group,

@@ -17,9 +17,11 @@ from pytest_jupyter.pytest_tornasync import *  # noqa: F403
 
 @pytest.fixture
 def jp_server_config(state_dir):
-    """The extension on, with this test's own state folder."""
+    """The extension on, with this test's own state folder; no launcher pre-start at the
+    server's start (a daemon per test that few of them need; test_launcher.py covers it)."""
     return {"ServerApp": {"jpserver_extensions": {"jupyter_cloudtik": True}},
-            "CloudTik": {"state_dir": str(state_dir)}}
+            "CloudTik": {"state_dir": str(state_dir)},
+            "LocalProvider": {"prewarm": False}}
 
 
 @pytest.fixture

@@ -16,7 +16,8 @@ from tests.features.thirdparty import installed_in_process
 def jp_server_config(state_dir, tmp_path, monkeypatch):
     forget = installed_in_process(tmp_path / "site", monkeypatch)
     yield {"ServerApp": {"jpserver_extensions": {"jupyter_cloudtik": True}},
-           "CloudTik": {"state_dir": str(state_dir)}}
+           "CloudTik": {"state_dir": str(state_dir)},
+           "LocalProvider": {"prewarm": False}}
     monkeypatch.undo()
     forget()
 
