@@ -131,9 +131,12 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         str(BIN / f"jupyter-{app}"), "--no-browser", "--allow-root", "--ip=127.0.0.1",
         f"--port={port}", "--ServerApp.port_retries=0",
         f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp / 'root'}",
-        "--LocalProvider.prewarm=False",  # no launcher per server start; `lab` keeps it
         *extra_args,
     ]
+    if not any(a.startswith("--LocalProvider.prewarm=") for a in extra_args):
+        # no launcher per server start (`lab` keeps it); one value only: traitlets refuses
+        # a setting given twice when the provider reads its config
+        args.append("--LocalProvider.prewarm=False")
     with open(log_path, "wb") as log:  # the child keeps its own copy of the descriptor
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
