@@ -14,6 +14,7 @@ import os
 import sys
 from pathlib import Path
 
+import doc_examples  # imported (and assertion-rewritten) now, not at the session's end
 import pytest
 
 from jupyter_cloudtik.core.settings import CloudTik, load_user_config
@@ -176,8 +177,6 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session, exitstatus):
-    import doc_examples
-
     _share.release()
 
     ran_dir = Path(os.environ.get("CLOUDTIK_DOC_RAN_DIR", ""))
