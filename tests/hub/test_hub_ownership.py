@@ -9,6 +9,7 @@ Users: alice (group physics), bob (group chemistry), admin.
 
 from __future__ import annotations
 
+import copy
 import os
 import subprocess
 import sys
@@ -418,7 +419,7 @@ def test_stateful_workflows_through_the_sidekick_keep_users_apart(hub):
         "PATCH /clusters/{name}": lambda: {"workers": 0},
         "POST /jobs": lambda: {"command": ["echo", "stateful"], "backend": "local"},
     }
-    schema = schemathesis.openapi.from_dict(openapi.spec())
+    schema = schemathesis.openapi.from_dict(copy.deepcopy(openapi.spec()))  # it adds to the dict
     schema.config.update(base_url=base_url, request_timeout=60)
     schema.config.generation.update(modes=[GenerationMode.POSITIVE])
     machine = stateful_machine(schema, auth=alice, secrets_=secrets_, attacks=attacks,

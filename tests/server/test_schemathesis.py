@@ -7,6 +7,7 @@ cluster, one worker) keep whatever the generator starts small.
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
@@ -26,7 +27,7 @@ OPERATIONS = [(method.upper(), path) for path, item in openapi.spec()["paths"].i
 
 @pytest.fixture(scope="module")
 def api_schema(guarded):
-    schema = schemathesis.openapi.from_dict(openapi.spec())
+    schema = schemathesis.openapi.from_dict(copy.deepcopy(openapi.spec()))  # it adds to the dict
     schema.config.update(base_url=guarded.api_url.rstrip("/"), request_timeout=60)
     return schema, guarded.headers()
 
@@ -153,7 +154,7 @@ def test_stateful_workflows_are_attacked_and_hold(guarded, kernel_token):
             assert got.status_code == 403 and got.json()["field"] == "token", (
                 method, case.formatted_path, got.status_code)
 
-    schema = schemathesis.openapi.from_dict(openapi.spec())
+    schema = schemathesis.openapi.from_dict(copy.deepcopy(openapi.spec()))  # it adds to the dict
     schema.config.update(base_url=base_url, request_timeout=60)
     # workflows from valid requests (the stateless test sends the invalid ones)
     schema.config.generation.update(modes=[GenerationMode.POSITIVE])
