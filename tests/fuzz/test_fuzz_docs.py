@@ -27,3 +27,5 @@ def test_the_documented_campaign_commands_run(tmp_path):
     out = docs.bash(b, ROOT, env, timeout=300, text=text)
     kept = {p.name for p in (tmp_path / "corpus").iterdir()}
     assert {"slurm", "config", "zones"} <= kept, kept  # --keep: a folder per target
+    ok = [line.split()[0] for line in out.splitlines() if line.split()[1:2] == ["ok"]]
+    assert len(ok) >= 10, out  # run.py's table: every target, each ok
