@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import socket
+import string
 import subprocess
 import sys
 import textwrap
@@ -136,29 +137,11 @@ class Hub:
         kill_all(left)
 
 
-def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
-                 service_port: int, sidekick_config: str = "") -> Path:
-    state = base / "sidekick-state"
-    state.mkdir(parents=True, exist_ok=True)
+def _hub_base(base: Path, hub_port: int, proxy_port: int, api_port: int,
+              user_env: dict[str, str]) -> str:
+    """Where the hub listens and keeps its files, how users log in and are spawned."""
     users_home = base / "homes"
-    users_home.mkdir(exist_ok=True)
-    sk_cfg = base / "sidekick_config.py"
-    sk_cfg.write_text(textwrap.dedent("""
-        c.LocalProvider.terminate_grace = 2.0
-        c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
-        c.CloudTikHub.egress_no_proxy = ""
-        c.CloudTikHub.session_check_interval = 0.5
-        # tests run clusters and jobs on this machine (production offers remote ones)
-        c.CloudTikHub.allow_local_execution = True
-    """) + sidekick_config)
-    service_url = f"http://127.0.0.1:{service_port}"
-    user_env = {
-        "CLOUDTIK_HUB_SERVICE_URL": f"{service_url}/services/cloudtik/",
-        "JUPYTER_PLATFORM_DIRS": "1",
-        "CLOUDTIK_LAUNCHER_IDLE": "3",
-    }
-    cfg = base / "jupyterhub_config.py"
-    cfg.write_text(textwrap.dedent(f"""
+    return textwrap.dedent(f"""
         import os
         import sys
         c.JupyterHub.ip = "127.0.0.1"
@@ -188,6 +171,56 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
             "physics": {{"users": ["alice"]}},
             "chemistry": {{"users": ["bob"]}},
         }}
+    """)
+
+
+def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
+                 service_port: int, sidekick_config: str = "", hub_config: str = "") -> Path:
+    """The hub's and the sidekick's config files.  ``hub_config``: a deployment's own
+    scopes, roles, services and spawner environment (docs/hub.md's, say) in place of the
+    built-in ones; ``$service_port``, ``$sidekick_config`` and ``$state_dir`` in it are
+    filled in, and the test harness's own service, role and environment are added to it."""
+    state = base / "sidekick-state"
+    state.mkdir(parents=True, exist_ok=True)
+    (base / "homes").mkdir(exist_ok=True)
+    sk_cfg = base / "sidekick_config.py"
+    sk_cfg.write_text(textwrap.dedent("""
+        c.LocalProvider.terminate_grace = 2.0
+        c.CloudTikHub.egress_deny_networks = []   # tests reach loopback upstreams
+        c.CloudTikHub.egress_no_proxy = ""
+        c.CloudTikHub.session_check_interval = 0.5
+        # tests run clusters and jobs on this machine (production offers remote ones)
+        c.CloudTikHub.allow_local_execution = True
+    """) + sidekick_config)
+    service_url = f"http://127.0.0.1:{service_port}"
+    user_env = {
+        "CLOUDTIK_HUB_SERVICE_URL": f"{service_url}/services/cloudtik/",
+        "JUPYTER_PLATFORM_DIRS": "1",
+        "CLOUDTIK_LAUNCHER_IDLE": "3",
+    }
+    tester_role = {"name": "tester", "services": ["tester"],
+                   "scopes": ["admin:users", "tokens", "admin:servers", "read:users",
+                              "admin:groups", "access:servers"]}
+    service_env = {"CLOUDTIK_STATE_DIR": str(state), "JUPYTER_PLATFORM_DIRS": "1",
+                   "CLOUDTIK_LAUNCHER_IDLE": "3"}
+    cfg = base / "jupyterhub_config.py"
+    if hub_config:
+        own = string.Template(hub_config).safe_substitute(
+            service_port=service_port, sidekick_config=str(sk_cfg), state_dir=str(state))
+        cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env) + own
+                       + textwrap.dedent(f"""
+            # the test harness's own additions
+            c.JupyterHub.load_roles.append({tester_role!r})
+            c.JupyterHub.services.append({{"name": "tester", "api_token": {TESTER_TOKEN!r}}})
+            c.Spawner.environment = {{**{user_env!r}, **c.Spawner.environment}}
+            for _service in c.JupyterHub.services:
+                if _service["name"] == "cloudtik":
+                    _service["environment"] = {{**{service_env!r},
+                                                **_service.get("environment", {{}})}}
+        """))
+        return cfg
+    cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env)
+                   + textwrap.dedent(f"""
         c.JupyterHub.custom_scopes = {{
             "custom:cloudtik:use": {{"description": "use the cloudtik sidekick"}},
             "custom:cloudtik:admin": {{"description": "administer the cloudtik sidekick"}},
@@ -200,9 +233,7 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
             {{"name": "cloudtik-service", "services": ["cloudtik"],
               "scopes": ["read:users:groups", "read:users:name", "read:servers"]}},
             {{"name": "server", "scopes": ["inherit"]}},
-            {{"name": "tester", "services": ["tester"],
-              "scopes": ["admin:users", "tokens", "admin:servers", "read:users",
-                         "admin:groups", "access:servers"]}},
+            {tester_role!r},
         ]
         c.JupyterHub.services = [
             {{
@@ -210,9 +241,7 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
                 "url": {service_url!r},
                 "command": [sys.executable, "-m", "jupyter_cloudtik", "hub-service",
                             "--config", {str(sk_cfg)!r}],
-                "environment": {{"CLOUDTIK_STATE_DIR": {str(state)!r},
-                                 "JUPYTER_PLATFORM_DIRS": "1",
-                                 "CLOUDTIK_LAUNCHER_IDLE": "3"}},
+                "environment": {service_env!r},
                 "oauth_no_confirm": True,
                 "oauth_client_allowed_scopes": ["custom:cloudtik:use",
                                                 "custom:cloudtik:admin"],
@@ -223,11 +252,13 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
     return cfg
 
 
-def start_hub(base: Path, *, sidekick_config: str = "", timeout: float = 90) -> Hub:
+def start_hub(base: Path, *, sidekick_config: str = "", hub_config: str = "",
+              timeout: float = 90) -> Hub:
     base.mkdir(parents=True, exist_ok=True)
     ports = [free_port() for _ in range(4)]
     cfg = write_config(base, hub_port=ports[0], proxy_port=ports[1], api_port=ports[2],
-                       service_port=ports[3], sidekick_config=sidekick_config)
+                       service_port=ports[3], sidekick_config=sidekick_config,
+                       hub_config=hub_config)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JUPYTERHUB_", "CLOUDTIK_API", "HTTP_PROXY", "HTTPS_PROXY",
                                 "http_proxy", "https_proxy"))}

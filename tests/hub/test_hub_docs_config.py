@@ -1,0 +1,89 @@
+"""docs/hub.md's Set-up, as written: its ``jupyterhub_config.py``, the sidekick's config and
+its catalogue file run a real JupyterHub with the sidekick.  The test only fills in what a
+test machine must differ in (ports, folders, the installed command) and adds its own
+``tester`` service; the scopes, roles, groups-as-admins and the catalogue are the doc's.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import doc_examples
+import pytest
+
+from jupyter_cloudtik.testing.hub import start_hub
+
+SECRETS = {"HWC_AK": "ak-of-the-doc", "HWC_SK": "sk-of-the-doc",
+           "HWC_PROJECT": "project-of-the-doc", "OBS_SK": "obs-sk-of-the-doc"}
+
+
+def _hub_config() -> str:
+    text = doc_examples.block("docs/hub.md", "Set-up", 0, lang="python").text
+    command = str(Path(sys.executable).parent / "jupyter-cloudtik")
+    for old, new in (("127.0.0.1:10101", "127.0.0.1:$service_port"),
+                     ("/etc/cloudtik/sidekick.py", "$sidekick_config"),
+                     ("/var/lib/cloudtik", "$state_dir"),
+                     ('["jupyter-cloudtik",', f"[{command!r},")):
+        assert old in text, f"docs/hub.md's jupyterhub_config.py no longer has {old!r}"
+        text = text.replace(old, new)
+    # the test hub's users: admin is in the doc's admins' group
+    return text + ('c.JupyterHub.load_groups["platform"] = {"users": ["admin"]}\n'
+                   f'c.JupyterHub.services[0]["environment"].update({SECRETS!r})\n')
+
+
+def _sidekick_config(base: Path) -> str:
+    text = doc_examples.block("docs/hub.md", "Set-up", 1, lang="python").text
+    catalog = base / "catalog.yaml"
+    catalog.write_text(doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text)
+    assert "/etc/cloudtik/catalog.yaml" in text
+    return text.replace("/etc/cloudtik/catalog.yaml", str(catalog))
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    base = tmp_path_factory.mktemp("hub-docs")
+    h = start_hub(base / "hub", hub_config=_hub_config(), sidekick_config=_sidekick_config(base))
+    yield h
+    h.stop()
+
+
+def test_the_documented_hub_gives_each_user_their_share(hub):
+    api = hub.sidekick_api
+    admin, alice, bob = hub.session("admin"), hub.session("alice"), hub.session("bob")
+
+    me = admin.get(api + "hub/whoami").json()
+    assert me["admin"] is True and "platform" in me["groups"], me  # admin_groups = ["platform"]
+    me = alice.get(api + "hub/whoami").json()
+    assert me["admin"] is False and me["groups"] == ["physics"], me
+    assert me["quota"]["max_spend_per_day"] == 100  # her own row of the catalogue file
+
+    seen = {u: sorted(r["name"] for r in s.get(api + "hub/catalog").json()["resources"])
+            for u, s in (("alice", alice), ("bob", bob))}
+    assert seen == {"alice": ["cluster-a", "hwc-research", "jobgw", "physics-data", "small"],
+                    "bob": ["hwc-research", "small"]}, seen
+
+    # the catalogue's secrets came from the service's environment, and no answer shows them
+    full = admin.get(api + "hub/catalog/provider/hwc-research")
+    assert full.status_code == 200, full.text
+    assert full.json()["secrets"]["access_key"] == "<secret>"
+    for value in SECRETS.values():
+        assert value not in full.text
+    assert alice.get(api + "hub/audit").status_code == 403
+    assert admin.get(api + "hub/audit").status_code == 200
+    # the sidekick's HPC backend of the doc (an SSH login node) is what cluster-a names
+    r = alice.get(api + "hub/catalog/hpc/cluster-a")
+    assert r.status_code == 200, r.text
+
+
+def test_a_user_without_the_use_scope_is_refused(hub):
+    """The doc's roles give every user the sidekick; a token without its scope is not
+    enough (oauth_client_allowed_scopes)."""
+    r = hub.admin_request("post", "users/alice/tokens", json={"scopes": ["read:users:name!user"]})
+    assert r.status_code in (200, 201), r.text
+    token = r.json()["token"]
+    import requests
+
+    r = requests.get(hub.sidekick_api + "hub/whoami", timeout=10,
+                     headers={"Authorization": f"token {token}"})
+    assert r.status_code == 403, r.text
