@@ -26,7 +26,7 @@ from ..core.store import Store
 from ..providers.base import NodeProvider
 from .engine import PlacementError
 from .jsonfilter import compile_query
-from .model import OfferQuery, Request
+from .model import WISH_FILTERS, OfferQuery, Request
 from .reservations import Reservation, Reservations
 from .settings import Placement
 
@@ -44,8 +44,15 @@ class ClusterPlacement:
     def request_for(self, cfg: dict[str, Any], node_type: str, count: int, user: str,
                     exclude: list[str] | None = None) -> Request:
         t = cfg["available_node_types"][node_type]
-        options = {**_provider_options(cfg, t), **(cfg.get("placement") or {}),
-                   **(t.get("placement") or {})}
+        own = {**(cfg.get("placement") or {}), **(t.get("placement") or {})}
+        defaults = _provider_options(cfg, t)
+        options = {**defaults, **own}
+        if isinstance(own.get("filters"), list):
+            # the provider's own wishes (the node type's flavor, say) keep their filter
+            # when the config lists filters; the config's wishes must list theirs
+            options["filters"] = [*own["filters"], *(
+                WISH_FILTERS[k] for k in defaults if k in WISH_FILTERS and k not in own
+                and WISH_FILTERS[k] not in own["filters"])]
         res = {k: v for k, v in (t.get("resources") or {}).items()
                if k in ("CPU", "memory", "disk", "GPU")}
         try:

@@ -145,6 +145,11 @@ def _whole_fits(have: float, need: float) -> float:
     return math.inf if q > 1e15 else math.floor(q)
 
 
+# a request's option -> the filter that acts on it
+WISH_FILTERS = {"availability_zones": "availability_zone", "capabilities": "capabilities",
+                "max_price": "max_price", "query": "json"}
+
+
 @dataclass
 class Request:
     """N identical instances of one node type, with the user's placement wishes."""
@@ -217,6 +222,16 @@ class Request:
         if self.capabilities is not None and not isinstance(self.capabilities, dict):
             raise ConfigError("capabilities: must be a mapping of capability -> value",
                               field="capabilities")
+        if self.filters is not None:
+            # a wish whose filter the list leaves out would be ignored without a word
+            for option, name in WISH_FILTERS.items():
+                value = getattr(self, option)
+                if value not in (None, [], {}) and name not in self.filters:
+                    raise ConfigError(
+                        f"filters: {self.filters!r} leaves out '{name}', so {option} "
+                        f"({value!r}) would be ignored; add '{name}' to filters or leave "
+                        "filters out (the default set has every filter)",
+                        field="filters", value=self.filters)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

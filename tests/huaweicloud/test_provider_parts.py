@@ -104,3 +104,111 @@ def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     assert flavor_resources("s6.xlarge.2") == {"CPU": 4, "memory": 8 * 2**30}
     assert flavor_resources("c7.2xlarge.4") == {"CPU": 8, "memory": 32 * 2**30}
     assert flavor_resources("odd") is None
+
+
+def test_gpu_and_kunpeng_flavors_are_offers_with_their_hardware(emu):
+    """GPUs from info:gpus or pci_passthrough:alias, arm64 from ecs:instance_architecture,
+    read through the official SDK's FlavorExtraSpec (what the real ListFlavors returns)."""
+    from huaweicloudsdkecs.v2 import FlavorExtraSpec
+
+    from jupyter_cloudtik.providers.huaweicloud.offers import flavor_hardware
+
+    offers = {o.flavor: o for o in offer_set(_clients(emu)).offers}
+    v100, t4, plain = offers["p2s.2xlarge.8"], offers["pi2.2xlarge.4"], offers["s6.large.2"]
+    assert (v100.size["GPU"], v100.capabilities["gpu_model"]) == (1, "V100")
+    assert (t4.size["GPU"], t4.capabilities["gpu_model"]) == (1, "T4")  # the alias alone
+    assert plain.size["GPU"] == 0 and "gpu_model" not in plain.capabilities
+    assert v100.capabilities["performance"] == "gpu" and v100.arch == "x86_64"
+    assert "1 x V100" in v100.description
+    kunpeng = FlavorExtraSpec(ecsperformancetype="kunpeng_computing",
+                              ecsinstance_architecture="arm64")
+    assert flavor_hardware(kunpeng) == ("aarch64", 0, None)
+    two = FlavorExtraSpec(pci_passthroughalias="nvidia-a100:2,nvidia-a100:2")
+    assert flavor_hardware(two) == ("x86_64", 4, "A100")
+    vgpu = FlavorExtraSpec(pci_passthroughgpu_specs="m60_1q:virt:1")
+    assert flavor_hardware(vgpu) == ("x86_64", 1, "M60")
+    odd = FlavorExtraSpec(infogpus="not json", pci_passthroughalias="nvidia-t4:x")
+    assert flavor_hardware(odd) == ("x86_64", 1, "T4")
+
+
+def test_the_placement_options_of_docs_placement_md_against_the_emulators_offers(emu,
+                                                                                  tmp_path):
+    import doc_examples
+    import yaml
+
+    from jupyter_cloudtik.core.config import build_config
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.core.store import Store
+    from jupyter_cloudtik.placement.cluster import ClusterPlacement
+    from jupyter_cloudtik.placement.engine import Engine, PlacementError
+
+    text = doc_examples.block("docs/placement.md", "Placement options in a cluster config",
+                              lang="yaml").text
+    fragment = yaml.safe_load(text)
+
+    def config(frag):
+        return build_config({
+            "cluster_name": "gpu", "head_node_type": "head",
+            "provider": {"type": "huaweicloud", "workspace_name": "demo"},
+            "placement": frag["placement"],
+            "available_node_types": {"head": {"node_config": {"flavor": "s6.large.2"}},
+                                     "worker": {"node_config": {"flavor": "s6.large.2"}},
+                                     **frag["available_node_types"]}})
+
+    cfg = config(fragment)
+    placement = ClusterPlacement(Store(tmp_path / "state"), CloudTik(state_dir=str(tmp_path)))
+    offers = offer_set(_clients(emu), spot=True)
+    engine = Engine(placement.settings)
+
+    gpus = engine.place(offers.offers, placement.request_for(cfg, "gpu-worker", 2, "ann"),
+                        offers.pools)
+    where = [next(o for o in offers.offers if o.key == c.offer) for c in gpus.choices]
+    assert {o.flavor for o in where} == {"p2s.2xlarge.8"}  # V100; the T4 flavor is not asked
+    assert {o.availability_zone for o in where} == {"cn-north-4a", "cn-north-4b"}  # spread
+    assert all(o.spot for o in where)  # prefer_spot, and spot is cheaper
+
+    workers = engine.place(offers.offers, placement.request_for(cfg, "worker", 2, "ann"),
+                           offers.pools)
+    picked = [next(o for o in offers.offers if o.key == c.offer) for c in workers.choices]
+    assert {o.flavor for o in picked} == {"s6.large.2"}
+    assert all(o.price_per_hour <= 0.5 and o.availability_zone != "cn-north-4c"
+               for o in picked)
+
+    # a GPU no flavor has: refused, naming the filter and what it saw
+    wants_h100 = yaml.safe_load(text)
+    wants_h100["available_node_types"]["gpu-worker"]["placement"]["capabilities"] = {
+        "gpu_model": ["H100"]}
+    with pytest.raises(PlacementError) as info:
+        engine.place(offers.offers,
+                     placement.request_for(config(wants_h100), "gpu-worker", 1, "ann"),
+                     offers.pools)
+    assert "filter 'capabilities' eliminated" in info.value.message
+    assert "wanted ['H100']" in info.value.message and "Nothing was reserved" in info.value.message
+
+    # a filters list without the filter an option needs is refused, not ignored
+    no_filter = yaml.safe_load(text)
+    no_filter["placement"]["filters"].remove("capabilities")
+    with pytest.raises(ConfigError) as info:
+        placement.request_for(config(no_filter), "gpu-worker", 1, "ann")
+    assert info.value.field == "placement.filters"
+    assert "'capabilities'" in info.value.message and "gpu_model" in info.value.message
+
+
+def test_a_filters_list_keeps_the_providers_own_flavor_pin(emu, tmp_path):
+    """`filters: [max_price]` in a Huawei config: the node type's flavor (the provider's
+    capabilities wish) still holds; only the config's own wishes must list their filter."""
+    from jupyter_cloudtik.core.config import build_config
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.core.store import Store
+    from jupyter_cloudtik.placement.cluster import ClusterPlacement
+
+    cfg = build_config({
+        "cluster_name": "pinned", "head_node_type": "head",
+        "provider": {"type": "huaweicloud", "workspace_name": "demo"},
+        "placement": {"filters": ["max_price"], "max_price": 1.0},
+        "available_node_types": {"head": {"node_config": {"flavor": "s6.large.2"}},
+                                 "worker": {"node_config": {"flavor": "c7.xlarge.2"}}}})
+    placement = ClusterPlacement(Store(tmp_path / "state"), CloudTik(state_dir=str(tmp_path)))
+    req = placement.request_for(cfg, "worker", 1, "ann")
+    assert req.filters == ["max_price", "capabilities"]
+    assert req.capabilities == {"flavor": "c7.xlarge.2"}

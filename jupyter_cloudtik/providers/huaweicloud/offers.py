@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 DEFAULT_PRICES = {
     "s6.small.1": 0.012, "s6.medium.2": 0.024, "s6.large.2": 0.048, "s6.xlarge.2": 0.096,
     "s6.2xlarge.2": 0.192, "c7.large.2": 0.066, "c7.xlarge.2": 0.132, "c7.2xlarge.4": 0.352,
-    "m7.xlarge.8": 0.268,
+    "m7.xlarge.8": 0.268, "p2s.2xlarge.8": 2.4, "pi2.2xlarge.4": 0.95, "kc1.xlarge.4": 0.11,
 }
 SPOT_DISCOUNT = 0.3  # spot servers cost about this fraction of on-demand ones
 
@@ -37,6 +37,60 @@ def flavor_resources(flavor: str) -> dict[str, int] | None:
     size, mult, ratio = m.group(1), m.group(2), int(m.group(3))
     vcpus = {"small": 1, "medium": 1, "large": 2, "xlarge": 4}.get(size) or 4 * int(mult)
     return {"CPU": vcpus, "memory": vcpus * ratio * 2**30}
+
+
+_VENDOR_WORDS = {"nvidia", "tesla", "huawei", "amd"}
+
+
+def gpu_model(name: str) -> str:
+    """'nvidia-a100' / 'NVIDIA Tesla V100-PCIE-32GB' / 'm60_1q' -> 'A100' / 'V100' / 'M60':
+    the model word a ``capabilities: {gpu_model: [...]}`` request names."""
+    words = [w for w in re.split(r"[\s_\-]+", name.strip()) if w]
+    words = [w for w in words if w.lower() not in _VENDOR_WORDS] or words
+    return words[0].upper() if words else ""
+
+
+def flavor_hardware(specs: Any) -> tuple[str, int, str | None]:
+    """(arch, GPU count, GPU model) of a flavor, from its ``os_extra_specs``.
+
+    The ECS API reference (Data Structure for Querying Details About Specifications) and
+    huaweicloudsdkecs' ``FlavorExtraSpec``: ``ecs:instance_architecture`` is returned only
+    for Kunpeng flavors, as ``arm64``; GPUs are in ``info:gpus`` (JSON: name, memory_mb,
+    count), on older flavors in ``pci_passthrough:alias`` ("nvidia-p100:1",
+    "PCI device name:quantity", comma separated) or ``pci_passthrough:gpu_specs``
+    ("m60:direct_graphics:1")."""
+    import json
+
+    if specs is None:
+        return "x86_64", 0, None
+    arch_word = (getattr(specs, "ecsinstance_architecture", None) or "").lower()
+    performance = (getattr(specs, "ecsperformancetype", None) or "").lower()
+    arch = "aarch64" if arch_word in ("arm64", "aarch64") or \
+        performance.startswith("kunpeng") else "x86_64"
+    devices: list[tuple[str, int]] = []
+    listed: Any = getattr(specs, "infogpus", None) or []
+    if isinstance(listed, str):
+        try:
+            listed = json.loads(listed)
+        except ValueError:
+            listed = []
+    for g in listed if isinstance(listed, list) else []:
+        if isinstance(g, dict) and isinstance(g.get("name"), str):
+            count = g.get("count", 1)
+            devices.append((g["name"], count if isinstance(count, int) and count > 0 else 1))
+    if not devices:
+        for part in (getattr(specs, "pci_passthroughalias", None) or "").split(","):
+            name, _, count = part.strip().partition(":")
+            if name:
+                devices.append((name, int(count) if count.isdigit() and int(count) else 1))
+    if not devices:
+        spec = getattr(specs, "pci_passthroughgpu_specs", None) or ""
+        fields = spec.split(":")
+        if fields[0]:
+            last = fields[-1] if len(fields) > 1 else "1"
+            devices.append((fields[0], int(last) if last.isdigit() and int(last) else 1))
+    count = sum(c for _, c in devices)
+    return arch, count, gpu_model(devices[0][0]) if devices else None
 
 
 def zone_status(spec: str | None) -> dict[str, str]:
@@ -103,6 +157,10 @@ def offer_set(clients: Clients, prices: dict[str, float] | None = None,
         vcpus, ram_mib = int(f.vcpus), int(f.ram)
         specs = f.os_extra_specs
         known = f.id in table
+        arch, gpus, model = flavor_hardware(specs)
+        capabilities = {"performance": getattr(specs, "ecsperformancetype", None) or "normal"}
+        if model:
+            capabilities["gpu_model"] = model
         base_price = table[f.id] if known else estimated_price(vcpus, ram_mib)
         for market in ((False, True) if spot else (False,)):
             key_spec = "condspotoperationaz" if market else "condoperationaz"
@@ -116,12 +174,12 @@ def offer_set(clients: Clients, prices: dict[str, float] | None = None,
                                                                        else ""),
                     provider="huaweicloud", region=clients.region, availability_zone=z,
                     flavor=f.id, spot=market, price_per_hour=price, currency=currency,
-                    size={"CPU": vcpus, "memory": ram_mib * 2**20, "GPU": 0},
-                    pool=pool_name,
-                    capabilities={"performance": getattr(specs, "ecsperformancetype", None)
-                                  or "normal"},
+                    size={"CPU": vcpus, "memory": ram_mib * 2**20, "GPU": gpus},
+                    arch=arch, pool=pool_name, capabilities=dict(capabilities),
                     node_config={"flavor": f.id, "availability_zone": z,
                                  "market_type": "spot" if market else None},
-                    description=f"{f.id} ({vcpus} vCPU, {ram_mib // 1024} GiB) in {z}"
+                    description=f"{f.id} ({vcpus} vCPU, {ram_mib // 1024} GiB"
+                                + (f", {gpus} x {model}" if model else "")
+                                + (", aarch64" if arch == "aarch64" else "") + f") in {z}"
                                 + ("" if known else "; price estimated")))
     return out

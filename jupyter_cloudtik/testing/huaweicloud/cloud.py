@@ -60,7 +60,22 @@ FLAVORS = [
     ("s6.small.1", 1, 1024), ("s6.medium.2", 1, 2048), ("s6.large.2", 2, 4096),
     ("s6.xlarge.2", 4, 8192), ("s6.2xlarge.2", 8, 16384), ("c7.large.2", 2, 4096),
     ("c7.xlarge.2", 4, 8192), ("c7.2xlarge.4", 8, 32768), ("m7.xlarge.8", 4, 32768),
+    # GPU-accelerated (ecs:performancetype gpu): P2s with one NVIDIA V100, Pi2 with one T4
+    ("p2s.2xlarge.8", 8, 65536), ("pi2.2xlarge.4", 8, 32768),
 ]
+# The GPU flavors' own os_extra_specs, as ListFlavors shows them (ECS API reference, "Data
+# Structure for Querying Details About Specifications"; huaweicloudsdkecs FlavorExtraSpec):
+# newer flavors list GPUs in info:gpus (JSON: name, memory_mb, count), older ones only in
+# pci_passthrough:alias ("PCI device name:quantity").  No Kunpeng (arm64) flavor: the
+# emulated servers boot this machine's x86 image.
+FLAVOR_SPECS = {
+    "p2s.2xlarge.8": {"ecs:performancetype": "gpu", "pci_passthrough:enable_gpu": "true",
+                      "pci_passthrough:alias": "nvidia-v100-pcie-32gb:1",
+                      "info:gpus": '[{"name": "nvidia-v100-pcie-32gb", "memory_mb": 32768, '
+                                   '"count": 1, "alias_prefix": "nvidia-v100"}]'},
+    "pi2.2xlarge.4": {"ecs:performancetype": "gpu", "pci_passthrough:enable_gpu": "true",
+                      "pci_passthrough:alias": "nvidia-t4:1"},
+}
 
 IMAGES = [
     ("Ubuntu 18.04 server 64bit", "Ubuntu", "Ubuntu 18.04 server 64bit", "2021-03-01T00:00:00Z"),
@@ -1196,7 +1211,8 @@ class Cloud:
                                            "cond:operation:az": az,
                                            "cond:spot:operation:az": az,
                                            "ecs:performancetype": "normal",
-                                           "ecs:virtualization_env_types": "CloudCompute"}})
+                                           "ecs:virtualization_env_types": "CloudCompute",
+                                           **FLAVOR_SPECS.get(fid, {})}})
         return 200, {"flavors": out}
 
     def nova_list_availability_zones(self, call: Call):
