@@ -212,3 +212,35 @@ def test_a_filters_list_keeps_the_providers_own_flavor_pin(emu, tmp_path):
     req = placement.request_for(cfg, "worker", 1, "ann")
     assert req.filters == ["max_price", "capabilities"]
     assert req.capabilities == {"flavor": "c7.xlarge.2"}
+
+
+def test_the_full_cluster_config_of_docs_huaweicloud_md_is_valid_and_placeable(emu, tmp_path):
+    """docs/huaweicloud.md's config for a real account, as written: every option passes
+    the schema, and its 4 c7.xlarge.2 workers and s6.large.2 head place on the emulator's
+    offers in the zone it names, at its own price table.  (A real `up` of it needs an
+    image id and key pair of an account; tests/huaweicloud run `up` with the emulator's.)"""
+    import doc_examples
+    import yaml
+
+    from jupyter_cloudtik.core.config import build_config
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.core.store import Store
+    from jupyter_cloudtik.placement.cluster import ClusterPlacement
+    from jupyter_cloudtik.placement.engine import Engine
+
+    text = doc_examples.block("docs/huaweicloud.md", "Clusters", 0, lang="yaml").text
+    cfg = build_config(yaml.safe_load(text))
+    worker = cfg["available_node_types"]["worker"]
+    assert (worker["min_workers"], worker["max_workers"]) == (4, 50)
+    assert worker["resources"]["CPU"] == 4  # from the flavor's name
+    placement = ClusterPlacement(Store(tmp_path / "state"), CloudTik(state_dir=str(tmp_path)))
+    engine = Engine(placement.settings)
+    offers = offer_set(_clients(emu), prices=cfg["provider"]["prices"])
+    for node_type, count, flavor, price in (("head", 1, "s6.large.2", 0.05),
+                                            ("worker", 4, "c7.xlarge.2", 0.132)):
+        plan = engine.place(offers.offers, placement.request_for(cfg, node_type, count, "ann"),
+                            offers.pools)
+        got = [next(o for o in offers.offers if o.key == c.offer) for c in plan.choices]
+        assert [(o.flavor, o.price_per_hour) for o in got] == [(flavor, price)] * count
+        if node_type == "worker":
+            assert {o.availability_zone for o in got} == {"cn-north-4a"}
