@@ -28,6 +28,7 @@ declare -A PACKAGES=(
   [debootstrap]=/usr/sbin/debootstrap
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
+  [curl]=/usr/bin/curl                  # the docs' curl examples are run as written
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
   [npm]=/usr/bin/npm                    # configurable-http-proxy for the JupyterHub tests
   # realistic emulated servers (tests -m realistic): network namespaces, veth pairs and

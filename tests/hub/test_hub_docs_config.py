@@ -87,3 +87,74 @@ def test_a_user_without_the_use_scope_is_refused(hub):
     r = requests.get(hub.sidekick_api + "hub/whoami", timeout=10,
                      headers={"Authorization": f"token {token}"})
     assert r.status_code == 403, r.text
+
+
+def test_the_job_gateway_of_docs_hub_sidekicks_md_from_a_session(hub):
+    """docs/hub-sidekicks.md's curl session against the doc hub's `jobgw`, with a session's
+    environment (the doc config's CLOUDTIK_HUB_SERVICE_URL, the user's token).  The
+    example's job id stands for a job of this test's; every answer is JSON, none an error
+    page of the hub or the proxy."""
+    import json
+    import os
+    import time
+
+    api, alice = hub.sidekick_api, hub.session("alice")
+    hub.start_server("alice")  # side-kicks live as long as their user's session
+    try:
+        r = alice.post(api + "hub/sidekicks/jobgw")
+        assert r.status_code == 201 and r.json()["state"] == "running", r.text
+        gw = hub.service_url + "sidekicks/alice/jobgw/"
+        r = alice.post(gw + "jobs", json={"command": ["sleep", "60"]})
+        assert r.status_code == 201, r.text
+        job = r.json()["id"]
+        import nbformat  # the example's notebook, in the side-kick's folder (its root)
+
+        nb = nbformat.v4.new_notebook(metadata={
+            "kernelspec": {"name": "python3", "display_name": "Python 3",
+                           "language": "python"},
+            "language_info": {"name": "python"}})
+        nb.cells = [nbformat.v4.new_code_cell("n = 1", metadata={"tags": ["parameters"]}),
+                    nbformat.v4.new_code_cell("print(n * 14)")]
+        nbformat.write(nb, hub.state_dir / "hub" / "sidekicks" / "alice" / "jobgw" /
+                       "analysis.ipynb")
+
+        b = doc_examples.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)",
+                               lang="bash")
+        assert b.text.count("3f2a9c1e") >= 4
+        text = b.text.replace("3f2a9c1e", job).replace(
+            "curl -sH", "curl -w '\\n%{http_code}\\n' -sH")
+        env = {**os.environ, "JUPYTERHUB_USER": "alice",
+               "CLOUDTIK_HUB_SERVICE_URL": hub.service_url,
+               "JUPYTERHUB_API_TOKEN": hub.token("alice")}
+        out = doc_examples.bash(b, hub.base, env, timeout=120, text=text)
+        lines = out.splitlines()
+        answers = [(int(lines[i + 1]), lines[i]) for i in range(0, len(lines) - 1, 2)]
+        assert len(answers) == 9, out
+        bodies = [json.loads(body) for _, body in answers]  # all JSON
+        codes = [code for code, _ in answers]
+        assert codes[0] == 201 and bodies[0]["backend"] == "local", answers[0]
+        # another backend: this hub's gateway has none called arc, and says so
+        assert codes[1] == 400 and bodies[1]["field"] == "backend", answers[1]
+        assert "configured: dask, local" in bodies[1]["message"]
+        assert codes[2] == 201 and bodies[2]["state"] in ("queued", "running"), answers[2]
+        assert codes[3:] == [200, 200, 200, 200, 200, 200], answers
+        assert bodies[3]["id"] == job and "state" in bodies[3]
+        assert {"text", "offset", "eof", "done"} <= set(bodies[5])
+        ids = {j["id"] for j in bodies[7]["jobs"]}
+        assert {job, bodies[0]["id"]} <= ids
+        assert "local" in json.dumps(bodies[8])
+        deadline = time.monotonic() + 30
+        while alice.get(gw + f"jobs/{job}", params={"refresh": "1"}).json()["state"] != \
+                "cancelled":
+            assert time.monotonic() < deadline, "the DELETE did not cancel the job"
+            time.sleep(0.3)
+        deadline = time.monotonic() + 90  # the notebook ran with the example's n = 3
+        while (nb_job := alice.get(gw + f"jobs/{bodies[2]['id']}",
+                                   params={"refresh": "1"}).json())["state"] in (
+                "queued", "running"):
+            assert time.monotonic() < deadline, nb_job
+            time.sleep(0.5)
+        logs = alice.get(gw + f"jobs/{bodies[2]['id']}/logs").json()
+        assert nb_job["state"] == "succeeded", (nb_job, logs)
+    finally:
+        hub.stop_server("alice")
