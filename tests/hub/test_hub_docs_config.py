@@ -154,6 +154,11 @@ def test_the_job_gateway_of_docs_hub_sidekicks_md_from_a_session(hub):
                 "queued", "running"):
             assert time.monotonic() < deadline, nb_job
             time.sleep(0.5)
+        # docs/hub.md: the side-kick from the command line of the same session
+        cli = doc_examples.block("docs/hub.md", "API", lang="bash")
+        out = doc_examples.bash(cli, hub.base, {**env, "PATH": f"{Path(sys.executable).parent}"
+                                                f":{os.environ['PATH']}"}, timeout=120)
+        assert "jobgw" in out and "jobgw: running" in out, out
         logs = alice.get(gw + f"jobs/{bodies[2]['id']}/logs").json()
         assert nb_job["state"] == "succeeded", (nb_job, logs)
     finally:
