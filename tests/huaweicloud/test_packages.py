@@ -223,3 +223,41 @@ def test_sync_env_option_of_the_magic_and_the_cli():
     assert with_runtime(cfg, None) is cfg
     assert with_runtime(None, "spark", sync_env=True) == {
         "runtime": {"types": ["spark"], "sync_env": True}}
+
+
+def test_the_runtime_section_of_docs_huaweicloud_md(hwc, core, ws, tmp_path, monkeypatch):
+    """The doc's `runtime:` block as written, from a folder that has ./mypkg: six and toolz
+    pinned to the client's versions, mypkg built here; the head has all three."""
+    import importlib.metadata
+
+    import doc_examples
+    import yaml
+
+    from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
+
+    block = doc_examples.block("docs/huaweicloud.md",
+                               "Packages the nodes need: `runtime.pip` and `--sync-env`",
+                               lang="yaml")
+    _project(tmp_path, "mypkg", "1.0.0")
+    monkeypatch.chdir(tmp_path)
+    config = {**cluster_config("docpk", ws, workers=0), **yaml.safe_load(block.text)}
+    core.run(core.clusters.up(config))
+    try:
+        _, connect = core.clusters.connect_info("docpk")
+        client = HuaweiCloudNodeProvider.make_client(connect, timeout=20)
+        try:
+            def versions():
+                import importlib.metadata as md
+
+                import mypkg
+
+                return (md.version("six"), md.version("toolz"), md.version("mypkg"),
+                        mypkg.ANSWER)
+
+            got = client.run_on_scheduler(versions)
+        finally:
+            client.close()
+        assert got == (importlib.metadata.version("six"), importlib.metadata.version("toolz"),
+                       "1.0.0", 42)
+    finally:
+        core.run(core.clusters.down("docpk"))
