@@ -65,3 +65,33 @@ def running_kernel(server, path: str) -> Iterator[RunningKernel]:
         client.stop_channels()
         server.session.delete(server.url + f"api/sessions/{session['id']}",
                               headers=server.headers(), timeout=60)
+
+
+@contextlib.contextmanager
+def kernel_api_token(server, timeout: float = 30) -> Iterator[str]:
+    """The ``CLOUDTIK_API_TOKEN`` a kernel of ``server`` finds in its environment (read
+    from the kernel process, as code in it would), while that kernel runs."""
+    import psutil
+    import requests
+
+    r = requests.post(server.url + "api/kernels", headers=server.headers(),
+                      json={"name": "python3"}, timeout=30)
+    assert r.status_code == 201, r.text
+    kid = r.json()["id"]
+    try:
+        deadline = time.monotonic() + timeout
+        token = None
+        while token is None and time.monotonic() < deadline:
+            for p in psutil.process_iter(["cmdline", "environ"]):
+                if kid in " ".join(p.info["cmdline"] or []):
+                    token = (p.info["environ"] or {}).get("CLOUDTIK_API_TOKEN") or None
+                    if token:
+                        break
+            else:
+                time.sleep(0.2)
+        if token is None:
+            raise AssertionError(f"no process of kernel {kid} with CLOUDTIK_API_TOKEN")
+        yield token
+    finally:
+        requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),
+                        timeout=30)

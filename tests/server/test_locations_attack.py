@@ -18,7 +18,6 @@ import uuid
 from pathlib import Path
 from urllib.parse import quote
 
-import psutil
 import pytest
 import requests
 
@@ -27,6 +26,7 @@ from jupyter_cloudtik.core.locations import InProcess, ServerRoot, resolve
 from jupyter_cloudtik.storage.servers import start_server
 
 from .conftest import _start_server, _stop
+from .kernels import kernel_api_token
 
 CANARY = f"CANARY-{uuid.uuid4().hex}"
 MAX_STAGE = 4096
@@ -288,22 +288,8 @@ def test_kernel_token_cannot_become_the_server_token(env):
 
 def _kernel_token(srv) -> str:
     """The kernel token, as a kernel of this server sees it in its environment."""
-    r = requests.post(srv.url + "api/kernels", headers=srv.headers(),
-                      json={"name": "python3"}, timeout=30)
-    assert r.status_code == 201, r.text
-    kid = r.json()["id"]
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for p in psutil.process_iter(["cmdline", "environ"]):
-                if kid in " ".join(p.info["cmdline"] or []):
-                    token = (p.info["environ"] or {}).get("CLOUDTIK_API_TOKEN")
-                    if token:
-                        return token
-            time.sleep(0.2)
-        raise AssertionError("kernel not found")
-    finally:
-        requests.delete(srv.url + f"api/kernels/{kid}", headers=srv.headers(), timeout=30)
+    with kernel_api_token(srv) as token:
+        return token
 
 
 def test_policies_outside_a_server(tmp_path):

@@ -20,6 +20,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from jupyter_cloudtik.server import openapi
 from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
 
+from .kernels import kernel_api_token
+
 MAX_EXAMPLES = 15
 OPERATIONS = [(method.upper(), path) for path, item in openapi.spec()["paths"].items()
               for method in item if method in ("get", "post", "put", "patch", "delete")]
@@ -86,29 +88,8 @@ GOOD_BODIES = {
 @pytest.fixture(scope="module")
 def kernel_token(guarded):
     """The kernel token, as a kernel of this server gets it in its environment."""
-    import time
-
-    import psutil
-    import requests
-
-    r = requests.post(guarded.url + "api/kernels", headers=guarded.headers(),
-                      json={"name": "python3"}, timeout=30)
-    assert r.status_code == 201, r.text
-    kid = r.json()["id"]
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            for p in psutil.process_iter(["cmdline", "environ"]):
-                if kid in " ".join(p.info["cmdline"] or []):
-                    token = (p.info["environ"] or {}).get("CLOUDTIK_API_TOKEN")
-                    if token:
-                        yield token
-                        return
-            time.sleep(0.2)
-        raise AssertionError("no kernel process with CLOUDTIK_API_TOKEN")
-    finally:
-        requests.delete(guarded.url + f"api/kernels/{kid}", headers=guarded.headers(),
-                        timeout=30)
+    with kernel_api_token(guarded) as token:
+        yield token
 
 
 def test_stateful_workflows_are_attacked_and_hold(guarded, kernel_token):
