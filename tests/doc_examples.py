@@ -158,22 +158,16 @@ def ran() -> dict[tuple[str, int], str]:
     return dict(_RAN)
 
 
-def save_ran(path: Path) -> None:
-    """This process's record (a pytest-xdist worker's share), for the controller."""
-    import json
-
-    path.write_text(json.dumps([[d, i, by] for (d, i), by in _RAN.items()]))
+def ran_records() -> list[list]:
+    """This process's record as JSON-able rows (a pytest-xdist worker's share)."""
+    return [[d, i, by] for (d, i), by in _RAN.items()]
 
 
-def load_ran(folder: Path) -> int:
-    """Merge the workers' records of ``folder`` into this process's; how many were read."""
-    import json
-
-    files = sorted(folder.glob("ran-*.json"))
-    for f in files:
-        for d, i, by in json.loads(f.read_text()):
-            _RAN.setdefault((d, i), by)
-    return len(files)
+def merge_ran(rows: list[list]) -> int:
+    """Merge a worker's ``ran_records()`` into this process's; how many rows it had."""
+    for d, i, by in rows:
+        _RAN.setdefault((d, i), by)
+    return len(rows)
 
 
 def not_run() -> list[Block]:
