@@ -1,0 +1,417 @@
+"""Crashes lose nothing: the Jupyter server is SIGKILLed at a random moment while clusters
+go up and down, storages copy, notebook jobs are submitted and a storage mounts; after each
+restart on the same state folder the next `up`/`down`/copy/mount or job poll finishes the
+work.  At the end, over all rounds: orphaned processes, leaked mounts, lost or duplicated
+jobs (and job runs), clusters with more or fewer nodes than asked, state that does not read
+back and operations left active must all be 0.
+
+Seeded: the seed is printed and named in every failure; ``CLOUDTIK_CHAOS_SEED=N`` replays
+it, ``CLOUDTIK_CHAOS_ROUNDS=N`` runs more rounds (docs/security.md, "Crash chaos").
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from jupyter_cloudtik.providers.local.processes import find_marked_processes
+from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
+from jupyter_cloudtik.storage.servers import start_server
+from jupyter_cloudtik.testing.processes import cloudtik_processes, kill_all
+
+from .conftest import (
+    ChaosServer,
+    call,
+    cli_list,
+    describe,
+    fuse_mounts_under,
+    rounds,
+    seeded,
+    state_corruption,
+    wait_no_processes,
+    wait_operation,
+)
+
+pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+
+STORAGE = "chaos_s3"
+MAX_CLUSTERS = 2  # alive at once: two Dask clusters are what 2 cores carry beside a job
+ATTEMPTS = 4  # repeats of one intent before it counts as stuck
+
+
+def _nb(*cells) -> dict:
+    return {"nbformat": 4, "nbformat_minor": 5,
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                        "language": "python"}},
+            "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {"tags": tags},
+                       "execution_count": None, "outputs": [], "source": src}
+                      for i, (src, tags) in enumerate(cells)]}
+
+
+# every run of the job appends a line to runs/<tag>: two lines are a job that ran twice
+JOB = _nb(("tag = ''\nfactor = 1\nruns = ''", ["parameters"]),
+          ("import os, time\n"
+           "with open(os.path.join(runs, tag), 'a') as f:\n"
+           "    f.write(f'{os.getpid()}\\n')\n"
+           "time.sleep(0.5)\n"
+           "open('result.txt', 'w').write(str(factor * 7))", []))
+
+
+@dataclass
+class World:
+    """What the test asked for; the end state must match it."""
+
+    clusters: dict[str, str] = field(default_factory=dict)  # name -> running | stopped
+    jobs: dict[str, int] = field(default_factory=dict)  # tag -> factor
+    job_ids: dict[str, set[str]] = field(default_factory=dict)  # tag -> ids answered to us
+    copies: list[str] = field(default_factory=list)  # destination folders (root-relative)
+    copy_ops: dict[str, str | None] = field(default_factory=dict)
+    mount_wanted: bool = False
+    stuck: list[str] = field(default_factory=list)  # intents that never completed
+    errors: list[str] = field(default_factory=list)  # 5xx and other wrong answers
+    kills: list[str] = field(default_factory=list)
+    mismatch: list[str] = field(default_factory=list)  # clusters unlike what was asked
+
+
+class Chaos:
+    def __init__(self, base: Path, s3, seed: int, rng) -> None:
+        self.base, self.s3, self.seed, self.rng = base, s3, seed, rng
+        self.srv = ChaosServer(base / "srv")
+        self.world = World()
+        self.round = 0
+
+    @property
+    def api(self):
+        return self.srv.server
+
+    # intents: one request each, its answer may never come ---------------------------------
+    def up(self, name: str) -> None:
+        self.world.clusters[name] = "running"
+        self._expect(call(self.api, "POST", "clusters", json={"name": name, "workers": 1}),
+                     f"up {name}", (202,))
+
+    def down(self, name: str) -> None:
+        self.world.clusters[name] = "stopped"
+        self._expect(call(self.api, "DELETE", f"clusters/{name}"), f"down {name}",
+                     (202, 404))
+
+    def copy(self) -> None:
+        dst = f"copies/r{self.round}-{len(self.world.copies)}"
+        self.world.copies.append(dst)
+        r = call(self.api, "POST", "storage-transfers", json={"src": f"{STORAGE}:",
+                                                              "dst": dst})
+        self._expect(r, f"copy to {dst}", (202,))
+        self.world.copy_ops[dst] = r.json()["operation"]["id"] \
+            if r is not None and r.status_code == 202 else None
+
+    def job(self) -> None:
+        tag = f"r{self.round}j{len(self.world.jobs)}"
+        factor = self.rng.randint(2, 99)
+        self.world.jobs[tag] = factor
+        self.world.job_ids[tag] = set()
+        self._submit(tag, factor)
+
+    def _submit(self, tag: str, factor: int) -> None:
+        r = call(self.api, "POST", "jobs", json={
+            "notebook": "chaos/job.ipynb", "time": "5m",
+            "parameters": {"tag": tag, "factor": factor,
+                           "runs": str(self.srv.root / "runs")}})
+        self._expect(r, f"job {tag}", (202,))
+        if r is not None and r.status_code == 202:
+            self.world.job_ids[tag].add(r.json()["job"]["id"])
+
+    def toggle_mount(self) -> None:
+        self.world.mount_wanted = not self.world.mount_wanted
+        if self.world.mount_wanted:
+            r = call(self.api, "POST", f"storages/{STORAGE}/mount", json={})
+        else:
+            r = call(self.api, "DELETE", f"storages/{STORAGE}/mount")
+        self._expect(r, "mount" if self.world.mount_wanted else "unmount", (202, 200))
+
+    def _expect(self, r, what: str, ok: tuple[int, ...]) -> None:
+        if r is not None and r.status_code not in ok and r.status_code != 409:
+            self.world.errors.append(f"round {self.round} {what}: {r.status_code} {r.text}")
+
+    # one round ------------------------------------------------------------------------------
+    def play_round(self) -> None:
+        self.round += 1
+        rng = self.rng
+        live = [n for n, s in self.world.clusters.items() if s == "running"]
+        choices = ["copy", "job"]
+        if len(live) < MAX_CLUSTERS:
+            choices.append("up")
+        if live:
+            choices.append("down")
+        if fuse_problem() is None:
+            choices.append("mount")
+        picked = rng.sample(choices, rng.randint(1, len(choices)))
+        delay = rng.uniform(0.0, 3.0)
+        group = rng.random() < 0.5
+        self.world.kills.append(f"round {self.round}: {picked}, SIGKILL of the server "
+                                f"{'group' if group else 'process'} after {delay:.2f}s")
+        killer = threading.Timer(delay, self.srv.kill, (group,))
+        killer.start()
+        for op in picked:
+            if op == "up":
+                self.up(f"c{self.round}")
+            elif op == "down":
+                self.down(rng.choice(live))
+            elif op == "copy":
+                self.copy()
+            elif op == "job":
+                self.job()
+            else:
+                self.toggle_mount()
+        killer.join()
+        self.srv.restart()
+        self.finish()
+
+    # after the restart: the next request finishes the work --------------------------------
+    def finish(self) -> None:
+        for name, wanted in self.world.clusters.items():
+            self.converge_cluster(name, wanted)
+        for dst in self.world.copies:
+            self.converge_copy(dst)
+        for tag in self.world.jobs:
+            self.converge_job(tag)
+        if fuse_problem() is None:
+            self.converge_mount()
+
+    def _repeat(self, what: str, send) -> bool:
+        """Send the intent again until its operation succeeds (at most ATTEMPTS times)."""
+        last = ""
+        for _ in range(ATTEMPTS):
+            r = send()
+            if r is None:
+                raise AssertionError(f"the server died outside the chaos: {what}")
+            if r.status_code == 409:  # an operation of the same target still ends
+                last = r.text
+                time.sleep(0.5)
+                continue
+            if r.status_code == 404 and what.startswith("down"):
+                return True  # the up it undoes never recorded the cluster
+            if r.status_code not in (200, 202):
+                self.world.errors.append(f"round {self.round} {what}: {r.status_code} "
+                                         f"{r.text}")
+                return False
+            body = r.json()
+            op = wait_operation(self.api, body["operation"]["id"]) if "operation" in body \
+                else {"state": "succeeded"}
+            if op["state"] == "succeeded":
+                return True
+            last = f"{op['state']}: {op.get('reason')}"
+        self.world.stuck.append(f"round {self.round} {what}: {last}")
+        return False
+
+    def converge_cluster(self, name: str, wanted: str) -> None:
+        if wanted == "running":
+            ok = self._repeat(f"up {name}", lambda: call(
+                self.api, "POST", "clusters", json={"name": name, "workers": 1}))
+        else:
+            ok = self._repeat(f"down {name}", lambda: call(self.api, "DELETE",
+                                                           f"clusters/{name}"))
+        if not ok:
+            return
+        # a head and one worker, each once: no node lost, none started twice
+        nodes = sorted(set(find_marked_processes(self.srv.state_dir, name).values()))
+        kinds = sorted(n.split("-")[-2] for n in nodes)
+        r = call(self.api, "GET", f"clusters/{name}", params={"refresh": "true"})
+        state = r.json().get("state") if r is not None and r.status_code == 200 else None
+        if wanted == "running" and (kinds != ["head", "worker"] or state != "running"):
+            self.world.mismatch.append(f"round {self.round} {name}: {state}, nodes {nodes}")
+        if wanted == "stopped" and nodes:
+            self.world.mismatch.append(f"round {self.round} {name}: stopped, nodes {nodes}")
+
+    def converge_copy(self, dst: str) -> None:
+        op_id = self.world.copy_ops.get(dst)
+        if op_id is not None:
+            op = wait_operation(self.api, op_id)
+            if op["state"] == "succeeded":
+                return
+        if self._repeat(f"copy to {dst}", lambda: call(
+                self.api, "POST", "storage-transfers",
+                json={"src": f"{STORAGE}:", "dst": dst})):
+            self.world.copy_ops[dst] = None
+
+    def jobs_by_tag(self) -> dict[str, list[dict]]:
+        r = call(self.api, "GET", "jobs", params={"limit": 1000})
+        assert r is not None and r.status_code == 200, r and r.text
+        out: dict[str, list[dict]] = {}
+        for j in r.json()["jobs"]:
+            out.setdefault(j["parameters"].get("tag"), []).append(j)
+        return out
+
+    def converge_job(self, tag: str) -> None:
+        found = self.jobs_by_tag().get(tag, [])
+        if not found and not self.world.job_ids[tag]:
+            self._submit(tag, self.world.jobs[tag])  # its POST had no answer: a client retries
+            found = self.jobs_by_tag().get(tag, [])
+        for job in found:
+            deadline = time.monotonic() + 90
+            while job["state"] not in ("succeeded", "failed", "cancelled"):
+                if time.monotonic() > deadline:
+                    self.world.stuck.append(f"round {self.round} job {tag}: {job['state']}")
+                    break
+                time.sleep(0.3)
+                r = call(self.api, "GET", f"jobs/{job['id']}", params={"refresh": "true"})
+                assert r is not None and r.status_code == 200, (r and r.text)
+                job = r.json()
+
+    def storage(self) -> dict:
+        r = call(self.api, "GET", f"storages/{STORAGE}")
+        assert r is not None and r.status_code == 200, r and r.text
+        return r.json()
+
+    def mount_state(self) -> str | None:
+        return (self.storage().get("mount") or {}).get("state")
+
+    def converge_mount(self) -> None:
+        deadline = time.monotonic() + 30  # a mount or unmount the server started goes on
+        while self.mount_state() not in (None, "mounted", "failed", "stopped") \
+                and time.monotonic() < deadline:
+            time.sleep(0.2)
+        state = self.mount_state()
+        if (state == "mounted") == self.world.mount_wanted:
+            pass
+        elif self.world.mount_wanted:
+            self._repeat("mount", lambda: call(self.api, "POST",
+                                               f"storages/{STORAGE}/mount", json={}))
+        else:
+            self._repeat("unmount", lambda: call(self.api, "DELETE",
+                                                 f"storages/{STORAGE}/mount"))
+        path = self.storage()["mount_path"]
+        if self.world.mount_wanted:
+            if mount_entry(path) is None or len(os.listdir(path)) != 12:
+                self.world.stuck.append(f"round {self.round} mount: {path} is not mounted "
+                                        f"({self.mount_state()})")
+        elif mount_entry(path) is not None:
+            self.world.stuck.append(f"round {self.round} unmount: {path} is still mounted")
+
+    # the end ----------------------------------------------------------------------------------
+    def check(self) -> dict[str, list[str]]:
+        """Everything down through the API, then count what a crash may have left."""
+        w = self.world
+        for name in w.clusters:
+            w.clusters[name] = "stopped"
+            self.converge_cluster(name, "stopped")
+        if fuse_problem() is None and w.mount_wanted:
+            w.mount_wanted = False
+            self.converge_mount()
+        counts: dict[str, list[str]] = {k: [] for k in (
+            "orphaned processes", "leaked mounts", "lost jobs", "duplicated jobs",
+            "jobs run more than once", "wrong job results", "wrong copies",
+            "clusters not matching the ask", "corrupted state", "stuck operations",
+            "server errors")}
+        runs = self.srv.root / "runs"
+        by_tag = self.jobs_by_tag()
+        for tag, factor in w.jobs.items():
+            jobs = by_tag.get(tag, [])
+            ids = {j["id"] for j in jobs}
+            if not jobs or not w.job_ids[tag] <= ids:
+                counts["lost jobs"].append(f"{tag}: answered {sorted(w.job_ids[tag])}, "
+                                           f"recorded {sorted(ids)}")
+            if len(jobs) > 1:
+                counts["duplicated jobs"].append(f"{tag}: {sorted(ids)}")
+            lines = (runs / tag).read_text().split() if (runs / tag).exists() else []
+            if len(lines) > 1:
+                counts["jobs run more than once"].append(f"{tag}: pids {lines}")
+            for j in jobs:
+                r = call(self.api, "GET", f"jobs/{j['id']}/files/result.txt")
+                got = r.text if r is not None and r.status_code == 200 else None
+                if j["state"] != "succeeded" or got != str(factor * 7):
+                    counts["wrong job results"].append(
+                        f"{tag} ({j['id']}): {j['state']} {j.get('reason')!r}, result "
+                        f"{got!r} (want {factor * 7})")
+        want = {p.name: p.read_bytes() for p in (self.s3.root / "chaos-bucket").iterdir()}
+        for dst in w.copies:
+            d = self.srv.root / dst
+            got = {p.name: p.read_bytes() for p in d.iterdir()} if d.is_dir() else {}
+            if got != want:
+                counts["wrong copies"].append(f"{dst}: {sorted(got)} of {sorted(want)}")
+        counts["clusters not matching the ask"] += w.mismatch
+        r = call(self.api, "GET", "clusters", params={"all": "true"})
+        recorded = {c["name"]: c["state"] for c in r.json()["clusters"]}
+        for name in w.clusters:
+            nodes = set(find_marked_processes(self.srv.state_dir, name).values())
+            if recorded.get(name, "stopped") != "stopped" or nodes:
+                counts["clusters not matching the ask"].append(
+                    f"{name}: {recorded.get(name)} with node processes {sorted(nodes)}")
+        r = call(self.api, "GET", "operations", params={"active": "true", "limit": 1000})
+        for op in r.json()["operations"]:
+            counts["stuck operations"].append(f"{op['kind']} {op['target']}: {op['state']}")
+        counts["stuck operations"] += w.stuck
+        counts["server errors"] += w.errors
+        if "Traceback" in self.srv.logs() and " 500 " in self.srv.logs():
+            counts["server errors"].append("a 500 with a traceback in the server logs")
+        # an orderly stop of the server; daemons (launcher, supervisor, reaper) idle out
+        self.srv.server.proc.terminate()
+        self.srv.server.proc.wait(30)
+        counts["corrupted state"] += state_corruption(self.srv.state_dir)
+        code, listed, err = cli_list(self.srv.state_dir)
+        if code != 0 or not isinstance(listed, list):
+            counts["corrupted state"].append(f"`jupyter cloudtik list --all`: {code} {err}")
+        else:
+            for c in listed:
+                if c.get("state") != "stopped":
+                    counts["corrupted state"].append(f"CLI lists {c['name']} {c['state']}")
+        left = wait_no_processes(self.srv.base, {self.s3.proc.pid}, timeout=20)
+        if left:
+            counts["orphaned processes"].append(describe(left))
+        counts["leaked mounts"] += fuse_mounts_under(self.srv.base)
+        return counts
+
+
+@pytest.fixture
+def s3(tmp_path):
+    srv = start_server("s3", tmp_path / "s3" / "root", workdir=tmp_path / "s3" / "work")
+    bucket = srv.root / "chaos-bucket"
+    bucket.mkdir()
+    for i in range(12):  # 12 x 256 KiB: a copy takes long enough to be killed in
+        (bucket / f"part-{i:02d}.bin").write_bytes(bytes([i]) * (256 << 10))
+    yield srv
+    srv.stop()
+
+
+def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3):
+    seed, rng = seeded("server chaos")
+    n = rounds(4)
+    chaos = Chaos(tmp_path, s3, seed, rng)
+    root = chaos.srv.root
+    (root / "chaos").mkdir()
+    (root / "chaos" / "job.ipynb").write_text(json.dumps(JOB))
+    (root / "runs").mkdir()
+    counts: dict[str, list[str]] = {}
+    try:
+        r = call(chaos.api, "POST", "storages", json={
+            "name": STORAGE, "backend": "s3", "options": s3.storage_options(),
+            "source": "chaos-bucket", "read_only": False})
+        assert r is not None and r.status_code == 201, r and r.text
+        for _ in range(n):
+            chaos.play_round()
+        counts = chaos.check()
+    finally:
+        if chaos.srv.server.proc.poll() is None:
+            chaos.srv.stop()
+        from tests.server.conftest import stop_state_processes
+
+        stop_state_processes(chaos.srv.state_dir)
+        left = cloudtik_processes(chaos.srv.base)
+        kill_all(left)
+        for path in fuse_mounts_under(chaos.srv.base):
+            import subprocess
+
+            subprocess.run(["fusermount", "-uz", path], check=False)
+    bad = {k: v for k, v in counts.items() if v}
+    summary = ", ".join(f"{k} = {len(v)}" for k, v in counts.items())
+    print(f"server chaos, seed {seed}, {n} rounds: {summary}")
+    assert not bad, (
+        f"seed {seed} (replay: CLOUDTIK_CHAOS_SEED={seed} CLOUDTIK_CHAOS_ROUNDS={n}); "
+        f"{summary}\n" + "\n".join(f"{k}:\n  " + "\n  ".join(v) for k, v in bad.items())
+        + "\nrounds:\n  " + "\n  ".join(chaos.world.kills)
+        + "\nserver logs (tails):\n" + chaos.srv.logs()[-6000:])
