@@ -103,12 +103,43 @@ def test_an_operation_whose_process_died_is_marked_interrupted(state_dir):
             "print(op.id, flush=True); os._exit(0)")
     out = subprocess.run([sys.executable, "-c", code, str(state_dir)], capture_output=True,
                          text=True, check=True).stdout.strip()
-    ops = Operations(Store(state_dir))
-    assert ops.get(out).state == "running"  # as the dead process left it
+    store = Store(state_dir)
+    ops = Operations(store)
+    raw = store.query_one("SELECT state FROM operations WHERE id = ?", (out,))
+    assert raw["state"] == "running"  # as the dead process left it
     assert ops.active_for("cluster:z") == []  # looking at it finds the owner gone
     op = ops.get(out)
     assert op.state == "failed" and "interrupted" in op.reason
     ops.start("cluster.up", "cluster:z")  # and the target is free again
+
+
+def _left_running_by_a_dead_process(state_dir, kind: str, target: str) -> str:
+    code = ("import sys, os; from jupyter_cloudtik.core.store import Store;"
+            "from jupyter_cloudtik.core.operations import Operations;"
+            f"op = Operations(Store(sys.argv[1])).start({kind!r}, {target!r});"
+            "print(op.id, flush=True); os.kill(os.getpid(), 9)")
+    out = subprocess.run([sys.executable, "-c", code, str(state_dir)], capture_output=True,
+                         text=True)
+    assert out.returncode == -9, out.stderr
+    return out.stdout.strip()
+
+
+def test_reading_an_operation_of_a_killed_process_ends_it(state_dir):
+    """A copy left "running" by a SIGKILLed server (tests/chaos found it: a client polling
+    `GET operations/{id}` waited forever, as nothing else ever touched its target): any
+    read — one operation, or the list of active ones — marks it interrupted."""
+    store = Store(state_dir)
+    ops = Operations(store)
+    one = _left_running_by_a_dead_process(state_dir, "storage.copy", "storage:s")
+    other = _left_running_by_a_dead_process(state_dir, "storage.copy", "storage:t")
+    mine = ops.start("cluster.up", "cluster:alive")  # a live owner: left alone
+    op = ops.get(one[:6])  # by a beginning of its id, as the REST route allows
+    assert (op.state, op.finished_at is not None) == ("failed", True)
+    assert op.reason.startswith("interrupted: the process that ran it")
+    assert [o.id for o in ops.list(active_only=True)] == [mine.id]
+    assert ops.get(other).state == "failed"
+    assert ops.get(mine.id).state == "running"
+    assert [e.step for e in ops.events(one)][-1] == "failed"
 
 
 def test_watch_streams_events_until_the_end(state_dir):

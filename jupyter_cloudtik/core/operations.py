@@ -346,12 +346,25 @@ class Operations:
     def get(self, op_id: str, user: str | None = None) -> OperationInfo:
         """The operation ``op_id`` names (a whole id, or the start of one); with ``user``,
         among that user's operations only, and another user's operation is "no operation"
-        exactly like a missing one (``core.ids``)."""
-        return _row_to_op(resolve_row(
+        exactly like a missing one (``core.ids``).
+
+        An active operation whose owner is gone is marked interrupted first, so a reader
+        (a client polling ``GET operations/{id}`` after the server that ran it was killed)
+        sees it end instead of "running" forever."""
+        row = resolve_row(
             self.store, "operations", op_id, user=user, field="op_id",
             missing="no operation with id '{id}'",
             ambiguous="operation: '{id}' matches several of your operations "
-                      "({candidates}); give more of the id"))
+                      "({candidates}); give more of the id")
+        if self._orphaned(row):
+            self._reap_if_orphaned(row["id"])
+            row = self.store.query_one("SELECT * FROM operations WHERE id = ?", (row["id"],))
+        return _row_to_op(row)
+
+    @staticmethod
+    def _orphaned(row) -> bool:
+        return row["state"] in ACTIVE_STATES and not owner_alive(
+            row["owner_pid"], row["owner_host"], row["owner_started"])
 
     def list(
         self, target: str | None = None, active_only: bool = False, limit: int = 100,
@@ -371,7 +384,13 @@ class Operations:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY created_at DESC LIMIT ?"
         params.append(limit)
-        return [_row_to_op(r) for r in self.store.query(sql, params)]
+        rows = self.store.query(sql, params)
+        orphans = [r["id"] for r in rows if self._orphaned(r)]
+        if orphans:  # as in get(): what a dead process left "running" has ended
+            for op_id in orphans:
+                self._reap_if_orphaned(op_id)
+            rows = self.store.query(sql, params)
+        return [_row_to_op(r) for r in rows]
 
     def active_for(self, target: str) -> list[OperationInfo]:
         with self.store.transaction() as conn:
