@@ -28,7 +28,9 @@ from .conftest import (
     wait_operation,
 )
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+ROUNDS = rounds(3)
+pytestmark = [pytest.mark.chaos, pytest.mark.slow,
+              pytest.mark.timeout(120 + 40 * ROUNDS)]  # more rounds, more time
 
 IDLE_MINUTES = 0.04  # 2.4 s
 
@@ -38,8 +40,9 @@ def reaper_pids(state_dir) -> list[int]:
     out = []
     for p in psutil.process_iter(["pid", "cmdline", "status"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if p.info["status"] != psutil.STATUS_ZOMBIE and "clusters.reaper" in cmd \
-                and state in cmd:
+        # "cloudtik reaper STATE" once it has set its process title
+        if p.info["status"] != psutil.STATUS_ZOMBIE and state in cmd and (
+                "clusters.reaper" in cmd or cmd.startswith("cloudtik reaper")):
             out.append(p.pid)
     return out
 
@@ -64,7 +67,7 @@ def up_idle(api, name: str) -> None:
 
 def test_reaper_sigkilled_at_random_moments_still_reaps(tmp_path):
     seed, rng = seeded("reaper chaos")
-    n = rounds(3)
+    n = ROUNDS
     srv = ChaosServer(tmp_path / "srv")
     state = srv.state_dir
     api = srv.server

@@ -38,7 +38,9 @@ from .conftest import (
     wait_operation,
 )
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow]
+ROUNDS = rounds(4)
+pytestmark = [pytest.mark.chaos, pytest.mark.slow,
+              pytest.mark.timeout(120 + 40 * ROUNDS)]  # more rounds, more time
 
 STORAGE = "chaos_s3"
 MAX_CLUSTERS = 2  # alive at once: two Dask clusters are what 2 cores carry beside a job
@@ -380,7 +382,7 @@ def s3(tmp_path):
 
 def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3):
     seed, rng = seeded("server chaos")
-    n = rounds(4)
+    n = ROUNDS
     chaos = Chaos(tmp_path, s3, seed, rng)
     root = chaos.srv.root
     (root / "chaos").mkdir()
