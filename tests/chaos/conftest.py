@@ -56,9 +56,11 @@ def seeded(name: str) -> tuple[int, random.Random]:
 class ChaosServer:
     """A Jupyter server that can be SIGKILLed and started again on the same folders."""
 
-    def __init__(self, base: Path, extra_args: list[str] | None = None) -> None:
+    def __init__(self, base: Path, extra_args: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
         self.base = base
         self.extra_args = extra_args or []
+        self.extra_env = extra_env or {}
         (base / "config").mkdir(parents=True, exist_ok=True)
         (base / "config" / "jupyter_cloudtik_config.py").write_text(SERVER_CONFIG)
         self.starts = 0
@@ -82,7 +84,7 @@ class ChaosServer:
             "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}",
             "--CloudTik.reaper_interval=0.5",
             *self.extra_args,
-        ], {"JUPYTER_CONFIG_DIR": str(self.base / "config")})
+        ], {"JUPYTER_CONFIG_DIR": str(self.base / "config"), **self.extra_env})
         return self.server
 
     def kill(self, group: bool) -> None:

@@ -23,7 +23,9 @@ import pytest
 from jupyter_cloudtik.providers.local.processes import find_marked_processes
 from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
 from jupyter_cloudtik.storage.servers import start_server
+from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
 from jupyter_cloudtik.testing.processes import cloudtik_processes, kill_all
+from tests.huaweicloud.hwc_helpers import cluster_config, workspace_config
 
 from .conftest import (
     ChaosServer,
@@ -43,6 +45,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.timeout(120 + 40 * ROUNDS)]  # more rounds, more time
 
 STORAGE = "chaos_s3"
+WORKSPACE = "chaos"
 MAX_CLUSTERS = 2  # alive at once: two Dask clusters are what 2 cores carry beside a job
 ATTEMPTS = 4  # repeats of one intent before it counts as stuck
 
@@ -79,12 +82,14 @@ class World:
     errors: list[str] = field(default_factory=list)  # 5xx and other wrong answers
     kills: list[str] = field(default_factory=list)
     mismatch: list[str] = field(default_factory=list)  # clusters unlike what was asked
+    hwc_clusters: set[str] = field(default_factory=set)
 
 
 class Chaos:
-    def __init__(self, base: Path, s3, seed: int, rng) -> None:
-        self.base, self.s3, self.seed, self.rng = base, s3, seed, rng
-        self.srv = ChaosServer(base / "srv")
+    def __init__(self, base: Path, s3, hwc, seed: int, rng) -> None:
+        self.base, self.s3, self.hwc, self.seed, self.rng = base, s3, hwc, seed, rng
+        self.srv = ChaosServer(base / "srv", extra_env={
+            "HUAWEICLOUD_CREDENTIALS_FILE": str(hwc.dir / "credentials")})
         self.world = World()
         self.round = 0
 
@@ -93,9 +98,15 @@ class Chaos:
         return self.srv.server
 
     # intents: one request each, its answer may never come ---------------------------------
+    def up_body(self, name: str) -> dict:
+        if name in self.world.hwc_clusters:  # on the emulated Huawei Cloud
+            return {"name": name, "provider": "huaweicloud",
+                    "config": cluster_config(name, WORKSPACE, workers=1)}
+        return {"name": name, "workers": 1}
+
     def up(self, name: str) -> None:
         self.world.clusters[name] = "running"
-        self._expect(call(self.api, "POST", "clusters", json={"name": name, "workers": 1}),
+        self._expect(call(self.api, "POST", "clusters", json=self.up_body(name)),
                      f"up {name}", (202,))
 
     def down(self, name: str) -> None:
@@ -144,8 +155,9 @@ class Chaos:
     def play_round(self) -> None:
         self.round += 1
         rng = self.rng
-        live = [n for n, s in self.world.clusters.items() if s == "running"]
-        choices = ["copy", "job"]
+        hwc = self.world.hwc_clusters
+        live = [n for n, s in self.world.clusters.items() if s == "running" and n not in hwc]
+        choices = ["copy", "job", "cloud"]
         if len(live) < MAX_CLUSTERS:
             choices.append("up")
         if live:
@@ -168,6 +180,13 @@ class Chaos:
                 self.copy()
             elif op == "job":
                 self.job()
+            elif op == "cloud":  # one emulated Huawei Cloud cluster: up if none, else down
+                cloud_live = [n for n in hwc if self.world.clusters[n] == "running"]
+                if cloud_live:
+                    self.down(cloud_live[0])
+                else:
+                    hwc.add(f"hw{self.round}")
+                    self.up(f"hw{self.round}")
             else:
                 self.toggle_mount()
         killer.join()
@@ -214,15 +233,21 @@ class Chaos:
     def converge_cluster(self, name: str, wanted: str) -> None:
         if wanted == "running":
             ok = self._repeat(f"up {name}", lambda: call(
-                self.api, "POST", "clusters", json={"name": name, "workers": 1}))
+                self.api, "POST", "clusters", json=self.up_body(name)))
         else:
             ok = self._repeat(f"down {name}", lambda: call(self.api, "DELETE",
                                                            f"clusters/{name}"))
         if not ok:
             return
         # a head and one worker, each once: no node lost, none started twice
-        nodes = sorted(set(find_marked_processes(self.srv.state_dir, name).values()))
-        kinds = sorted(n.split("-")[-2] for n in nodes)
+        if name in self.world.hwc_clusters:  # the emulator's servers, by their tags
+            servers = [s for s in self.hwc.ctl.state()["servers"]
+                       if s["tags"].get("cloudtik-cluster-name") == name]
+            nodes = sorted(s["name"] for s in servers)
+            kinds = sorted(s["tags"].get("cloudtik-node-kind", "?") for s in servers)
+        else:
+            nodes = sorted(set(find_marked_processes(self.srv.state_dir, name).values()))
+            kinds = sorted(n.split("-")[-2] for n in nodes)
         r = call(self.api, "GET", f"clusters/{name}", params={"refresh": "true"})
         state = r.json().get("state") if r is not None and r.status_code == 200 else None
         if wanted == "running" and (kinds != ["head", "worker"] or state != "running"):
@@ -308,8 +333,8 @@ class Chaos:
         counts: dict[str, list[str]] = {k: [] for k in (
             "orphaned processes", "leaked mounts", "lost jobs", "duplicated jobs",
             "jobs run more than once", "wrong job results", "wrong copies",
-            "clusters not matching the ask", "corrupted state", "stuck operations",
-            "server errors")}
+            "clusters not matching the ask", "leaked cloud resources", "corrupted state",
+            "stuck operations", "server errors")}
         runs = self.srv.root / "runs"
         by_tag = self.jobs_by_tag()
         for tag, factor in w.jobs.items():
@@ -337,6 +362,16 @@ class Chaos:
             if got != want:
                 counts["wrong copies"].append(f"{dst}: {sorted(got)} of {sorted(want)}")
         counts["clusters not matching the ask"] += w.mismatch
+        # the emulated cloud: the workspace deleted through the API leaves nothing
+        if not self._repeat("delete workspace", lambda: call(
+                self.api, "DELETE", f"workspaces/{WORKSPACE}")):
+            counts["stuck operations"].append("workspace delete did not finish")
+        # the emulator is this test's own: whatever it still holds is leaked
+        for kind, names in self.hwc.ctl.leftovers().items():
+            counts["leaked cloud resources"].append(f"{kind}: {names}")
+        machines = self.hwc.ctl.state().get("machine_pids") or []
+        if machines:
+            counts["leaked cloud resources"].append(f"emulated server processes: {machines}")
         r = call(self.api, "GET", "clusters", params={"all": "true"})
         recorded = {c["name"]: c["state"] for c in r.json()["clusters"]}
         for name in w.clusters:
@@ -380,10 +415,20 @@ def s3(tmp_path):
     srv.stop()
 
 
-def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3):
+@pytest.fixture
+def hwc(tmp_path):
+    """The Huawei Cloud emulator, its own process (as the cloud is apart from us)."""
+    (tmp_path / "hwc").mkdir()
+    h = start_emulator(tmp_path / "hwc")
+    yield h
+    left = h.stop()
+    assert not left, f"emulated server processes left behind: {left}"
+
+
+def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3, hwc):
     seed, rng = seeded("server chaos")
     n = ROUNDS
-    chaos = Chaos(tmp_path, s3, seed, rng)
+    chaos = Chaos(tmp_path, s3, hwc, seed, rng)
     root = chaos.srv.root
     (root / "chaos").mkdir()
     (root / "chaos" / "job.ipynb").write_text(json.dumps(JOB))
@@ -394,6 +439,11 @@ def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3):
             "name": STORAGE, "backend": "s3", "options": s3.storage_options(),
             "source": "chaos-bucket", "read_only": False})
         assert r is not None and r.status_code == 201, r and r.text
+        r = call(chaos.api, "POST", "workspaces", json={
+            "name": WORKSPACE, "config": workspace_config(hwc)})
+        assert r is not None and r.status_code == 202, r and r.text
+        op = wait_operation(chaos.api, r.json()["operation"]["id"])
+        assert op["state"] == "succeeded", op
         for _ in range(n):
             chaos.play_round()
         counts = chaos.check()
@@ -411,7 +461,8 @@ def test_server_sigkilled_at_random_moments_loses_nothing(tmp_path, s3):
             subprocess.run(["fusermount", "-uz", path], check=False)
     bad = {k: v for k, v in counts.items() if v}
     summary = ", ".join(f"{k} = {len(v)}" for k, v in counts.items())
-    print(f"server chaos, seed {seed}, {n} rounds: {summary}")
+    print(f"server chaos, seed {seed}, {n} rounds: {summary}\n  "
+          + "\n  ".join(chaos.world.kills))
     assert not bad, (
         f"seed {seed} (replay: CLOUDTIK_CHAOS_SEED={seed} CLOUDTIK_CHAOS_ROUNDS={n}); "
         f"{summary}\n" + "\n".join(f"{k}:\n  " + "\n  ".join(v) for k, v in bad.items())
