@@ -28,7 +28,7 @@ from .conftest import (
     wait_operation,
 )
 
-ROUNDS = rounds(3)
+ROUNDS = rounds(2)
 pytestmark = [pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.timeout(120 + 40 * ROUNDS)]  # more rounds, more time
 
