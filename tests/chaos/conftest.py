@@ -105,9 +105,10 @@ class ChaosServer:
     def stop(self) -> list[str]:
         return _stop(self.server) if self.server is not None else []
 
-    def logs(self) -> str:
-        return "\n".join(p.read_text(errors="replace")[-4000:]
-                         for p in sorted(self.base.glob("server*.log")))
+    def logs(self, tail: int | None = None) -> str:
+        """Every start's log (``tail``: the last characters of each)."""
+        texts = [p.read_text(errors="replace") for p in sorted(self.base.glob("server*.log"))]
+        return "\n".join(t[-tail:] if tail else t for t in texts)
 
 
 # --------------------------------------------------------------------------- requests
