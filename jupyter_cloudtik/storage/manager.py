@@ -48,7 +48,13 @@ from ..core.store import Store
 from ..core.units import format_bytes
 from . import mounts as mountmod
 from .catalog import ParsedURL, StorageCatalog, StorageInfo, check_name, parse_url
-from .rclone import Rclone, StorageError, TransferStats, rclone_binary
+from .rclone import (
+    Rclone,
+    StorageError,
+    TransferStats,
+    rclone_binary,
+    remove_stale_configs,
+)
 from .settings import Storage
 
 log = logging.getLogger("jupyter_cloudtik.storage")
@@ -101,6 +107,7 @@ class StorageManager(ActsForUser):
         self.cache_dir = self.base_dir / "cache"
         self.log_dir = self.base_dir / "logs"
         self.rclone = Rclone(self.binary, self.run_dir, self.redact)
+        remove_stale_configs(self.run_dir)  # credentials a killed process left in plain text
         # what local paths callers may name (core.locations); a server sets its root's
         self.locations: locs.LocationPolicy = locs.InProcess(
             base=self.storage_settings.working_dir or None)

@@ -35,6 +35,7 @@ from importlib.metadata import PackageNotFoundError, distribution
 from pathlib import Path
 from typing import Any
 
+import psutil
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..core.errors import CloudTikError, ConfigError, OperationCancelled, ProviderError
@@ -259,12 +260,45 @@ def write_config(run_dir: Path, remotes: Mapping[str, Remote]) -> Path:
     """Write a config readable only by this user, in a folder only this user can list."""
     run_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     os.chmod(run_dir, 0o700)
-    path = run_dir / f"rclone-{secrets.token_hex(8)}.conf"
+    # the writer's pid in the name: a process killed inside ``config_file`` leaves its file,
+    # and remove_stale_configs() tells it from the files of live processes
+    path = run_dir / f"rclone-{os.getpid()}-{secrets.token_hex(8)}.conf"
     text = render_config(remotes)  # may raise on a bad value: before the file exists
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(text)
     return path
+
+
+def remove_stale_configs(run_dir: Path) -> list[Path]:
+    """Delete the configs (with their credentials in plain text) that killed processes
+    left in ``run_dir``: the writer's pid is gone, or is another process started after the
+    file was written.  Files of live writers (another kernel's copy, the mount supervisor's
+    mount being started) stay.  Returns what was removed."""
+    removed = []
+    try:
+        paths = list(run_dir.glob("rclone-*.conf"))
+    except OSError:
+        return removed
+    for path in paths:
+        parts = path.name.split("-")
+        if len(parts) != 3 or not parts[1].isdigit():
+            continue  # not written by write_config (or by an older one): not ours to judge
+        pid = int(parts[1])
+        try:
+            written = path.stat().st_mtime
+        except OSError:
+            continue
+        try:
+            proc = psutil.Process(pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE and proc.create_time() <= written + 1
+        except psutil.Error:
+            alive = False
+        if not alive:
+            with contextlib.suppress(OSError):
+                path.unlink()
+                removed.append(path)
+    return removed
 
 
 @contextlib.contextmanager

@@ -128,7 +128,8 @@ def wait_operation(srv: Server, op_id: str, timeout: float = 90) -> dict[str, An
         r = call(srv, "GET", f"operations/{op_id}")
         if r is None:
             return None
-        assert r.status_code == 200, f"GET operations/{op_id}: {r.status_code} {r.text}"
+        assert r.status_code == 200, (f"GET operations/{op_id}: {r.status_code} "
+                                      f"{r.text[:300]}; server log {srv.log_path}")
         op = r.json()
         if op["state"] in FINAL:
             return op

@@ -46,6 +46,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.timeout(120 + 40 * ROUNDS)]  # more rounds, more time
 
 STORAGE = "chaos_s3"
+FILES = 40  # of 256 KiB in the storage
 WORKSPACE = "chaos"
 MAX_CLUSTERS = 2  # alive at once: two Dask clusters are what 2 cores carry beside a job
 ATTEMPTS = 4  # repeats of one intent before it counts as stuck
@@ -323,7 +324,7 @@ class Chaos:
                                                  f"storages/{STORAGE}/mount"))
         path = self.storage()["mount_path"]
         if self.world.mount_wanted:
-            if mount_entry(path) is None or len(os.listdir(path)) != 12:
+            if mount_entry(path) is None or len(os.listdir(path)) != FILES:
                 self.world.stuck.append(f"round {self.round} mount: {path} is not mounted "
                                         f"({self.mount_state()})")
         elif mount_entry(path) is not None:
@@ -342,7 +343,8 @@ class Chaos:
         counts: dict[str, list[str]] = {k: [] for k in (
             "orphaned processes", "leaked mounts", "lost jobs", "duplicated jobs",
             "jobs run more than once", "wrong job results", "wrong copies",
-            "clusters not matching the ask", "leaked cloud resources", "corrupted state",
+            "clusters not matching the ask", "leaked cloud resources", "leaked secret files",
+            "corrupted state",
             "stuck operations", "server errors")}
         runs = self.srv.root / "runs"
         by_tag = self.jobs_by_tag()
@@ -408,6 +410,10 @@ class Chaos:
         if left:
             counts["orphaned processes"].append(describe(left))
         counts["leaked mounts"] += fuse_mounts_under(self.srv.base)
+        # rclone configs hold a storage's credentials in plain text while rclone runs
+        counts["leaked secret files"] += [
+            str(p.relative_to(self.srv.state_dir))
+            for p in self.srv.state_dir.rglob("rclone-*.conf")]
         return counts
 
 
@@ -416,7 +422,7 @@ def s3(tmp_path):
     srv = start_server("s3", tmp_path / "s3" / "root", workdir=tmp_path / "s3" / "work")
     bucket = srv.root / "chaos-bucket"
     bucket.mkdir()
-    for i in range(12):  # 12 x 256 KiB: a copy takes long enough to be killed in
+    for i in range(FILES):  # a copy takes long enough to be killed in
         (bucket / f"part-{i:02d}.bin").write_bytes(bytes([i]) * (256 << 10))
     yield srv
     srv.stop()

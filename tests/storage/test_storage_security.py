@@ -147,3 +147,41 @@ def test_injection_attempts_do_nothing(client, s3_server, tmp_path, workdir, mon
         client.ls("inj:../other-bucket")
     assert e.value.field == "path"
     _no_pwned(tmp_path, workdir, s3_server.root, Path(os.getcwd()))
+
+
+KILLED_INSIDE_CONFIG_FILE = """
+import os, signal, sys
+from pathlib import Path
+from jupyter_cloudtik.storage.rclone import Remote, config_file
+remote = Remote("s3", {"provider": "Rclone"}, {"secret_access_key": sys.argv[2]})
+with config_file(Path(sys.argv[1]), {"r": remote}) as path:
+    print(path, flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)  # as a server killed in the middle of a copy
+"""
+
+
+def test_a_killed_process_s_rclone_config_is_removed_by_the_next_manager(
+        make_client, state_dir):
+    """A config with a credential in plain text, left by a process SIGKILLed inside
+    ``config_file`` (tests/chaos: the server killed during a copy), is deleted when the
+    next storage manager opens the state folder; a live process's config stays."""
+    import subprocess
+    import sys
+
+    from jupyter_cloudtik.storage.rclone import Remote, write_config
+
+    run_dir = Path(state_dir) / "storage" / "run"
+    secret = "chaos-SECRET-" + os.urandom(6).hex()
+    r = subprocess.run([sys.executable, "-c", KILLED_INSIDE_CONFIG_FILE, str(run_dir), secret],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == -9, r.stderr
+    left = Path(r.stdout.strip())
+    assert left.parent == run_dir and secret in left.read_text()  # what the kill leaves
+    mine = write_config(run_dir, {"r": Remote("s3", {"provider": "Rclone"})})
+    foreign = run_dir / "rclone-notapid.conf"  # not written by write_config: left alone
+    foreign.write_text("")
+    make_client()  # a face opening the storage feature: a server's start, a kernel, the CLI
+    assert not left.exists(), "a killed process's credentials stayed on disk"
+    assert mine.exists() and foreign.exists()
+    mine.unlink()
+    foreign.unlink()
