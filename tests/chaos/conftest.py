@@ -85,7 +85,21 @@ class ChaosServer:
             "--CloudTik.reaper_interval=0.5",
             *self.extra_args,
         ], {"JUPYTER_CONFIG_DIR": str(self.base / "config"), **self.extra_env})
+        # the extension loaded (a server whose extension failed to load still answers
+        # api/status, and every cloudtik route is Jupyter's HTML 404)
+        r = call(self.server, "GET", "operations", params={"limit": 1})
+        if r is None or r.status_code != 200:
+            log = self.server.log_text()
+            lines = [ln for ln in log.splitlines() if "cloudtik" in ln or "Error" in ln]
+            raise AssertionError(
+                f"start {self.starts}: the cloudtik API does not answer "
+                f"({r.status_code if r is not None else 'no answer'}); log {self.log_path}:\n"
+                + "\n".join(lines[-40:]))
         return self.server
+
+    @property
+    def log_path(self) -> Path:
+        return self.base / "server.log"
 
     def kill(self, group: bool) -> None:
         """SIGKILL the server: its process group, or the server process alone."""
