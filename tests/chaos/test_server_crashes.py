@@ -95,6 +95,7 @@ class Chaos:
         self.world = World()
         self.round = 0
         self.touched: set[str] = set()  # clusters asked about in this round
+        self.last_op: str | None = None  # the operation that finished the last intent
 
     @property
     def api(self):
@@ -247,6 +248,7 @@ class Chaos:
             op = wait_operation(self.api, body["operation"]["id"]) if "operation" in body \
                 else {"state": "succeeded"}
             if op["state"] == "succeeded":
+                self.last_op = op.get("id")
                 return True
             last = f"{op['state']}: {op.get('reason')}"
         self.world.stuck.append(f"round {self.round} {what}: {last}")
@@ -286,7 +288,7 @@ class Chaos:
         if self._repeat(f"copy to {dst}", lambda: call(
                 self.api, "POST", "storage-transfers",
                 json={"src": f"{STORAGE}:", "dst": dst})):
-            self.world.copy_ops[dst] = None
+            self.world.copy_ops[dst] = self.last_op  # done: later rounds only look at it
 
     def jobs_by_tag(self) -> dict[str, list[dict]]:
         r = call(self.api, "GET", "jobs", params={"limit": 1000})
