@@ -125,8 +125,7 @@ def test_the_panel_tab_and_every_section_as_docs_panel_md_says(page):
     # the README and docs/panel.md call it by its tooltip
     assert tab.get_attribute("title") == "CloudTik: clusters, storage, jobs"
     assert "*CloudTik: clusters, storage, jobs*" in (ROOT / "docs" / "panel.md").read_text()
-    tab.click()
-    page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live", timeout=30_000)
+    open_panel(page)
     titles = page.locator(".jp-CloudTik-sectionTitle").all_inner_texts()
     assert [re.sub(r"^[▾▸]\s*", "", t).strip().lower() for t in titles] == [
         "clusters", "storage", "jobs"]
@@ -184,7 +183,15 @@ def wait_output(page: Any, pattern: str, timeout: float = 120_000) -> None:
         ".some(e => new RegExp(p).test(e.textContent))", arg=pattern, timeout=timeout)
 
 
+def open_panel(page: Any) -> None:
+    page.locator("li[data-id='jupyter-cloudtik-panel']").wait_for()
+    if not page.locator(".jp-CloudTik-panel").is_visible():
+        page.click("li[data-id='jupyter-cloudtik-panel']")
+    page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live", timeout=30_000)
+
+
 def test_the_quick_start_notebook_with_the_panel_open(page, fresh_lab):
+    open_panel(page)
     page.evaluate(OBSERVE)
     cells = page.locator(".jp-NotebookPanel .jp-Cell")
     # Lab renders a notebook's cells progressively
@@ -192,10 +199,19 @@ def test_the_quick_start_notebook_with_the_panel_open(page, fresh_lab):
         "() => document.querySelectorAll('.jp-NotebookPanel .jp-Cell').length === 7",
         timeout=30_000)
     # the first two code cells: %load_ext, then %cluster up
-    cells.nth(0).click()
-    for _ in range(3):
-        page.keyboard.press("Shift+Enter")
+    cells.nth(0).click()  # the title (markdown): selected, not edited
+    run = page.locator(".jp-NotebookPanel-toolbar "
+                       "[data-command='notebook:run-cell-and-select-next']")
+    for n in range(3):  # the toolbar's ▶, as a newcomer runs a cell and moves on
+        run.click()
+        page.wait_for_function(
+            "n => document.querySelectorAll('.jp-NotebookPanel .jp-Cell')[n]"
+            ".classList.contains('jp-mod-active')", arg=n + 1, timeout=30_000)
     wait_output(page, r"cluster ready in \d")
+    # the progress names the dashboard as the table under it does: through this server
+    # (it gave the head's own port, which a browser of a remote Lab cannot reach)
+    up = cells.nth(2).locator(".jp-OutputArea").inner_text()
+    assert "is running: 2 workers, dashboard /cloudtik/dashboard/quickstart/status" in up, up
     item = section(page, "clusters").locator(".jp-CloudTik-cluster[data-name='quickstart']")
     item.locator(".jp-CloudTik-badge[data-state='running']").wait_for(timeout=30_000)
     assert item.locator(".jp-CloudTik-workers").inner_text() == "2/2 workers"
