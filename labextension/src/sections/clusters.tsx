@@ -79,10 +79,10 @@ export function ClustersSection(props: SectionProps): JSX.Element {
         model.clusters.length === 0 &&
         !creating &&
         !rows.some(row => row.finishedAt === null) && (
-        <div className="jp-CloudTik-empty">
-          No clusters. Start one with <b>New</b>, or <code>%cluster up</code> in a notebook.
-        </div>
-      )}
+          <div className="jp-CloudTik-empty">
+            No clusters. Start one with <b>New</b>, or <code>%cluster up</code> in a notebook.
+          </div>
+        )}
       <ul className="jp-CloudTik-list">
         {model.clusters.map(c => (
           <ClusterItem key={c.name} cluster={c} {...props} />
