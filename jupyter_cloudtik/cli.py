@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 the operation failed (provider error, timeout, cancelle
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -257,8 +258,23 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         code = 130
-    sys.stdout.flush()
+    except BrokenPipeError:
+        code = _pipe_closed()
+    try:
+        sys.stdout.flush()
+    except BrokenPipeError:
+        code = _pipe_closed()
     sys.exit(code)
+
+
+def _pipe_closed() -> int:
+    """The reader of stdout went away (``... | head``): no traceback, and the exit code a
+    program killed by SIGPIPE has (141).  What was left to print goes nowhere, also at the
+    interpreter's own last flush."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 141
 
 
 def _report(e: CloudTikError, json_out: bool) -> None:

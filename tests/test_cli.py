@@ -124,6 +124,20 @@ def test_module_entry_point(state_dir):
     assert r.returncode == 0 and json.loads(r.stdout) == []
 
 
+@pytest.mark.parametrize("args", [["operations"], ["list", "--json"]])
+def test_closed_output_pipe_is_no_traceback(venv_bin, state_dir, args):
+    """`jupyter cloudtik status NAME --json | head`: the reader goes away before the
+    command prints (here its end of the pipe is closed at once); the command exits like a
+    program killed by SIGPIPE (141), with nothing on stderr (before: a BrokenPipeError
+    traceback)."""
+    p = subprocess.Popen([str(venv_bin / "jupyter-cloudtik"), *args], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    p.stdout.close()
+    err = p.stderr.read().decode()
+    assert p.wait(60) == 141, err
+    assert err == ""
+
+
 def test_jupyter_subcommand(venv_bin, state_dir):
     r = subprocess.run([str(venv_bin / "jupyter"), "cloudtik", "--version"],
                        capture_output=True, text=True, timeout=60)

@@ -305,7 +305,9 @@ def test_job_gateway_without_a_hub(tmp_path, site):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    block = docs.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)",
+    # the second shell block: the gateway on its own (the first is a hub session's, run
+    # by tests/hub/test_hub_docs_config.py)
+    block = docs.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)", 1,
                        lang="bash")
     text = block.text.replace("8765", str(port)).replace("/tmp/gw", str(tmp_path / "gw"))
     log = tmp_path / "out.log"  # a file: the gateway in the background keeps a pipe open

@@ -718,9 +718,15 @@ class ClusterManager(ActsForUser):
         state = await self._observe(prov, cfg, info)
         ready_in = round(time.monotonic() - started, 3)
         self._set_state(name, "running")
+        # the link the cluster's info shows (through the server that serves dashboards,
+        # if any), not the head's own port a browser of a remote Lab cannot reach
+        shown = info.dashboard_link
+        if shown and self.dashboard_prefix and "dask" in (
+                (cfg.get("runtime") or {}).get("types") or ["dask"]):
+            shown = self.dashboard_prefix + quote(name, safe="") + "/status"
         ctx.progress("ready", f"cluster '{name}' is running: {state['workers']} workers, "
-                     f"dashboard {info.dashboard_link or '-'}", 1.0,
-                     dashboard_link=info.dashboard_link, seconds=ready_in)
+                     f"dashboard {shown or '-'}", 1.0, dashboard_link=shown,
+                     seconds=ready_in)
         return {"cluster": name, "workers": state["workers"], "seconds": ready_in,
                 "dashboard_link": info.dashboard_link}
 

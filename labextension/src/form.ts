@@ -132,8 +132,12 @@ export function clusterFields(
         // unset (the local provider): threads are a share of the machine, as LocalCluster
         // gives them, and only a value typed here is sent
         default: worker[1].resources?.CPU,
-        placeholder:
-          worker[1].resources?.CPU === undefined ? 'provider default: cores / workers' : undefined,
+        // short enough to be read whole in the panel's width; the tooltip says more
+        placeholder: worker[1].resources?.CPU === undefined ? 'empty: provider default' : undefined,
+        description:
+          "threads of each worker (resources.CPU); empty: the provider's default, which is " +
+          'a share of the machine (cores / workers) on the local provider and the ' +
+          "flavor's cores on a cloud",
         minimum: 1
       },
       {
@@ -142,7 +146,10 @@ export function clusterFields(
         kind: 'string',
         section: 'cluster',
         default: '',
-        placeholder: 'provider default, e.g. 2GiB'
+        placeholder: 'e.g. 2GiB; empty: default',
+        description:
+          "memory limit of each worker (resources.memory), e.g. 2GiB; empty: the provider's " +
+          "default, which is the worker's share of the machine's memory on the local provider"
       }
     );
   }

@@ -95,14 +95,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
     });
     panel.id = 'jupyter-cloudtik-panel';
     panel.title.icon = clustersIcon;
-    panel.title.caption = 'Clusters';
+    panel.title.caption = 'CloudTik: clusters, storage, jobs';
     app.shell.add(panel, 'left', { rank: 600 });
     restorer?.add(panel, 'jupyter-cloudtik-panel');
     // the side-kick list is polled only while someone can see it
     sidekicks.isShown = () => panel.isVisible && !document.hidden;
 
     app.commands.addCommand(CommandIDs.open, {
-      label: 'Show Clusters',
+      label: 'Show the CloudTik panel (clusters, storage, jobs)',
       execute: () => app.shell.activateById(panel.id)
     });
 

@@ -85,7 +85,9 @@ describe('form from a provider schema', () => {
     const fields = clusterFields(shared, 4);
     const values = initialValues(fields);
     expect(values['worker.CPU']).toBe('');
-    expect(fields.find(f => f.key === 'worker.CPU')!.placeholder).toMatch(/cores \/ workers/);
+    const cores = fields.find(f => f.key === 'worker.CPU')!;
+    expect(cores.placeholder).toBe('empty: provider default');
+    expect(cores.description).toMatch(/cores \/ workers/);
     expect(buildCreateRequest(shared, fields, values).config.available_node_types).toBe(
       undefined
     );

@@ -74,11 +74,15 @@ export function ClustersSection(props: SectionProps): JSX.Element {
           ))}
         </div>
       )}
-      {model.loaded && model.clusters.length === 0 && (
-        <div className="jp-CloudTik-empty">
-          No clusters. Start one with <b>New</b>, or <code>%cluster up</code> in a notebook.
-        </div>
-      )}
+      {/* not while the form is open or an operation runs: its row is what happens */}
+      {model.loaded &&
+        model.clusters.length === 0 &&
+        !creating &&
+        !rows.some(row => row.finishedAt === null) && (
+          <div className="jp-CloudTik-empty">
+            No clusters. Start one with <b>New</b>, or <code>%cluster up</code> in a notebook.
+          </div>
+        )}
       <ul className="jp-CloudTik-list">
         {model.clusters.map(c => (
           <ClusterItem key={c.name} cluster={c} {...props} />
@@ -173,11 +177,10 @@ function UsageChart(props: { model: ClustersModel; name: string; now: number }):
       </svg>
       <span className="jp-CloudTik-usageLegend">
         <span className="jp-CloudTik-legendWorkers">— workers (max {lines.topWorkers})</span>{' '}
-        <span className="jp-CloudTik-legendCost">┄ cost</span>
-      </span>
+        <span className="jp-CloudTik-legendCost">┄ cost:</span>
+      </span>{' '}
       <span className="jp-CloudTik-cost" title="cost so far (estimated from the offers' prices)">
-        {usage.cost_so_far.toFixed(3)}
-        {unit} so far
+        {`${usage.cost_so_far.toFixed(3)}${unit} so far`}
         {usage.cost_per_hour !== null ? `, ${usage.cost_per_hour.toFixed(3)}${unit}/h` : ''}
       </span>
     </div>

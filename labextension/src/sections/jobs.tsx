@@ -35,7 +35,8 @@ export function JobsSection(props: SectionProps): JSX.Element {
       )}
       {model.loaded && model.jobs.length === 0 && (
         <div className="jp-CloudTik-empty">
-          No jobs. From a notebook: <code>%hpc submit NOTEBOOK</code>.
+          No jobs. Submit a notebook with <code>%hpc submit NOTEBOOK</code> in a notebook, or{' '}
+          <code>jupyter cloudtik jobs submit</code> in a terminal.
         </div>
       )}
       <ul className="jp-CloudTik-list jp-CloudTik-jobList">
