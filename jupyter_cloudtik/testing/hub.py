@@ -135,6 +135,22 @@ class Hub:
         while (left := cloudtik_processes(self.base)) and time.monotonic() < deadline:
             time.sleep(0.2)
         kill_all(left)
+        # side-kicks (own sessions too) whose supervisor died before it could stop them:
+        # a real sidekick stops such orphans at its next start; a test hub has none
+        kill_all(_sidekicks_under(self.base))
+
+
+def _sidekicks_under(base: Path) -> list:
+    import psutil
+
+    root = str(Path(base).resolve()) + "/"
+    found = []
+    for proc in psutil.process_iter(["environ"]):
+        env = proc.info["environ"] or {}
+        if env.get("CLOUDTIK_SIDEKICK_NAME") and \
+                env.get("CLOUDTIK_STATE_DIR", "").startswith(root):
+            found.append(proc)
+    return found
 
 
 def _hub_base(base: Path, hub_port: int, proxy_port: int, api_port: int,

@@ -163,3 +163,9 @@ def test_the_job_gateway_of_docs_hub_sidekicks_md_from_a_session(hub):
         assert nb_job["state"] == "succeeded", (nb_job, logs)
     finally:
         hub.stop_server("alice")
+        # a side-kick ends with its user's session; wait for it, or the hub's stop at
+        # the module's end would leave the gateway (its own session) behind
+        deadline = time.monotonic() + 30
+        while alice.get(api + "hub/sidekicks/jobgw").json()["state"] != "stopped":
+            assert time.monotonic() < deadline, "side-kick still running after its session"
+            time.sleep(0.2)
