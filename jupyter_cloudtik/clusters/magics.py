@@ -123,11 +123,11 @@ def _adapt(cluster: Any, args: Any) -> str:
 def register(ipython) -> None:
     """Every feature's magics (``jupyter_cloudtik.features`` entry points; this module's
     ``CloudTikMagics`` is the clusters feature's)."""
+    _prewarm()  # first: the launcher's start overlaps the magics' imports
     from ..core.features import magics_classes
 
     for cls in magics_classes():
         ipython.register_magics(cls)
-    _prewarm()
 
 
 def _prewarm() -> None:
