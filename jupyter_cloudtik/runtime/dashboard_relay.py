@@ -21,8 +21,6 @@ import os
 
 # --- the part that runs on the nodes: stdlib only, no module-level imports but ``os`` ---
 
-UPSTREAM_WAIT = 10.0  # seconds a connection waits for a UI that is not listening yet
-
 
 def _alive(pid):
     try:  # a zombie (not yet reaped by whoever adopted it) has ended too
@@ -82,25 +80,11 @@ def dashboard_relay(host, port, routes, tls_dir, *pids, cert="cert.pem", key="ke
             except Exception:
                 pass
 
-    async def upstream(port: int):
-        # a UI still starting (Dask's dashboard after a fresh `up` on a busy head) is
-        # waited for a little, so the first page is the UI rather than an empty answer
-        loop = asyncio.get_running_loop()
-        deadline, delay = loop.time() + UPSTREAM_WAIT, 0.1
-        while True:
-            try:
-                return await asyncio.open_connection("127.0.0.1", port)
-            except OSError:
-                if loop.time() + delay > deadline:
-                    raise
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
-
     async def handle(reader, writer):
         tls = writer.get_extra_info("ssl_object")
         target = table.get(tls.selected_alpn_protocol() if tls else None, default)
         try:
-            r2, w2 = await upstream(int(target))
+            r2, w2 = await asyncio.open_connection("127.0.0.1", int(target))
         except OSError:
             writer.close()
             return
