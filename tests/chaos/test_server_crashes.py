@@ -411,7 +411,7 @@ class Chaos:
                 counts["server errors"].append(line.strip()[:300])
         # an orderly stop of the server; daemons (launcher, supervisor, reaper) idle out
         self.srv.server.proc.terminate()
-        self.srv.server.proc.wait(30)
+        self.srv.server.proc.wait(120)  # ci7: over 30 s once beside two JVM tests
         counts["corrupted state"] += state_corruption(self.srv.state_dir)
         code, listed, err = cli_list(self.srv.state_dir)
         if code != 0 or not isinstance(listed, list):

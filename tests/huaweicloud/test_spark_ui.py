@@ -141,8 +141,13 @@ def test_spark_ui_through_the_server_and_dask_beside_spark_on_huaweicloud(
                                 client_ssl_context(creds, alpn=SPARK_UI_ALPN), "/json/")
         assert b" 200 " in spark_json.split(b"\r\n", 1)[0], spark_json[:300]
         assert extra["spark"]["master_url"].encode() in spark_json
-        dask_ident = relay_get(head.external_ip, 8788, client_ssl_context(creds),
-                                "/json/identity.json")
+        # Dask's dashboard may still be starting right after `up` on a busy machine (the
+        # relay closes at once while nothing listens behind it): a few tries
+        deadline = time.monotonic() + 30
+        while not (dask_ident := relay_get(head.external_ip, 8788, client_ssl_context(creds),
+                                           "/json/identity.json")) \
+                and time.monotonic() < deadline:
+            time.sleep(0.5)
         assert b'"Scheduler"' in dask_ident, dask_ident[:300]
 
         # both clients compute on the same nodes
