@@ -29,7 +29,7 @@ from ..core.errors import ProviderError
 from ..core.locks import try_flock
 from ..core.operations import Target
 from ..core.settings import CloudTik
-from ..core.store import Store
+from ..core.store import Store, loads
 from ..runtime import base as runtimes
 from .manager import ClusterManager
 
@@ -50,6 +50,23 @@ class Reaper:
         """Check every watched cluster once; returns the names that were shut down."""
         stopped = []
         for info in self.watched():
+            if info.state == "stopping":
+                # a stop nobody is doing any more (a reaper or server killed in the middle
+                # of it): finish it, or the cluster stays half stopped for good
+                if not self.manager.ops.active_for(str(Target("cluster", info.name))):
+                    row = self.manager.store.query_one(
+                        "SELECT params FROM operations WHERE target = ? AND kind = "
+                        "'cluster.down' ORDER BY created_at DESC LIMIT 1",
+                        (str(Target("cluster", info.name)),))
+                    why = (loads(row["params"], {}) or {}).get("reason") if row else None
+                    log.info("finishing the interrupted stop of cluster %s", info.name)
+                    try:
+                        await self.manager.down(
+                            info.name, reason=why or info.reason or "an interrupted stop")
+                        stopped.append(info.name)
+                    except Exception as e:
+                        log.warning("could not finish stopping %s: %s", info.name, e)
+                continue
             if info.state not in ("running", "degraded") or not info.connect_info:
                 continue
             try:
