@@ -140,6 +140,21 @@ class Hub:
         kill_all(_sidekicks_under(self.base))
 
 
+def service_pid(base: Path) -> int | None:
+    """The pid of the sidekick service (``jupyter-cloudtik hub-service``) of the test hub
+    under ``base`` (JupyterHub starts it again with a new pid when it dies)."""
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            cmd = (d / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"hub-service" in cmd and any(str(base).encode() in c for c in cmd):
+            return int(d.name)
+    return None
+
+
 def _sidekicks_under(base: Path) -> list:
     import psutil
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cloudtik.testing.hub import start_hub
+from jupyter_cloudtik.testing.hub import service_pid, start_hub
 
 from .conftest import describe, rounds, seeded, state_corruption, wait_no_processes
 
@@ -25,19 +25,6 @@ ROUNDS = rounds(1)
 pytestmark = [pytest.mark.chaos, pytest.mark.slow,
               pytest.mark.timeout(180 + 120 * ROUNDS)]
 FINAL = ("succeeded", "failed", "cancelled")
-
-
-def service_pid(base: Path) -> int | None:
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"hub-service" in cmd and any(str(base).encode() in c for c in cmd):
-            return int(d.name)
-    return None
 
 
 @pytest.fixture(scope="module")

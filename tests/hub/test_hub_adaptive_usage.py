@@ -14,13 +14,12 @@ import json
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
 from jupyter_cloudtik.core import adaptive
 from jupyter_cloudtik.core.store import Store
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
+from jupyter_cloudtik.testing.hub import service_pid, start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 
@@ -51,19 +50,6 @@ def down(session, api, name):
     r = session.delete(api + f"clusters/{name}")
     if r.status_code == 202:
         wait_operation(session, api, r.json()["operation"]["id"])
-
-
-def sidekick_pid(base: Path) -> int | None:
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
-        try:
-            cmd = (d / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"hub-service" in cmd and any(str(base).encode() in c for c in cmd):
-            return int(d.name)
-    return None
 
 
 def admin_page_usage(hub) -> dict[str, list[str]]:
@@ -138,13 +124,13 @@ def test_a_restarted_sidekick_resumes_adaptive_with_no_request(hub):
                       json={"minimum": 1, "maximum": 3, "wait_count": 2})
         assert r.status_code == 200, r.text
         address = alice.get(api + "clusters/alice-adapt").json()["scheduler_address"]
-        old = sidekick_pid(hub.base)
+        old = service_pid(hub.base)
         assert old and adaptive.lease_holder(store)["pid"] == old
         os.kill(old, signal.SIGTERM)  # an orderly stop: the hub starts the service again
         deadline = time.monotonic() + 90
         new = None
         while time.monotonic() < deadline:
-            new = sidekick_pid(hub.base)
+            new = service_pid(hub.base)
             holder = adaptive.lease_holder(store)
             if new and new != old and holder and holder["pid"] == new:
                 break
