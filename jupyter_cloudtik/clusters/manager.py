@@ -65,7 +65,7 @@ from ..runtime import base as runtimes
 
 log = logging.getLogger("jupyter_cloudtik")
 
-WORKER_WAIT_POLL = 0.02
+WORKER_WAIT_POLL = 0.01
 
 # Features that add to what every node gets: "module:function" called as
 # fn(manager, cfg, role) -> dict merged into node_config["runtime"].  Credentials go in

@@ -23,6 +23,7 @@ and enforces each worker's memory limit the way a Dask nanny would (terminate at
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import json
 import os
@@ -171,6 +172,7 @@ class Launcher:
         self.idle_seconds = idle_seconds
         self.children: dict[int, dict[str, Any]] = {}  # pid -> spec summary
         self.last_request = time.monotonic()
+        self.last_launch = time.monotonic()  # the dashboard waits for a pause in launches
         self.retired = False
         self.running = True
         self.selector = selectors.DefaultSelector()
@@ -210,13 +212,23 @@ class Launcher:
     # Dask, imported once here so each forked node starts in milliseconds: first what
     # every node needs, then the dashboard (bokeh, about as slow to import as Dask itself).
     # The daemon listens before importing anything, answers ``hello`` between these steps,
-    # and forks a head as soon as the first group is in: the head imports the dashboard
-    # itself while the daemon does too, so the two slow imports overlap on two cores and the
-    # workers, asked for once the head is up, fork with everything loaded.
+    # and forks nodes as soon as the first group is in: nodes add their dashboard after
+    # they are up (dashboard_later.py), so no launch waits for bokeh.  The daemon imports
+    # it only once no request came for DASHBOARD_AFTER_IDLE seconds (a starting cluster's
+    # launches come in quick succession), so later nodes find it loaded.
     PRELOAD_CORE = ("distributed", "distributed.cli.dask_scheduler",
                     "distributed.cli.dask_worker", "distributed.http.scheduler.api",
-                    "jupyter_cloudtik.providers.local.node")
-    PRELOAD_DASHBOARD = ("distributed.dashboard.scheduler",)
+                    "jupyter_cloudtik.providers.local.node",
+                    "jupyter_cloudtik.providers.local.dashboard_later")
+    #: in steps of at most ~0.1 s (a launch that comes meanwhile waits for one step only);
+    #: every one optional (no bokeh, no jupyter-server-proxy: the node says so itself)
+    PRELOAD_DASHBOARD = (
+        "bokeh.core.properties", "bokeh.models",  # 0.25 s: its package loads as one
+        "bokeh.io", "bokeh.plotting", "distributed.dashboard.components",
+        "distributed.dashboard.scheduler", "distributed.dashboard.worker",
+        "aiohttp.connector", "aiohttp", "jupyter_server.base.handlers",
+        "jupyter_server_proxy", "distributed.http.proxy")
+    DASHBOARD_AFTER_IDLE = 0.5
 
     def preload_pending(self) -> list[str]:
         return [m for m in self.PRELOAD_CORE + self.PRELOAD_DASHBOARD if m not in self.preloaded]
@@ -232,6 +244,10 @@ class Launcher:
         except ImportError:
             if name not in self.PRELOAD_DASHBOARD:
                 raise
+        finally:
+            if not self.preload_pending():  # see main(): the collector was off meanwhile
+                gc.freeze()
+                gc.enable()
         if threading.active_count() != 1:  # pragma: no cover - would make fork unsafe
             print(f"preloading {name} started threads: {threading.enumerate()}", flush=True)
 
@@ -240,17 +256,26 @@ class Launcher:
         while any(m in self.PRELOAD_CORE or dashboard for m in self.preload_pending()):
             self.preload_step()
 
+    def _preload_wait(self) -> float | None:
+        """Seconds until the next preload step is due (0: now), None: nothing to load."""
+        pending = self.preload_pending()
+        if not pending:
+            return None
+        if pending[0] in self.PRELOAD_CORE:
+            return 0.0
+        return max(self.DASHBOARD_AFTER_IDLE - (time.monotonic() - self.last_launch), 0.0)
+
     # loop ----------------------------------------------------------------------------
     def serve(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
         last_guard = 0.0
         while self.running:
-            preloading = bool(self.preload_pending())
-            for key, _ in self.selector.select(timeout=0 if preloading else 0.2):
+            wait = self._preload_wait()
+            for key, _ in self.selector.select(timeout=0.2 if wait is None else min(wait, 0.2)):
                 if key.fileobj is self.listener:
                     self._accept()
-            if self.running and self.preload_pending():  # a launch may have finished it
+            if self.running and self._preload_wait() == 0:
                 self.preload_step()
             self._reap()
             now = time.monotonic()
@@ -328,10 +353,12 @@ class Launcher:
             return {"version": __version__, "protocol": PROTOCOL, "pid": os.getpid(),
                     "children": len(self.children), "preloading": len(self.preload_pending())}
         if op == "launch":
-            # heads alone need not wait for the dashboard's modules (see PRELOAD_CORE)
-            specs = message["specs"]
-            self.preload(dashboard=not (specs and all(s.get("role") == "head" for s in specs)))
-            return [self.launch(spec, conn) for spec in message["specs"]]
+            # no launch waits for the dashboard's modules (see PRELOAD_CORE)
+            self.preload(dashboard=False)
+            try:
+                return [self.launch(spec, conn) for spec in message["specs"]]
+            finally:
+                self.last_launch = time.monotonic()
         if op == "retire":
             self.retire()
             return {"retired": True}
@@ -361,10 +388,14 @@ class Launcher:
 
         sys.stdout.flush()
         sys.stderr.flush()
+        # what is loaded so far is never collected in the node: its pages stay shared
+        # with the launcher's instead of being copied when the collector walks them
+        gc.freeze()
         pid = os.fork()
         if pid == 0:  # the node
             code = 1
             try:
+                gc.enable()
                 os.setsid()
                 for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
                     signal.signal(sig, signal.SIG_DFL)
@@ -445,6 +476,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--state-dir", required=True)
     parser.add_argument("--idle-seconds", type=float, default=300.0)
     args = parser.parse_args(argv)
+    # no cyclic collection while Dask loads (tens of thousands of objects that all live:
+    # the collector only costs time, ~10% of the import); on again once all is loaded,
+    # and in every node from its start
+    gc.disable()
     launcher = Launcher(Path(args.state_dir), args.idle_seconds)
     if not launcher.acquire_lock():
         print("another launcher serves this state folder; exiting", flush=True)

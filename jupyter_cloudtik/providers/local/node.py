@@ -23,6 +23,11 @@ SETUP_FAILED_EXIT = 3
 CANCELLED_EXIT = 4
 #: written by ``terminate_nodes`` into a node folder: a launch still in flight must not start
 CANCELLED_MARK = "cancelled"
+#: a worker's scheduler address in its argv until the node reads it from its head's
+#: scheduler file (the worker may be forked before the head's scheduler listens)
+SCHEDULER_FROM_HEAD = "{scheduler of the head}"
+#: how long a worker waits for its head's scheduler file (Dask's own --death-timeout)
+HEAD_WAIT_SECONDS = 60.0
 
 def prepare_process(spec: dict[str, Any]) -> None:
     """Turn the current (fresh or forked) process into the node described by ``spec``."""
@@ -94,17 +99,46 @@ def run_runtime(spec: dict[str, Any]) -> int:
     if "dask" not in types:
         return _wait_children(children)
     role = spec["role"]
+    argv = list(spec["argv"])
+    if SCHEDULER_FROM_HEAD in argv:
+        argv[argv.index(SCHEDULER_FROM_HEAD)] = scheduler_of_head(spec["head"])
     if role == "head":
         from distributed.cli import dask_scheduler as cli
     else:
         from distributed.cli import dask_worker as cli
     print(f"[cloudtik] starting dask {'scheduler' if role == 'head' else 'worker'}: "
-          f"{' '.join(spec['argv'])}", flush=True)
+          f"{' '.join(argv)}", flush=True)
     try:
-        cli.main(args=spec["argv"], prog_name=f"dask {role}", standalone_mode=True)
+        cli.main(args=argv, prog_name=f"dask {role}", standalone_mode=True)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
     return 0
+
+
+def scheduler_of_head(head: dict[str, Any]) -> str:
+    """The address in the head's scheduler file, once its scheduler listens (polled often:
+    Dask's own ``--scheduler-file`` looks every 0.1 s); an exit if the head ends first."""
+    node_dir = Path(head["node_dir"])
+    deadline = time.monotonic() + HEAD_WAIT_SECONDS
+    while True:
+        try:
+            address = json.loads((node_dir / "scheduler.json").read_text())["address"]
+            break
+        except (OSError, ValueError, KeyError):
+            pass
+        if (node_dir / "exitcode").exists():
+            print(f"[cloudtik] the head node {node_dir.name} ended before its scheduler was "
+                  "up; this worker stops", flush=True)
+            raise SystemExit(1)
+        if time.monotonic() > deadline:
+            print(f"[cloudtik] the head node {node_dir.name} wrote no scheduler file within "
+                  f"{HEAD_WAIT_SECONDS:.0f} s; this worker stops", flush=True)
+            raise SystemExit(1)
+        time.sleep(0.005)
+    if head.get("host"):  # the scheduler binds every interface: its address names none
+        scheme, rest = address.split("://", 1)
+        address = f"{scheme}://{head['host']}:{rest.rsplit(':', 1)[1]}"
+    return address
 
 
 def _wait_children(children: list[subprocess.Popen]) -> int:

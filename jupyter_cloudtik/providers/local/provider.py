@@ -50,7 +50,7 @@ from ..base import (
     ProviderContext,
 )
 from . import launcher
-from .node import CANCELLED_MARK, scrub_environment
+from .node import CANCELLED_MARK, SCHEDULER_FROM_HEAD, scrub_environment
 from .processes import find_marked_processes, is_alive, terminate_group
 
 if TYPE_CHECKING:
@@ -77,14 +77,17 @@ LOCAL_MIGRATIONS = [
 ]
 
 PENDING_GRACE_SECONDS = 60.0
+#: the preload that gives each node its dashboard once it is up (not while it starts)
+DASHBOARD_LATER = "jupyter_cloudtik.providers.local.dashboard_later"
 DASK_HTTP_ROUTES = [
     "distributed.http.scheduler.prometheus",
     "distributed.http.scheduler.info",
     "distributed.http.scheduler.json",
     "distributed.http.scheduler.api",  # check_idle, retire_workers: used by the reaper
     "distributed.http.health",
-    "distributed.http.proxy",
     "distributed.http.statics",
+    # not "distributed.http.proxy" (worker pages through the scheduler's port): it imports
+    # jupyter-server-proxy and aiohttp (0.2 s); dashboard_later.py adds it with the dashboard
 ]
 
 
@@ -189,6 +192,10 @@ class LocalNodeProvider(NodeProvider):
     delivers_secret_files = True  # 0600 files in the node's own folder
     #: runtime.pip / sync_env: the nodes run this very Python, nothing to install
     installs_packages = "shared"
+    #: a new head's workers are forked right after it and read its scheduler file
+    #: themselves (node.py: ``scheduler_address``): the first ``up`` does not wait for
+    #: the scheduler to answer before it starts the workers
+    workers_find_scheduler = True
     config_schema = {
         "type": "object",
         "title": "Local machine",
@@ -558,6 +565,11 @@ class LocalNodeProvider(NodeProvider):
                 "runtime": {k: v for k, v in runtime.items() if k != "secret_files"},
                 "host": self.internal_ip(node_id),
             }
+            head = runtime.get("head_node_id") if role == "worker" else None
+            if head:  # the worker waits for its head's scheduler file (node.py)
+                spec["head"] = {"node_dir": str(self._node_dir(head)),
+                                "host": (self.internal_ip(head) or "127.0.0.1")
+                                if self.host in ("0.0.0.0", "") else None}
             info = {"node_dir": str(node_dir), "launch_method": self.launch_method,
                     "runtimes": spec["runtimes"]}
             with self.store.transaction() as conn:
@@ -598,27 +610,34 @@ class LocalNodeProvider(NodeProvider):
             files = node_files(self.context.state_dir, self.cluster_name)
             tls = ["--protocol", "tls", "--tls-ca-file", files["ca"], "--tls-cert",
                    files["cert"], "--tls-key", files["key"]]
+        own = [str(o) for o in dask_opts.get("scheduler_options" if role == "head"
+                                              else "worker_options", [])]
+        # the dashboard comes a moment after the node is up (dashboard_later.py), unless
+        # the config's own options say how it should be
+        later = [] if any(o.startswith(("--dashboard", "--no-dashboard")) and
+                          not o.startswith("--dashboard-address") for o in own) else [
+            "--no-dashboard", "--preload", DASHBOARD_LATER]
         if role == "head":
             return [
                 "--host", self.host, "--port", "0",
-                "--dashboard-address", f"{dash_host}:0",
+                "--dashboard-address", f"{dash_host}:0", *later,
                 "--scheduler-file", str(node_dir / "scheduler.json"),
                 *tls,
-                *dask_opts.get("scheduler_options", []),
+                *own,
             ]
         argv = [
-            runtime["scheduler_address"],
+            runtime.get("scheduler_address") or SCHEDULER_FROM_HEAD,  # node.py fills it in
             "--name", node_id,
             "--nthreads", str(max(int(runtime.get("nthreads") or 1), 1)),
             "--memory-limit", str(int(runtime.get("memory_limit") or 0)),
             "--local-directory", str(node_dir / "work"),
             "--host", self.host,
-            "--dashboard-address", f"{dash_host}:0",
+            "--dashboard-address", f"{dash_host}:0", *later,
             "--death-timeout", "60",
             *tls,
         ]
         argv += ["--nanny", "--nworkers", "1"] if dask_opts.get("nanny") else ["--no-nanny"]
-        return argv + list(dask_opts.get("worker_options", []))
+        return argv + own
 
     def _launch(self, specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if self.launch_method == "fork" and sys.platform.startswith("linux"):
