@@ -55,9 +55,13 @@ def load_catalog_file(ctx: Any) -> None:
         body["secrets"] = resolved
         kind, name = body.pop("kind", None), body.pop("name", None)
         try:
-            ctx.catalog.put(kind, name, body, actor="catalog-file")
+            res = ctx.catalog.put(kind, name, body, actor="catalog-file")
         except ConfigError as e:
             raise ConfigError(f"{where}: {e.message}", field=e.field) from None
+        if kind == "provider":  # as a PUT of the API does: the admin can then create the
+            # provider's workspace with the same account (docs/hub.md, API)
+            ctx.deliver_provider_credentials(
+                res, {"provider": dict(res.spec.get("config") or {})})
     for subject, limits in (data.get("quotas") or {}).items():
         try:
             ctx.catalog.set_quota(subject, limits or {}, actor="catalog-file")

@@ -1,21 +1,26 @@
 """docs/hub.md's Set-up, as written: its ``jupyterhub_config.py``, the sidekick's config and
 its catalogue file run a real JupyterHub with the sidekick.  The test only fills in what a
-test machine must differ in (ports, folders, the installed command) and adds its own
-``tester`` service; the scopes, roles, groups-as-admins and the catalogue are the doc's.
+test machine must differ in (ports, folders, the installed command, the cloud's endpoint:
+the Huawei Cloud emulator in the doc's region, whose account keys are the service's
+``HWC_*`` variables) and adds its own ``tester`` service; the scopes, roles,
+groups-as-admins and the catalogue are the doc's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 
 import doc_examples
 import pytest
 
-from jupyter_cloudtik.testing.hub import start_hub
+from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
+from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 
-SECRETS = {"HWC_AK": "ak-of-the-doc", "HWC_SK": "sk-of-the-doc",
-           "HWC_PROJECT": "project-of-the-doc", "OBS_SK": "obs-sk-of-the-doc"}
+REGION = "cn-north-4"  # the doc's
+RETRY = {"base_delay": 0.01, "attempts": 6, "budget": 5}
+SECRETS: dict[str, str] = {}  # the service's secret variables (the emulator's account)
 
 
 def _hub_config() -> str:
@@ -32,18 +37,36 @@ def _hub_config() -> str:
                    f'c.JupyterHub.services[0]["environment"].update({SECRETS!r})\n')
 
 
-def _sidekick_config(base: Path) -> str:
+def _sidekick_config(base: Path, endpoint: str) -> str:
     text = doc_examples.block("docs/hub.md", "Set-up", 1, lang="python").text
     catalog = base / "catalog.yaml"
-    catalog.write_text(doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text)
+    yaml_text = doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text
+    old = f"config: {{region: {REGION}, workspace_name: research}}"
+    assert old in yaml_text, f"docs/hub.md's catalogue no longer has {old!r}"
+    catalog.write_text(yaml_text.replace(old, (
+        f"config: {{region: {REGION}, workspace_name: research, endpoint: '{endpoint}', "
+        f"retry: {RETRY}}}")))
     assert "/etc/cloudtik/catalog.yaml" in text
-    return text.replace("/etc/cloudtik/catalog.yaml", str(catalog))
+    return text.replace("/etc/cloudtik/catalog.yaml", str(catalog)) + (
+        "c.CloudTik.operation_timeout = 240\n")
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory):
+def emulator(tmp_path_factory):
+    emu = start_emulator(tmp_path_factory.mktemp("hwc-emulator"), region=REGION)
+    yield emu
+    left = emu.stop()
+    assert not left, f"emulated server processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory, emulator):
+    keys = emulator.credentials()
+    SECRETS.update({"HWC_AK": keys["access_key"], "HWC_SK": keys["secret_key"],
+                    "HWC_PROJECT": keys["project_id"], "OBS_SK": "obs-sk-of-the-doc"})
     base = tmp_path_factory.mktemp("hub-docs")
-    h = start_hub(base / "hub", hub_config=_hub_config(), sidekick_config=_sidekick_config(base))
+    h = start_hub(base / "hub", hub_config=_hub_config(),
+                  sidekick_config=_sidekick_config(base, emulator.info["endpoint"]))
     yield h
     h.stop()
 
@@ -169,3 +192,100 @@ def test_the_job_gateway_of_docs_hub_sidekicks_md_from_a_session(hub):
         while alice.get(api + "hub/sidekicks/jobgw").json()["state"] != "stopped":
             assert time.monotonic() < deadline, "side-kick still running after its session"
             time.sleep(0.2)
+
+
+@contextlib.contextmanager
+def _kernel_of(session, server: str):
+    """A kernel started by a user's own single-user server (as JupyterLab starts one),
+    driven over ZMQ from its connection file, like a frontend of that server."""
+    import time
+
+    import psutil
+    from jupyter_client import BlockingKernelClient
+
+    from tests.server.kernels import RunningKernel
+
+    r = session.post(server + "api/kernels", json={"name": "python3"})
+    assert r.status_code == 201, r.text
+    kid = r.json()["id"]
+    try:
+        connection, deadline = None, time.monotonic() + 60
+        while connection is None:
+            assert time.monotonic() < deadline, "the kernel's process was not found"
+            for proc in psutil.process_iter(["cmdline"]):
+                cmd = proc.info["cmdline"] or []
+                files = [a for a in cmd if a.endswith(f"kernel-{kid}.json")]
+                if files and "-f" in cmd:
+                    connection = files[0]
+            time.sleep(0.2)
+        client = BlockingKernelClient(connection_file=connection)
+        client.load_connection_file()
+        client.start_channels()
+        try:
+            client.wait_for_ready(timeout=60)
+            yield RunningKernel(client)
+        finally:
+            client.stop_channels()
+    finally:
+        session.delete(server + f"api/kernels/{kid}")
+
+
+def test_the_notebook_lines_of_a_hub_session(hub, emulator):
+    """docs/hub.md's lines "from a notebook of a hub session", in a kernel of alice's own
+    server: a cluster of the catalogue's template ``small`` (its provider hwc-research:
+    the emulator, in the doc's region, with the account of the service's environment),
+    then the side-kicks she may use.  The workspace is made first by an admin, as the doc
+    says."""
+    import json
+    import time
+
+    api, admin, alice = hub.sidekick_api, hub.session("admin"), hub.session("alice")
+    setup = doc_examples.block("docs/hub.md", "API", 0, lang="json")
+    assert "203.0.113.7/32" in setup.text
+    body = json.loads(setup.text.replace("203.0.113.7/32", "127.0.0.1/32"))  # this machine
+    # the emulator's endpoint (a real region's is derived from its name), and its pace
+    body["config"]["provider"].update(endpoint=emulator.info["endpoint"], retry=RETRY)
+    r = alice.post(api + "workspaces", json=body)
+    assert r.status_code == 403, r.text  # users may not
+    r = admin.post(api + "workspaces", json=body)
+    assert r.status_code == 202, r.text
+    op = wait_operation(admin, api, r.json()["operation"]["id"])
+    assert op["state"] == "succeeded", (op.get("reason"), op.get("error"))
+    server = hub.start_server("alice")
+    try:
+        with _kernel_of(alice, server) as kernel:
+            kernel.run("%load_ext jupyter_cloudtik")
+            b = doc_examples.block("docs/hub.md", "API", lang="python")
+            try:
+                shown = [kernel.run(cell, timeout=400) for cell in doc_examples.cells(b)]
+            except AssertionError as e:  # say how far the up came
+                local = server + "cloudtik/api/"
+                ops = alice.get(local + "operations", params={"cluster": "analysis"}).json()
+                events = [alice.get(local + f"operations/{o['id']}/events",
+                                    headers={"Accept": "application/json"}).json()
+                          for o in ops["operations"][:1]]
+                raise AssertionError(f"{e}\n{events}") from None
+        assert "<Cluster 'analysis' running provider=huaweicloud workers=4/4" in shown[0], shown[0]
+        info = alice.get(server + "cloudtik/api/clusters/analysis").json()
+        assert info["owner"] == "alice" and info["state"] == "running", info
+        assert info["summary"]["workers"] == 4 and info["provider"] == "huaweicloud", info
+        assert "jobgw" in shown[1], shown[1]
+        assert "jobgw" in shown[2] and "running" in shown[2], shown[2]
+        servers = [s for s in emulator.ctl.state()["servers"]
+                   if s["tags"].get("cloudtik-cluster-name") == "analysis"]
+        assert len(servers) == 5, servers  # the head and 4 workers, in the doc's region
+        for value in SECRETS.values():
+            assert value not in "".join(shown)
+    finally:
+        r = alice.delete(server + "cloudtik/api/clusters/analysis")
+        if r.status_code == 202:
+            wait_operation(alice, server + "cloudtik/api/", r.json()["operation"]["id"])
+        hub.stop_server("alice")
+        deadline = time.monotonic() + 30
+        while alice.get(api + "hub/sidekicks/jobgw").json().get("state") not in (
+                "stopped", None):
+            assert time.monotonic() < deadline, "side-kick still running after its session"
+            time.sleep(0.2)
+        r = admin.delete(api + "workspaces/research")
+        if r.status_code == 202:
+            wait_operation(admin, api, r.json()["operation"]["id"])

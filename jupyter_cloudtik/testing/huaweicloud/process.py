@@ -64,7 +64,7 @@ class EmulatorProcess:
 
 def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = False,
                    timeout: float = 30, realistic: bool = False,
-                   image: str | None = None) -> EmulatorProcess:
+                   image: str | None = None, region: str | None = None) -> EmulatorProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
     env["HOME"] = str(root)
     with open(root / "emulator.log", "wb") as log:
@@ -72,7 +72,8 @@ def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = Fal
             [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
              "--boot-seconds", str(boot_seconds), *(["--no-boot"] if no_boot else []),
              *(["--realistic"] if realistic else []),
-             *(["--image", image] if image else [])],
+             *(["--image", image] if image else []),
+             *(["--region", region] if region else [])],
             stdout=log, stderr=subprocess.STDOUT,
             env=env)
     deadline = time.monotonic() + timeout

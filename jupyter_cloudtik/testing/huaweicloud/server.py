@@ -228,11 +228,9 @@ class Emulator:
                 "emulator_id": self.id}
 
     def _write_info(self) -> None:
+        """The credentials file, then emulator.json whole (renamed into place): whoever
+        waits for emulator.json (``process.start_emulator``) finds both complete."""
         info = self.info()
-        path = self.root / "emulator.json"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(info, f, indent=2)
         creds = self.root / "credentials"
         fd = os.open(creds, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -241,6 +239,11 @@ class Emulator:
                     f"access_key = {info['access_key']}\nsecret_key = {info['secret_key']}\n"
                     f"project_id = {info['project_id']}\nregion = {info['region']}\n"
                     f"endpoint = {info['endpoint']}\n")
+        tmp = self.root / "emulator.json.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f, indent=2)
+        tmp.replace(self.root / "emulator.json")
 
     # life cycle -----------------------------------------------------------------------
     async def _serve(self) -> None:
