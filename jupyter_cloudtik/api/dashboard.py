@@ -55,6 +55,9 @@ DASHBOARD_PREFIX = "cloudtik/dashboard"
 AUTH_RESOURCE = "cloudtik"
 #: seconds a checked (cluster, dashboard address) pair is trusted before it is checked again
 VERIFY_TTL = 5.0
+#: how long a running cluster's dashboard may not answer at all (still starting) before
+#: it is "none" (404)
+UI_START_WAIT = 10.0
 #: headers that carry the caller's credentials for *this* server: never sent to a cluster
 NOT_FORWARDED = ("Cookie", "Authorization", "X-XSRFToken", "X-Xsrftoken")
 
@@ -132,6 +135,12 @@ def _not_its_scheduler(http: str, recorded: str, info: Any,
     return "its workers are not the cluster's"
 
 
+def _no_answer(why: str) -> bool:
+    """``why`` is an error of the connection itself (``_identity``'s), not an answer."""
+    kind = why.split(":", 1)[0]
+    return kind.isidentifier() and kind.endswith(("Error", "Disconnected", "Exception"))
+
+
 def _port(address: str | None) -> str | None:
     if not address or ":" not in address:
         return None
@@ -196,7 +205,15 @@ async def verified_target(view: Any, name: str) -> Target:
         # the scheduler names its own address, not a tunnel's end on this machine
         recorded = (connect.get("extra") or {}).get("remote_scheduler_address") or \
             connect.get("scheduler_address") or ""
-        why = await asyncio.to_thread(_not_its_scheduler, http, recorded, info, context)
+        deadline = time.monotonic() + UI_START_WAIT
+        while True:
+            why = await asyncio.to_thread(_not_its_scheduler, http, recorded, info, context)
+            # nothing answered at all: a head just up may still be starting its dashboard
+            # (its relay closes a connection while nothing listens behind it); a running
+            # cluster gets a few seconds before the answer is "none"
+            if not why or not _no_answer(why) or time.monotonic() > deadline:
+                break
+            await asyncio.sleep(0.5)
         if why:
             _verified.pop(name, None)
             raise DashboardGone(name, f"{http} does not answer as scheduler {recorded} "

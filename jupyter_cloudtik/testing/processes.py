@@ -47,7 +47,16 @@ def describe(procs: list[psutil.Process]) -> str:
     lines = []
     for p in procs:
         try:
-            lines.append(f"{p.pid}: {' '.join(p.cmdline())[:160]}")
+            # a process that is exiting has no command line any more: say what it was
+            with p.oneshot():
+                where = ""
+                try:
+                    where = os.readlink(f"/proc/{p.pid}/fd/1")
+                except OSError:
+                    pass
+                lines.append(f"{p.pid}: {' '.join(p.cmdline())[:160]} [{p.name()}, "
+                             f"{p.status()}, parent {p.ppid()}, threads {p.num_threads()}, "
+                             f"output {where or '?'}]")
         except psutil.Error:
             continue
     return "\n".join(lines)

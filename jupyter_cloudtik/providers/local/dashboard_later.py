@@ -6,8 +6,10 @@ loaded Bokeh yet (the first ``up`` of a session), 0.15 s when it has.  That time
 path of every ``up``: the head answered only after it, and on a 2-core laptop the workers'
 own copies fought the head for the cores.  A node therefore starts with ``--no-dashboard``
 and its usual ``--dashboard-address`` (the port already serves Dask's plain HTTP routes:
-health, metrics, the JSON API), and this preload adds the dashboard on the same port a
-moment later, importing it in a background thread at a low CPU priority.
+health, metrics, the JSON API), and this preload adds the dashboard on the same port,
+importing it in a background thread at a low CPU priority: a scheduler's a moment after
+its start, a worker's only when one of its pages is asked for (LocalCluster's workers
+have no dashboard at all).
 
 Until then a dashboard page is not a 404: the request asks for the dashboard at once and
 waits for it (up to ``WAIT_SECONDS``), then is sent again to the same page (a relative
@@ -27,9 +29,9 @@ from tornado import web
 
 logger = logging.getLogger(__name__)
 
-#: how long after the node's start the dashboard is loaded if nobody asks for it first
+#: how long after a scheduler's start its dashboard is loaded if nobody asks for it first
 #: (env ``CLOUDTIK_DASHBOARD_DELAY``, read by each node: this module is loaded by the
-#: launcher, whose environment is not the node's)
+#: launcher, whose environment is not the node's); a worker's loads when asked for
 DELAY_SECONDS = 1.0
 WAIT_SECONDS = 30.0
 #: the CPU niceness of the importing thread (Linux: per thread); the node's own threads
@@ -44,7 +46,7 @@ class _Waiting(web.RequestHandler):
         self.state = state
 
     async def get(self, *args: Any) -> None:
-        self.state["asked"].set()
+        self.state["start"]()
         try:
             await asyncio.wait_for(self.state["ready"].wait(), WAIT_SECONDS)
         except asyncio.TimeoutError:
@@ -87,10 +89,6 @@ def _delay() -> float:
 
 async def _attach(server: Any, module: str, state: dict[str, Any], waiting: web.Application
                   ) -> None:
-    try:
-        await asyncio.wait_for(state["asked"].wait(), _delay())
-    except asyncio.TimeoutError:
-        pass
     loop = asyncio.get_running_loop()
     done: asyncio.Future = loop.create_future()
     threading.Thread(target=_import_quietly, args=(module, loop, done),
@@ -125,10 +123,17 @@ def dask_setup(server: Any) -> None:
     """Called by Dask when the scheduler or worker starts (its loop runs)."""
     from distributed.scheduler import Scheduler
 
-    module = ("distributed.dashboard.scheduler" if isinstance(server, Scheduler)
-              else "distributed.dashboard.worker")
-    state = {"asked": asyncio.Event(), "ready": asyncio.Event()}
+    head = isinstance(server, Scheduler)
+    module = "distributed.dashboard.scheduler" if head else "distributed.dashboard.worker"
+    state: dict[str, Any] = {"ready": asyncio.Event(), "task": None}
+
+    def start() -> None:
+        if state["task"] is None:  # kept here: a task only the loop holds may be collected
+            state["task"] = asyncio.ensure_future(_attach(server, module, state, waiting))
+
+    state["start"] = start
     waiting = web.Application([(r"/.*", _Waiting, {"state": state})])
     server.http_application.applications.insert(0, waiting)
-    # kept on the server: a task only the loop references may be collected before it runs
-    server._cloudtik_dashboard = asyncio.ensure_future(_attach(server, module, state, waiting))
+    if head:  # a worker's own pages are rarely opened (LocalCluster's workers have none):
+        # its dashboard loads when one is asked for, never by itself
+        asyncio.get_running_loop().call_later(_delay(), start)

@@ -37,7 +37,7 @@ import psutil
 from traitlets import Bool, Enum, Float, Unicode, default
 from traitlets.config import Configurable
 
-from ...core.errors import NodeLaunchError
+from ...core.errors import ConfigError, NodeLaunchError
 from ...core.store import dumps, loads
 from ...core.units import format_bytes
 from ...runtime.tls import attach, ensure_cluster_tls, is_loopback, node_files, remove_cluster_tls
@@ -625,6 +625,10 @@ class LocalNodeProvider(NodeProvider):
                 *tls,
                 *own,
             ]
+        if not (runtime.get("scheduler_address") or runtime.get("head_node_id")):
+            raise ConfigError("node_config.runtime.scheduler_address: a worker node needs its "
+                              "scheduler's address or its head node (runtime.head_node_id); "
+                              "neither is given", field="node_config.runtime.scheduler_address")
         argv = [
             runtime.get("scheduler_address") or SCHEDULER_FROM_HEAD,  # node.py fills it in
             "--name", node_id,
