@@ -141,7 +141,10 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 *sorted(set(sub.files) | {i.name for i in sub.inputs})]
         lines.append(f"for f in {globbed}; do")
         lines.append(f'  case "$f" in {"|".join(shell_quote(x) for x in skip)}) continue;; esac')
-        lines.append(f'  cp -R -- "$f" {shell_quote(dest)}/ || ct_fail "cannot copy $f to'
+        # under its own relative folder: "plots/*" lands in DEST/plots/, as the session's
+        # copy keeps it (a flat copy would let plots/a.csv and tables/a.csv collide)
+        lines.append(f'  d={shell_quote(dest)}/"$(dirname -- "$f")"')
+        lines.append(f'  mkdir -p -- "$d" && cp -R -- "$f" "$d"/ || ct_fail "cannot copy $f to'
                      f' {dest}"')
         lines.append("done")
     lines.append('ct_end "$CT_RC"')
