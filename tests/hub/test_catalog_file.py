@@ -19,7 +19,10 @@ def _ctx(tmp_path, text: str):
     path.write_text(text)
     store = Store(tmp_path / "state")
     catalog = Catalog(store, SecretStore(store))
-    return SimpleNamespace(hub=SimpleNamespace(catalog_file=str(path)), catalog=catalog)
+    delivered: list = []  # what the sidekick's context hands to a provider's workspace
+    return SimpleNamespace(
+        hub=SimpleNamespace(catalog_file=str(path)), catalog=catalog, delivered=delivered,
+        deliver_provider_credentials=lambda res, cfg: delivered.append((res.name, cfg)))
 
 
 def test_catalog_file_with_secrets_from_the_environment(tmp_path, monkeypatch):
@@ -88,6 +91,9 @@ def test_the_catalogue_of_docs_hub_md(tmp_path, monkeypatch):
         "cluster-a", "hwc-research", "jobgw", "physics-data", "small"]
     assert sorted(r.name for r in cat.visible(chemist)) == ["hwc-research", "small"]
     assert cat.secret_values("storage", "physics-data") == {"secret_access_key": "value-of-OBS_SK"}
+    # the provider's account goes to its workspace, as a PUT of the API sends it
+    assert [(n, c["provider"]["workspace_name"]) for n, c in ctx.delivered] == [
+        ("hwc-research", "research")]
     # her own row wins; another physicist gets the group's; others the default
     assert cat.quota_for(physicist)["max_spend_per_day"] == 100
     assert cat.quota_for(Caller("bob", ("physics",)))["max_cores"] == 128
