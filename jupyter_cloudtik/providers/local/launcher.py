@@ -135,6 +135,22 @@ def _ensure_running(state_dir: str | Path, idle_seconds: float, env: dict[str, s
     raise LauncherUnavailable(f"the local launcher did not start; its log ends with:\n{tail}")
 
 
+def start_soon(state_dir: str | Path, idle_seconds: float, env: dict[str, str]) -> None:
+    """Start the launcher of ``state_dir`` without waiting for it, unless one is there
+    (its socket accepts from its start) or starting (it holds the lock)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(str(socket_path(state_dir)))
+            return
+        except OSError:
+            pass
+    with _starting:
+        ldir = local_dir(state_dir)
+        ldir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if _lock_free(ldir / "launcher.lock"):
+            _spawn(state_dir, idle_seconds, env, ldir)
+
+
 def _spawn(state_dir: str | Path, idle_seconds: float, env: dict[str, str],
            ldir: Path) -> subprocess.Popen:
     log = open(ldir / "launcher.log", "ab")  # noqa: SIM115 - handed to the child
@@ -223,6 +239,10 @@ class Launcher:
     #: in steps of at most ~0.1 s (a launch that comes meanwhile waits for one step only);
     #: every one optional (no bokeh, no jupyter-server-proxy: the node says so itself)
     PRELOAD_DASHBOARD = (
+        # what every node asks once (a worker as it registers, a scheduler and a client
+        # as they meet): package versions from the installed distributions, ~10 ms;
+        # asked here once, cached in every later fork
+        "distributed.versions:get_versions",
         "bokeh.core.properties", "bokeh.models",  # 0.25 s: its package loads as one
         "bokeh.io", "bokeh.plotting", "distributed.dashboard.components",
         "distributed.dashboard.scheduler", "distributed.dashboard.worker",
@@ -239,8 +259,11 @@ class Launcher:
 
         name = self.preload_pending()[0]
         self.preloaded.add(name)
+        module, _, function = name.partition(":")
         try:
-            importlib.import_module(name)
+            loaded = importlib.import_module(module)
+            if function:
+                getattr(loaded, function)()
         except ImportError:
             if name not in self.PRELOAD_DASHBOARD:
                 raise

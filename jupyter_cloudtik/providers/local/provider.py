@@ -241,6 +241,14 @@ class LocalNodeProvider(NodeProvider):
         # off loopback, nothing answers without the cluster's certificate (runtime.tls)
         self.tls = not is_loopback(self.host)
 
+    def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
+        """Nodes are about to be launched (an ``up`` or a scale): the launcher, if none
+        runs, starts loading Dask now, while the operation places and records them."""
+        if self.launch_method == "fork" and sys.platform.startswith("linux"):
+            launcher.start_soon(self.context.state_dir, self.settings.launcher_idle_seconds,
+                                scrub_environment(dict(os.environ)))
+        return cluster_config
+
     # defaults -------------------------------------------------------------------------
     @classmethod
     def default_node_types(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
