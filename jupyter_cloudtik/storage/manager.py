@@ -610,8 +610,7 @@ class StorageManager(ActsForUser):
         ctx.progress("unmount", f"unmounting {name} from {info.mount_path}", 0.2)
         self.ensure_supervisor()
         deadline = time.monotonic() + 60
-        while self._mount_row(name) is not None:
-            row = self._mount_row(name)
+        while (row := self._mount_row(name)) is not None:  # one read: it may go meanwhile
             if row["state"] == "failed" and row["desired"] == "unmounted" and row["reason"]:
                 raise StorageError(f"unmounting {name!r} failed: {row['reason']}")
             if time.monotonic() > deadline:

@@ -11,6 +11,7 @@ accounting, as a site's admin would.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -29,20 +30,37 @@ STAND_INS = [
 ]
 
 
-def _add_account(slurm, name: str) -> None:
+@contextlib.contextmanager
+def _account(slurm, name: str):
+    """The account in Slurm's accounting while the test runs (the session's Slurm is
+    shared: other tests list its accounts)."""
     user = os.environ.get("USER") or subprocess.run(
         ["id", "-un"], capture_output=True, text=True).stdout.strip()
     env = {**os.environ, **slurm.env}
+
+    def sacctmgr(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["sacctmgr", "-i", *args], env=env, capture_output=True,
+                              text=True, timeout=60)
+
     for args in (["add", "account", name, "Description=doc example"],
                  ["add", "user", user, f"Account={name}"]):
-        r = subprocess.run(["sacctmgr", "-i", *args], env=env, capture_output=True,
-                           text=True, timeout=60)
+        r = sacctmgr(*args)
         assert r.returncode == 0 or "Nothing new added" in r.stdout + r.stderr, r
+    try:
+        yield
+    finally:
+        sacctmgr("delete", "user", user, f"account={name}")
+        r = sacctmgr("delete", "account", name)
+        assert r.returncode == 0, r
 
 
 def test_every_submit_option_at_once_on_a_real_slurm(slurm, tmp_path, http_files,
                                                      monkeypatch):
-    _add_account(slurm, "proj42")
+    with _account(slurm, "proj42"):
+        _run_the_block(slurm, tmp_path, http_files, monkeypatch)
+
+
+def _run_the_block(slurm, tmp_path, http_files, monkeypatch):
     web, base_url = http_files
     (web / "ref.nc").write_text("reference\n")
     system = tmp_path / "system"
