@@ -81,9 +81,12 @@ def _import_quietly(name: str, loop: asyncio.AbstractEventLoop,
 
 
 def _delay() -> float:
+    raw = os.environ.get("CLOUDTIK_DASHBOARD_DELAY")
     try:
-        return max(float(os.environ.get("CLOUDTIK_DASHBOARD_DELAY", DELAY_SECONDS)), 0.0)
+        return DELAY_SECONDS if raw is None else max(float(raw), 0.0)
     except ValueError:
+        logger.warning("CLOUDTIK_DASHBOARD_DELAY: %r is not a number of seconds; the "
+                       "dashboard loads after the default %.1f s", raw, DELAY_SECONDS)
         return DELAY_SECONDS
 
 
@@ -93,22 +96,20 @@ async def _attach(server: Any, module: str, state: dict[str, Any], waiting: web.
     done: asyncio.Future = loop.create_future()
     threading.Thread(target=_import_quietly, args=(module, loop, done),
                      name="cloudtik-dashboard-import", daemon=True).start()
-    app = server.http_application
+    from distributed.http.utils import get_handlers
+
+    app, head = server.http_application, module.endswith(".scheduler")
     try:
         dashboard = await done
     except ImportError:  # no Bokeh: say so where the dashboard would be, as Dask does
-        if module.endswith(".scheduler"):
-            from distributed.http.utils import get_handlers
-
+        if head:
             app.add_handlers(r".*", get_handlers(
                 server, ["distributed.http.scheduler.missing_bokeh"], "/"))
     except Exception:
         logger.exception("the dashboard could not be loaded")
     else:
         dashboard.connect(app, server.http_server, server, prefix="")
-        if module.endswith(".scheduler"):  # worker pages through the scheduler's port
-            from distributed.http.utils import get_handlers
-
+        if head:  # worker pages through the scheduler's port
             try:
                 app.add_handlers(r".*", get_handlers(server, ["distributed.http.proxy"], "/"))
             except Exception:
