@@ -28,6 +28,9 @@ declare -A PACKAGES=(
   [debootstrap]=/usr/sbin/debootstrap
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
+  # the hub sidekick runs what users control (side-kicks, local clusters and jobs) in a
+  # bubblewrap sandbox that cannot see its state folder (docs/security.md#the-sandbox)
+  [bubblewrap]=/usr/bin/bwrap
   [curl]=/usr/bin/curl                  # the docs' curl examples are run as written
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
   [npm]=/usr/bin/npm                    # configurable-http-proxy for the JupyterHub tests

@@ -2,9 +2,11 @@
 
 A notebook, the CLI or a single-user Jupyter server act for the user running them: the
 managers record ``getpass.getuser()``.  The hub sidekick serves every hub user from one
-process and one set of managers, so each request sets ``acting_user`` for the duration of
-its call: it is a ``ContextVar``, so it follows the request into the asyncio tasks the call
+process and one set of managers, so each request sets the acting caller for the duration
+of its call: a ``ContextVar``, so it follows the request into the asyncio tasks the call
 starts (an operation keeps the owner it was started for) and never leaks between requests.
+The caller carries the groups and admin flag the access policy (``core/grants.py``)
+decides on, not only a name.
 """
 
 from __future__ import annotations
@@ -12,8 +14,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .grants import Caller
 
 acting_user: ContextVar[str | None] = ContextVar("cloudtik_acting_user", default=None)
+acting_caller: ContextVar[Caller | None] = ContextVar("cloudtik_acting_caller", default=None)
 
 
 def effective_user(default: str) -> str:
@@ -21,12 +28,27 @@ def effective_user(default: str) -> str:
     return acting_user.get() or default
 
 
+def current_caller(default: str) -> Caller:
+    """The caller this call acts for: the request's, else the process's own user."""
+    caller = acting_caller.get()
+    if caller is not None:
+        return caller
+    from .grants import Caller
+
+    return Caller(effective_user(default))
+
+
 @contextmanager
-def acting_as(user: str) -> Iterator[None]:
-    token = acting_user.set(user)
+def acting_as(who: str | Caller) -> Iterator[None]:
+    from .grants import Caller
+
+    caller = who if isinstance(who, Caller) else Caller(who)
+    token = acting_user.set(caller.name)
+    ctoken = acting_caller.set(caller)
     try:
         yield
     finally:
+        acting_caller.reset(ctoken)
         acting_user.reset(token)
 
 
@@ -42,3 +64,7 @@ class ActsForUser:
     @user.setter
     def user(self, value: str) -> None:
         self._own_user = value
+
+    @property
+    def caller(self) -> Caller:
+        return current_caller(self._own_user)

@@ -12,9 +12,12 @@ An admin may keep the values in HashiCorp Vault (KV version 2) instead: with
 Vault secret at ``<mount_point>/<path_prefix>/<scope with ':' as '/'>`` holding name -> value;
 nothing is written to the state database then.  ``open_secret_store`` picks the backend.
 
-Callers refer to secrets by ``(scope, name)`` (e.g. ``("storage:mydata", "secret_access_key")``)
-and show ``REDACTED`` wherever a value would appear.  ``Redactor`` scrubs known values out of
-text (log lines, error messages, subprocess output) as a last line of defence.
+Values are written by ``(scope, name)`` (e.g. ``("storage:mydata", "secret_access_key")``)
+and read back only with ``reveal(grant)``: a ``Grant`` made by the access policy
+(``core/grants.py``) for a caller allowed to use the item, or for the service's own use.
+There is no other way to read a value (``tests/test_grants.py`` checks every module).
+Answers show ``REDACTED`` wherever a value would appear.  ``Redactor`` scrubs known values
+out of text (log lines, error messages, subprocess output) as a last line of defence.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from traitlets import Bool, Unicode, default
 from traitlets.config import Configurable
 
 from . import env
-from .errors import CloudTikError, ConfigError, NotFoundError
+from .errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
 from .store import Store
 
 REDACTED = "<secret>"
@@ -141,7 +144,19 @@ class SecretStore:
                 (scope, name, token, now, now),
             )
 
-    def get(self, scope: str, name: str) -> str:
+    def reveal(self, grant: Any, name: str | None = None) -> Any:
+        """The values of the grant's item (``{name: value}``), or one of them (None if it
+        has no such value): the only way to read a secret.  ``grant`` must come from the
+        access policy (``core.grants``); anything else is refused."""
+        from .grants import Grant
+
+        if not isinstance(grant, Grant) or not grant.sealed():
+            raise PermissionDeniedError("secrets are handed out only against a grant of the "
+                                        "access policy (core/grants.py)", field="grant")
+        values = self._read_all(grant.scope)
+        return values if name is None else values.get(name)
+
+    def _read(self, scope: str, name: str) -> str:
         if self.backend is not None:
             return self.backend.get(scope, name)
         row = self.store.query_one(
@@ -156,10 +171,10 @@ class SecretStore:
                 f"({KEY_ENV} or {self.key_path}); was the key replaced?"
             ) from None
 
-    def get_all(self, scope: str) -> dict[str, str]:
+    def _read_all(self, scope: str) -> dict[str, str]:
         if self.backend is not None:
             return self.backend.get_all(scope)
-        return {n: self.get(scope, n) for n in self.names(scope)}
+        return {n: self._read(scope, n) for n in self.names(scope)}
 
     def has(self, scope: str, name: str) -> bool:
         if self.backend is not None:
@@ -184,6 +199,18 @@ class SecretStore:
                 cur = conn.execute(
                     "DELETE FROM secrets WHERE scope = ? AND name = ?", (scope, name))
             return cur.rowcount
+
+    def rename_scope(self, old: str, new: str) -> int:
+        """Move every value of scope ``old`` to ``new`` (values are not decrypted)."""
+        if self.backend is not None:
+            values = self.backend.get_all(old)
+            for name, value in values.items():
+                self.backend.put(new, name, value)
+            self.backend.delete(old)
+            return len(values)
+        with self.store.transaction() as conn:
+            return conn.execute("UPDATE secrets SET scope = ? WHERE scope = ?",
+                                (new, old)).rowcount
 
     def rotate_key(self) -> int:
         """Encrypt every secret under a fresh key; returns how many were re-encrypted.
@@ -232,7 +259,7 @@ class SecretStore:
                       [r[0] for r in self.store.query("SELECT DISTINCT scope FROM secrets")])
         values = []
         for scope in scopes:
-            values.extend(self.get_all(scope).values())
+            values.extend(self._read_all(scope).values())
         return Redactor(values)
 
 

@@ -358,9 +358,15 @@ class BackendContext:
         return f"hpc:{self.name}"
 
     def secret(self, key: str, default: str | None = None) -> str | None:
-        if self.secrets is not None and self.secrets.has(self.secret_scope, key):
-            return self.secrets.get(self.secret_scope, key)
-        return default
+        """One of the backend's own credentials (its token, SSH key): used by this process
+        to talk to the system, never handed to a job."""
+        if self.secrets is None or not self.secrets.has(self.secret_scope, key):
+            return default
+        from ..core.grants import policy_for
+
+        grant = policy_for(self.secrets.store).service(
+            "hpc", self.name, "the backend talks to its system with its own credentials")
+        return self.secrets.reveal(grant, key)
 
     @property
     def folder(self) -> Path:

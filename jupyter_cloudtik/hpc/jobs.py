@@ -40,7 +40,8 @@ from ..core.errors import (
     NotFoundError,
     ProviderError,
 )
-from ..core.identity import ActsForUser
+from ..core.grants import policy_for
+from ..core.identity import ActsForUser, acting_as
 from ..core.ids import resolve_row
 from ..core.operations import OperationContext, Operations, Target, owner_alive
 from ..core.secrets import SecretStore
@@ -431,9 +432,15 @@ class JobManager(ActsForUser):
             return
         self._submitting.add(job_id)
         try:
-            await self._submit_once(job_id)
+            with self._as_owner(self._row(job_id)):  # its inputs are read for its owner
+                await self._submit_once(job_id)
         finally:
             self._submitting.discard(job_id)
+
+    def _as_owner(self, row: Any) -> Any:
+        """Act as the job's owner (the poller works for everybody): what its stage-in
+        and stage-out may use is the access policy's decision for them."""
+        return acting_as(policy_for(self.store).caller(row["user"] or self._own_user))
 
     async def _submit_once(self, job_id: str) -> None:
         row = self._row(job_id)
@@ -943,7 +950,8 @@ class JobManager(ActsForUser):
         """Record what the backend said; returns whether anything changed."""
         job_id = row["id"]
         if st.final:
-            await self._finalize(row, st)
+            with self._as_owner(row):
+                await self._finalize(row, st)
             return True
         fields: dict[str, Any] = {}
         if st.state != row["state"]:

@@ -16,7 +16,9 @@ from typing import Any
 
 import psutil
 
+from ..core import env as envnames
 from ..core.errors import NotFoundError, ProviderError
+from ..core.sandbox import sandbox_for
 from ..providers.local import processes
 from . import files, script
 from .base import (
@@ -81,12 +83,21 @@ class LocalBackend(HPCBackend):
             files.prepare_folder(folder, sub, text)
         except OSError as e:
             raise ProviderError(f"cannot prepare the job's folder {folder}: {e}") from e
+        argv, env = ["bash", str(folder / script.SCRIPT_NAME)], _job_environment()
+        sandbox = sandbox_for(self.context.state_dir)
+        if sandbox is not None:
+            # a state folder shared by many users (the hub sidekick): the job sees its own
+            # folder, the system and Python, nothing of the state folder or the service
+            sandbox.check()
+            sandbox.prepare(folder)
+            argv = sandbox.command(argv, writable=[folder], cwd=folder)
+            env = sandbox.environment(home=folder)
         try:
             with open(folder / script.LOG_NAME, "ab") as log:
                 proc = subprocess.Popen(
-                    ["bash", str(folder / script.SCRIPT_NAME)], cwd=folder,
-                    stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                    start_new_session=True, close_fds=True, env=_job_environment())
+                    argv, cwd=folder, stdin=subprocess.DEVNULL, stdout=log,
+                    stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+                    env=env)
         except OSError as e:
             raise ProviderError(f"cannot start the job: {e}") from e
         started = processes.start_time(proc.pid)
@@ -187,11 +198,12 @@ class LocalBackend(HPCBackend):
 
 
 def _job_environment() -> dict[str, str]:
-    """The job gets the session's environment minus our own bookkeeping and secrets."""
+    """The job gets the session's environment minus our own bookkeeping and secrets (a
+    side-kick's: the variables its supervisor filled from the secret store)."""
     env = dict(os.environ)
+    held = {k for k in env.get(envnames.SIDEKICK_SECRET_ENV, "").split(",") if k}
     for key in list(env):
-        if key.startswith("CLOUDTIK_") or key in ("JPY_SESSION_NAME",):
+        if key.startswith("CLOUDTIK_") or key in ("JPY_SESSION_NAME",) or key in held:
             env.pop(key)
-    env.pop("CLOUDTIK_SECRET_KEY", None)
     return env
 

@@ -51,6 +51,15 @@ class HubIdentityProvider(JupyterHubIdentityProvider):
             g in self.hub_settings.admin_groups for g in groups)
         user.cloudtik_caller = Caller(model["name"], tuple(sorted(groups)), admin)
         user.cloudtik_may_use = admin or USE_SCOPE in scopes
+        # the person's own browser: the sidekick's OAuth cookie (XSRF checked by HubOAuth),
+        # whose token belongs to a hub login session — not a bearer token (a server's, a
+        # kernel's, a script's), nor one smuggled into the cookie with ?token= (an API
+        # token has no login session)
+        user.cloudtik_browser_session = bool(model.get("session_id")) and not getattr(
+            handler, "_token_authenticated", False)
+        ctx = handler.settings.get("cloudtik")
+        if ctx is not None and user.cloudtik_may_use:
+            ctx.remember(user.cloudtik_caller)
         return user
 
     async def _groups(self, name: str) -> tuple[str, ...]:

@@ -40,33 +40,118 @@ def load_catalog_file(ctx: Any) -> None:
             raise ConfigError(f"{where}: expected a mapping", field="resources")
         body = dict(item)
         secrets_in = body.get("secrets") or {}
-        resolved = {}
-        for key, value in secrets_in.items():
-            if isinstance(value, dict) and set(value) == {"env"}:
-                if value["env"] not in os.environ:
-                    raise ConfigError(f"{where}.secrets.{key}: environment variable "
-                                      f"{value['env']} is not set", field=f"secrets.{key}")
-                resolved[key] = os.environ[value["env"]]
-            elif isinstance(value, str):
-                resolved[key] = value
-            else:
-                raise ConfigError(f"{where}.secrets.{key}: expected text or {{env: NAME}}",
-                                  field=f"secrets.{key}")
+        resolved = {key: _from_env(value, f"{where}.secrets.{key}")
+                    for key, value in secrets_in.items()}
         body["secrets"] = resolved
+        for key in ("read_only_credentials",):
+            if isinstance(body.get(key), dict):
+                body[key] = {k: _from_env(v, f"{where}.{key}.{k}")
+                             for k, v in body[key].items()}
         kind, name = body.pop("kind", None), body.pop("name", None)
-        try:
-            res = ctx.catalog.put(kind, name, body, actor="catalog-file")
+        try:  # exactly what an admin's PUT does
+            apply_resource(ctx, CATALOG_FILE_ADMIN, kind, name, body)
         except ConfigError as e:
             raise ConfigError(f"{where}: {e.message}", field=e.field) from None
-        if kind == "provider":  # as a PUT of the API does: the admin can then create the
-            # provider's workspace with the same account (docs/hub.md, API)
-            ctx.deliver_provider_credentials(
-                res, {"provider": dict(res.spec.get("config") or {})})
     for subject, limits in (data.get("quotas") or {}).items():
         try:
             ctx.catalog.set_quota(subject, limits or {}, actor="catalog-file")
         except ConfigError as e:
             raise ConfigError(f"{path}: quotas.{subject}: {e.message}", field=e.field) from None
+
+
+def _from_env(value: Any, where: str) -> str:
+    """A secret of the catalogue file: text, or ``{env: NAME}`` read from the service's
+    environment (so the file itself holds none)."""
+    field = where.split(": ", 1)[-1]
+    if isinstance(value, dict) and set(value) == {"env"}:
+        if value["env"] not in os.environ:
+            raise ConfigError(f"{where}: environment variable {value['env']} is not set",
+                              field=field)
+        return os.environ[value["env"]]
+    if isinstance(value, str):
+        return value
+    raise ConfigError(f"{where}: expected text or {{env: NAME}}", field=field)
+
+
+#: who the catalogue file's changes are recorded as (an admin of the service's own)
+CATALOG_FILE_ADMIN = Caller("catalog-file", (), True)
+
+
+def apply_resource(ctx: Any, admin: Caller, kind: Any, name: Any,
+                   body: dict[str, Any]) -> Any:
+    """An admin's catalogue change (API PUT or the catalogue file): checked as a whole —
+    local execution, a storage's options against rclone's schema — before it is kept."""
+    from .catalog import KINDS, NAME_RE
+
+    if kind not in KINDS:
+        raise ConfigError(f"kind: {kind!r} is not one of {', '.join(KINDS)}", field="kind",
+                          value=kind)
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ConfigError(f"name: {name!r} is not a valid name (a lowercase letter, then "
+                          "up to 62 lowercase letters, digits, '-' or '_')", field="name",
+                          value=name)
+    _check_local_execution(ctx, kind, name, body.get("spec") or {})
+    ro = body.get("read_only_credentials")
+    if ro is not None and kind != "storage":
+        raise ConfigError(f"read_only_credentials: only a storage has them, not a {kind}",
+                          field="read_only_credentials")
+    if kind == "storage":
+        _sync_storage(ctx, admin, name, body)  # checked by rclone's schema before it is kept
+    res = ctx.catalog.put(kind, name, body, actor=admin.name)
+    if kind == "provider":
+        # so the admin can create the provider's workspace with the same account
+        ctx.deliver_provider_credentials(
+            ctx.grant(admin, "provider", name), {"provider": dict(res.spec.get("config") or {})})
+    return res
+
+
+def _check_local_execution(ctx: Any, kind: str, name: str, spec: dict[str, Any]) -> None:
+    if ctx.hub.allow_local_execution:
+        return
+    if kind == "provider" and spec.get("type") == "local":
+        raise ConfigError(
+            "spec.type: 'local' runs users' clusters on the sidekick's own machine; offer a "
+            "remote provider, or set c.CloudTikHub.allow_local_execution = True (they then "
+            "run in the sandbox, docs/security.md#the-sandbox)",
+            field="spec.type", value="local")
+    if kind == "hpc":
+        backends = {b["name"]: b for b in ctx.job_manager().backends()}
+        btype = (backends.get(name) or {}).get("type")
+        if btype in ("local", "dask") or name.startswith("dask:"):
+            raise ConfigError(
+                f"name: HPC backend '{name}' ({btype or 'dask'}) runs users' jobs on the "
+                "sidekick's own machine; offer a remote backend (slurm, firecrest, arc), or "
+                "set c.CloudTikHub.allow_local_execution = True (they then run in the "
+                "sandbox)", field="name", value=name)
+
+
+def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> None:
+    """A catalogue storage is a storage of the sidekick's storage manager, whose
+    catalogue checks the options against rclone's schema and keeps the sensitive ones
+    in the secret store.  Done first: a storage rclone refuses never reaches the
+    catalogue, and a refused change leaves the previous one in place.  Secrets the
+    admin did not send again are kept (read against the admin's grant)."""
+    from ..core.errors import NotFoundError
+    from .catalog import SECRET, validate_spec
+
+    spec = body.get("spec") or {}
+    validate_spec("storage", name, spec)
+    storage = ctx.storage_manager()
+    options = dict(spec.get("options") or {})
+    if storage.catalog.exists(name):
+        try:
+            options.update(ctx.secrets.reveal(ctx.grant(admin, "storage", name, "read")))
+        except NotFoundError:
+            pass
+    options.update({k: v for k, v in (body.get("secrets") or {}).items()
+                    if v and v != SECRET})
+    ro = body.get("read_only_credentials")
+    storage.add(
+        name, backend=spec["type"], options=options, source=spec.get("source"),
+        read_only=bool(spec.get("read_only", True)),
+        description=body.get("description") or "", replace=True,
+        read_only_credentials=None if ro is None else
+        {k: v for k, v in ro.items() if v != SECRET} or None)
 
 
 def start_services(ctx: Any) -> None:
@@ -75,8 +160,9 @@ def start_services(ctx: Any) -> None:
 
     state = Path(ctx.settings.state_dir) / "hub"
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
-    ctx.sidekicks = SidekickSupervisor(state, secret_resolver=lambda ref: _sidekick_secret(
-        ctx, ref), log=log)
+    ctx.sidekicks = SidekickSupervisor(
+        state, log=log, sandbox=ctx.sandbox,
+        allow_local_execution=ctx.hub.allow_local_execution)
     loop = asyncio.get_event_loop()
 
     async def start() -> None:
@@ -152,15 +238,19 @@ async def stop_services(ctx: Any) -> None:
                 log.exception("stopping %s failed", name)
 
 
-def _sidekick_secret(ctx: Any, ref: str) -> str:
-    """``{"secret": "NAME"}`` in a side-kick's env names a secret of its catalogue entry;
-    the catalogue turns it into ``"<sidekick>/NAME"``."""
-    sidekick, _, name = ref.partition("/")
-    values = ctx.catalog.secret_values("sidekick", sidekick)
-    if name not in values:
-        raise ConfigError(f"env: side-kick '{sidekick}' has no secret named '{name}'",
-                          field="env")
-    return values[name]
+def sidekick_secrets(ctx: Any, grant: Any) -> Any:
+    """The resolver of one start of a side-kick: ``{"secret": "NAME"}`` in its env names a
+    secret of its catalogue entry, read against the caller's grant to run it."""
+
+    def resolve(ref: str) -> str:
+        _sidekick, _, name = ref.partition("/")
+        value = ctx.secrets.reveal(grant, name)
+        if value is None:
+            raise ConfigError(f"env: side-kick '{grant.name}' has no secret named '{name}'",
+                              field="env")
+        return value
+
+    return resolve
 
 
 # egress --------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.errors import ConfigError, NotFoundError
+from ..core.grants import Caller
 from ..core.secrets import SecretStore
 from ..core.store import Store, dumps, loads
 
@@ -76,21 +77,17 @@ MIGRATIONS = [
         updated_at REAL NOT NULL
     );
     """,
+    # the groups a user had at their last request: what a background action of theirs
+    # (a scale of their cluster by the reaper, a job's stage-out) is granted on
+    """
+    CREATE TABLE hub_callers (
+        name TEXT PRIMARY KEY,
+        groups TEXT NOT NULL DEFAULT '[]',
+        admin INTEGER NOT NULL DEFAULT 0,
+        seen_at REAL NOT NULL
+    );
+    """,
 ]
-
-
-@dataclass(frozen=True)
-class Caller:
-    """A hub user as the sidekick sees one request: name, groups, admin or not."""
-
-    name: str
-    groups: tuple[str, ...] = ()
-    admin: bool = False
-
-    def may_use(self, users: list[str], groups: list[str]) -> bool:
-        if self.admin or EVERYONE in users or EVERYONE in groups or self.name in users:
-            return True
-        return any(g in groups for g in self.groups)
 
 
 @dataclass
@@ -130,7 +127,8 @@ def _str_list(value: Any, fieldname: str) -> list[str]:
 class Catalog:
     """Resources, quotas and the audit log, in the sidekick's state DB."""
 
-    def __init__(self, store: Store, secrets: SecretStore) -> None:
+    def __init__(self, store: Store, secrets: SecretStore | None) -> None:
+        """``secrets`` None: a reader (the access policy), which never writes."""
         self.store = store
         self.secrets = secrets
         store.ensure_schema("hub", MIGRATIONS)
@@ -208,20 +206,28 @@ class Catalog:
     def visible(self, caller: Caller, kind: str | None = None) -> list[Resource]:
         return [r for r in self.list(kind) if caller.may_use(r.users, r.groups)]
 
-    def usable(self, caller: Caller, kind: str, name: str) -> Resource:
-        """The resource if ``caller`` may use it; the same 404 as a missing one otherwise,
-        so users cannot probe what exists for others."""
+    def find(self, kind: str, name: str) -> Resource | None:
         try:
-            res = self.get(kind, name)
+            return self.get(kind, name)
         except NotFoundError:
-            res = None
-        if res is None or not caller.may_use(res.users, res.groups):
-            raise NotFoundError(f"no {kind} named '{name}' that you may use",
-                                field=kind, value=name)
-        return res
+            return None
 
-    def secret_values(self, kind: str, name: str) -> dict[str, str]:
-        return self.secrets.get_all(self.scope(kind, name))
+    # callers ------------------------------------------------------------------------------
+    def remember(self, caller: Caller) -> None:
+        """Keep the groups ``caller`` has now, for background actions of theirs."""
+        with self.store.transaction() as conn:
+            conn.execute("INSERT INTO hub_callers (name, groups, admin, seen_at)"
+                         " VALUES (?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET"
+                         " groups = excluded.groups, admin = excluded.admin,"
+                         " seen_at = excluded.seen_at",
+                         (caller.name, dumps(list(caller.groups)), int(caller.admin),
+                          time.time()))
+
+    def remembered(self, name: str) -> Caller | None:
+        row = self.store.query_one("SELECT * FROM hub_callers WHERE name = ?", (name,))
+        if row is None:
+            return None
+        return Caller(row["name"], tuple(loads(row["groups"], [])), bool(row["admin"]))
 
     # quotas -------------------------------------------------------------------------------
     def set_quota(self, subject: str, limits: dict[str, Any], *, actor: str) -> dict[str, Any]:

@@ -10,17 +10,21 @@ single-user server serve many users without a line changed.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
 from ..api.settings import CloudTikServer
 from ..clusters.manager import ClusterManager
+from ..core import sandbox
 from ..core.errors import PermissionDeniedError
+from ..core.grants import Grant, declare_shared, default_mode, install_policy
 from ..core.secrets import open_secret_store
 from ..core.settings import CloudTik
 from ..core.store import loads
 from .catalog import Caller, Catalog, Resource
 from .egress_rules import EgressRules
+from .policy import CatalogPolicy
 from .settings import CloudTikHub
 from .views import ClustersView, JobsView, StorageView, started_today
 
@@ -35,9 +39,25 @@ class HubContext:
         self.hub = CloudTikHub(parent=serverapp)
         self.manager = ClusterManager(settings=self.settings, user="cloudtik-hub")
         self.store = self.manager.store
+        # the state folder is private to the service, and whatever of a user's runs on
+        # this machine for it is sandboxed (core/sandbox.py): declared before anything
+        # (here or in a daemon of this folder) starts a node, a job or a side-kick
+        os.chmod(self.store.state_dir, 0o700)
+        declare_shared(self.store.state_dir, policy="catalog")
+        self.policy = CatalogPolicy(self.store)
+        install_policy(self.store, self.policy)
+        self.sandbox = sandbox.install(
+            self.store.state_dir, self.hub.sandbox, uid=self.hub.sandbox_uid,
+            gid=self.hub.sandbox_gid, readable=self.hub.sandbox_readable)
+        try:
+            self.sandbox.check()
+        except sandbox.SandboxUnavailable as e:
+            log.warning("jupyter_cloudtik hub sidekick: %s — side-kicks, local clusters "
+                        "and local jobs will be refused", e.message)
         self.secrets = open_secret_store(self.settings, self.store)
         self.catalog = Catalog(self.store, self.secrets)
-        self.egress_rules = EgressRules(self.store, self.secrets)
+        self.egress_rules = EgressRules(self.store, self.secrets, self.policy)
+        self._remembered: dict[str, Caller] = {}
         self._storage: Any = None
         self._jobs: Any = None
         self._features: dict[str, Any] = {}
@@ -51,7 +71,46 @@ class HubContext:
     # the request's view ------------------------------------------------------------------
     def for_request(self, handler: Any) -> UserContext:
         caller = caller_of(handler)
-        return UserContext(self, caller)
+        return UserContext(self, caller, held_ok=self.held_allowed(handler))
+
+    def held_allowed(self, handler: Any) -> bool:
+        """May this request do what stays with the person (credentials, consent)?  Only
+        from their own browser session, unless the admin allows tokens."""
+        user = handler.current_user
+        return bool(self.hub.allow_token_user_actions
+                    or getattr(user, "cloudtik_browser_session", False))
+
+    def require_held(self, allowed: bool, what: str) -> None:
+        if not allowed:
+            raise PermissionDeniedError(
+                f"{what}: only in your own browser session — open "
+                f"{self.serverapp.base_url}egress (rules and shares) or "
+                f"{self.serverapp.base_url}admin (admins) after logging in to the hub; a "
+                "token (your server's, a kernel's or a script's) may not do this",
+                field="token")
+
+    def remember(self, caller: Caller) -> None:
+        """Keep the caller's groups for background actions of theirs (once per change)."""
+        if self._remembered.get(caller.name) != caller:
+            self.catalog.remember(caller)
+            self._remembered[caller.name] = caller
+
+    def grant(self, caller: Caller, kind: str, name: str, mode: str | None = None, *,
+              field: str | None = None) -> Grant:
+        """The access policy's decision (``hub/policy.py``): the only yes/no on catalogue
+        items; the same 404 for missing and not-yours."""
+        return self.policy.grant(caller, kind, name, mode or default_mode(kind),
+                                 field=field)
+
+    def usable(self, caller: Caller, kind: str, name: str, *,
+               field: str | None = None) -> Resource:
+        """The catalogue item, once the policy granted it (admins: any that exists)."""
+        self.grant(caller, kind, name, field=field)
+        return self.catalog.get(kind, name)
+
+    def visible(self, caller: Caller, kind: str) -> list[Resource]:
+        """What the caller may use of ``kind``, as the policy decides."""
+        return [self.catalog.get(kind, n) for n in self.policy.visible(caller, kind)]
 
     def is_kernel_token(self, token: str | None) -> bool:
         return False  # the sidekick runs no kernels; callers are hub users
@@ -79,18 +138,48 @@ class HubContext:
         return {"storage": self._storage, "hpc": self._jobs}.get(name)
 
     # what the views need -------------------------------------------------------------------
-    def deliver_provider_credentials(self, prov: Resource, cfg: dict[str, Any]) -> None:
+    def deliver_provider_credentials(self, grant: Grant, cfg: dict[str, Any]) -> None:
         """Put a catalogue provider's credentials where its provider reads them, in the
         sidekick's secret store: never in the cluster config (which is recorded and shown)
-        nor in anything a node receives.  Huawei Cloud reads a workspace's keys."""
-        values = self.catalog.secret_values("provider", prov.name)
-        if not values or prov.spec.get("type") != "huaweicloud":
+        nor in anything a node receives.  Huawei Cloud reads a workspace's keys.  Only
+        against the caller's grant on that provider."""
+        prov = self.catalog.get("provider", grant.name)
+        if prov.spec.get("type") != "huaweicloud":
+            return
+        values = self.secrets.reveal(grant)
+        if not values:
             return
         from ..providers.huaweicloud.credentials import store_workspace_credentials
 
         workspace = cfg["provider"].get("workspace_name")
         if workspace:
             store_workspace_credentials(self.secrets, workspace, values)
+
+    def check_config_names(self, caller: Caller, cfg: dict[str, Any],
+                           prov: Resource) -> None:
+        """Every field of a user's cluster config that names something (the schemas mark
+        them: core/config_names.py) passes the access policy: storages and images they
+        may use (the same 404 for unknown and not theirs), no folder or path of this
+        machine."""
+        from ..core.config import provider_class
+        from ..core.config_names import named_values
+        from ..runtime.environment import is_local
+
+        ptype = cfg["provider"]["type"]
+        for path, kind, value in named_values(cfg, provider_class(ptype, self.settings)):
+            if kind == "storage":
+                self.grant(caller, "storage", str(value), "read", field=path)
+            elif kind == "image":
+                self.grant(caller, "image", f"{prov.name}/{value}", field=path)
+            elif kind == "package" and isinstance(value, str) and is_local(value):
+                raise PermissionDeniedError(
+                    f"{path}: {value!r} is a folder of the sidekick's machine; through the "
+                    "hub, runtime.pip takes requirements from a package index",
+                    field=path, value=value)
+            elif kind == "node-path" and ptype == "local":
+                raise PermissionDeniedError(
+                    f"{path}: a local cluster's nodes run on the sidekick's machine; their "
+                    "paths are chosen by the sidekick", field=path, value=str(value))
 
     def audit_use(self, caller: Caller, action: str, target: str,
                   detail: dict[str, Any]) -> None:
@@ -188,9 +277,10 @@ class HubContext:
 class UserContext:
     """What ``CloudTikHandler.ctx`` is in the sidekick: the caller's view."""
 
-    def __init__(self, hub: HubContext, caller: Caller) -> None:
+    def __init__(self, hub: HubContext, caller: Caller, held_ok: bool = False) -> None:
         self.hub = hub
         self.caller = caller
+        self.held_ok = held_ok
         self.settings = hub.settings
         self.server = hub.server
         self.serverapp = hub.serverapp
@@ -207,7 +297,12 @@ class UserContext:
                                         "sidekick", field=name)
         if name not in self.hub._features:
             self.hub._features[name] = factory(self.hub)
-        return self.hub._features[name]
+        manager = self.hub._features[name]
+        if name == "workspaces":
+            return _HeldWrites(manager, lambda: self.hub.require_held(
+                self.held_ok, "creating or deleting a workspace (it carries the cloud "
+                "account)"), ("start_create", "start_delete", "create", "delete"))
+        return manager
 
     def started(self, name: str) -> Any:
         return self.hub.started(name)
@@ -233,6 +328,19 @@ class UserContext:
         except Exception as e:
             self.hub.manager.ops.emit(op_id, "reaper", f"idle reaper not started: {e}",
                                       level="warning")
+
+
+class _HeldWrites:
+    """A manager whose writing methods first ask ``check`` (held actions need the
+    person's own browser session)."""
+
+    def __init__(self, manager: Any, check: Any, methods: tuple[str, ...]) -> None:
+        self._manager, self._check, self._methods = manager, check, methods
+
+    def __getattr__(self, name: str) -> Any:
+        if name in self._methods:
+            self._check()
+        return getattr(self._manager, name)
 
 
 ADMIN_SCOPE = "custom:cloudtik:admin"

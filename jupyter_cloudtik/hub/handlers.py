@@ -36,6 +36,11 @@ class HubHandler(CloudTikHandler):
     def caller(self) -> Caller:
         return caller_of(self)
 
+    def require_browser_session(self, what: str) -> None:
+        """What stays with the person (credentials, consent): their own browser session
+        only, never a bearer token a server, kernel or script holds."""
+        self.hub.require_held(self.hub.held_allowed(self), what)
+
     def require_admin(self) -> Caller:
         caller = self.caller
         if not caller.admin:
@@ -64,7 +69,8 @@ class CatalogHandler(HubHandler):
             raise ConfigError(f"kind: {kind!r} is not one of {', '.join(KINDS)}",
                               field="kind", value=kind)
         c = self.caller
-        items = self.hub.catalog.visible(c, kind)
+        kinds = [kind] if kind else list(KINDS)
+        items = [r for k in kinds for r in self.hub.visible(c, k)]
         self.write_json({"resources": [r.to_dict(admin=c.admin) for r in items]})
 
 
@@ -73,29 +79,27 @@ class CatalogItemHandler(HubHandler):
     @authorized
     async def get(self, kind: str, name: str) -> None:
         c = self.caller
+        if kind not in KINDS:
+            raise ConfigError(f"kind: {kind!r} is not one of {', '.join(KINDS)}",
+                              field="kind", value=kind)
         res = self.hub.catalog.get(kind, name) if c.admin else \
-            self.hub.catalog.usable(c, kind, name)
+            self.hub.usable(c, kind, name, field="name")
         self.write_json(res.to_dict(admin=c.admin))
 
     @web.authenticated
     @authorized
     async def put(self, kind: str, name: str) -> None:
         c = self.require_admin()
+        self.require_browser_session("changing the catalogue (it carries credentials)")
         body = self.json_body("HubResource")
-        self._check_local_execution(kind, name, body.get("spec") or {})
-        if kind == "storage":
-            self._sync_storage(name, body)  # checked by rclone's schema before it is kept
-        res = self.hub.catalog.put(kind, name, body, actor=c.name)
-        if kind == "provider":
-            # so the admin can create the provider's workspace with the same account
-            self.hub.deliver_provider_credentials(
-                res, {"provider": dict(res.spec.get("config") or {})})
+        res = bootstrap.apply_resource(self.hub, c, kind, name, body)
         self.write_json(res.to_dict(admin=True))
 
     @web.authenticated
     @authorized
     async def delete(self, kind: str, name: str) -> None:
         c = self.require_admin()
+        self.require_browser_session("changing the catalogue")
         if kind == "storage":
             storage = self.hub.storage_manager()
             try:
@@ -105,43 +109,6 @@ class CatalogItemHandler(HubHandler):
         self.hub.catalog.delete(kind, name, actor=c.name)
         self.set_status(204)
         self.finish()
-
-    def _check_local_execution(self, kind: str, name: str, spec: dict[str, Any]) -> None:
-        if self.hub.hub.allow_local_execution:
-            return
-        if kind == "provider" and spec.get("type") == "local":
-            raise ConfigError(
-                "spec.type: 'local' runs users' clusters on the sidekick's own machine under "
-                "its account, which holds every credential; offer a remote provider, or set "
-                "c.CloudTikHub.allow_local_execution = True for trusted users",
-                field="spec.type", value="local")
-        if kind == "hpc":
-            backends = {b["name"]: b for b in self.hub.job_manager().backends()}
-            btype = (backends.get(name) or {}).get("type")
-            if btype in ("local", "dask"):
-                raise ConfigError(
-                    f"name: HPC backend '{name}' ({btype}) runs users' jobs on the sidekick's "
-                    "own machine; offer a remote backend (slurm, firecrest, arc), or set "
-                    "c.CloudTikHub.allow_local_execution = True for trusted users",
-                    field="name", value=name)
-
-    def _sync_storage(self, name: str, body: dict[str, Any]) -> None:
-        """A catalogue storage is a storage of the sidekick's storage manager, whose
-        catalogue checks the options against rclone's schema and keeps the sensitive ones
-        in the secret store.  Done first: a storage rclone refuses never reaches the
-        catalogue, and a refused change leaves the previous one in place."""
-        from .catalog import validate_spec
-
-        spec = body.get("spec") or {}
-        validate_spec("storage", name, spec)
-        options = dict(spec.get("options") or {})
-        options.update(self.hub.catalog.secret_values("storage", name))
-        options.update({k: v for k, v in (body.get("secrets") or {}).items()
-                        if v and v != "<secret>"})
-        self.hub.storage_manager().add(
-            name, backend=spec["type"], options=options, source=spec.get("source"),
-            read_only=bool(spec.get("read_only", True)),
-            description=body.get("description") or "", replace=True)
 
 
 class QuotasHandler(HubHandler):
@@ -160,6 +127,7 @@ class QuotaHandler(HubHandler):
     @authorized
     async def put(self, name: str) -> None:
         c = self.require_admin()
+        self.require_browser_session("changing a quota")
         body = self.json_body("HubQuota")
         self.write_json(self.hub.catalog.set_quota(name, body, actor=c.name))
 
@@ -194,10 +162,13 @@ class EgressRulesHandler(HubHandler):
 
 
 class EgressRuleHandler(HubHandler):
+    """A rule of the caller's own namespace (admins: the admin namespace, or a user's
+    rule with ``?owner=NAME``): ids belong to their owner (hub/egress_rules.py)."""
+
     @web.authenticated
     @authorized
     async def get(self, name: str) -> None:
-        self.write_json(self.hub.egress_rules.get(self.caller, name))
+        self.write_json(self.hub.egress_rules.get(self.caller, name, self.str_arg("owner")))
 
     @web.authenticated
     @authorized
@@ -205,9 +176,10 @@ class EgressRuleHandler(HubHandler):
         """Create or replace a rule.  A user's rule applies to them, and to each user it
         names once that user accepted the share; an admin's applies as configured."""
         c = self.caller
+        self.require_browser_session("changing an egress rule (it carries a credential)")
         body = self.json_body("HubEgressRule")
-        rule, detail = self.hub.egress_rules.put(c, name, body)
-        self.hub.catalog.audit(c.name, "egress.put", f"egress:{name}", detail)
+        rule, detail = self.hub.egress_rules.put(c, name, body, self.str_arg("owner"))
+        self.hub.catalog.audit(c.name, "egress.put", f"egress:{detail['ref']}", detail)
         await bootstrap.push_egress(self.hub)
         self.write_json(rule)
 
@@ -215,8 +187,9 @@ class EgressRuleHandler(HubHandler):
     @authorized
     async def delete(self, name: str) -> None:
         c = self.caller
-        self.hub.egress_rules.delete(c, name)
-        self.hub.catalog.audit(c.name, "egress.delete", f"egress:{name}", {})
+        self.require_browser_session("removing an egress rule")
+        ref = self.hub.egress_rules.delete(c, name, self.str_arg("owner"))
+        self.hub.catalog.audit(c.name, "egress.delete", f"egress:{ref}", {})
         await bootstrap.push_egress(self.hub)
         self.set_status(204)
         self.finish()
@@ -228,8 +201,10 @@ class EgressRuleShareHandler(HubHandler):
     async def delete(self, name: str, user: str) -> None:
         """The owner revokes a share (offered or accepted): it stops at once."""
         c = self.caller
-        rule = self.hub.egress_rules.revoke(c, name, user)
-        self.hub.catalog.audit(c.name, "egress.revoke", f"egress:{name}", {"user": user})
+        self.require_browser_session("revoking an egress share")
+        rule = self.hub.egress_rules.revoke(c, name, user, self.str_arg("owner"))
+        self.hub.catalog.audit(c.name, "egress.revoke", f"egress:{rule['ref']}",
+                               {"user": user})
         await bootstrap.push_egress(self.hub)
         self.write_json(rule)
 
@@ -259,8 +234,11 @@ class EgressShareDecisionHandler(HubHandler):
         """``accept``: the rule applies to the caller's sessions from now on;
         ``decline``: it does not (also withdraws an earlier acceptance)."""
         c = self.caller
-        share = self.hub.egress_rules.decide(c, name, accept=action == "accept")
-        self.hub.catalog.audit(c.name, f"egress.{action}", f"egress:{name}",
+        self.require_browser_session("answering an egress share offer (consent stays "
+                                     "with you)")
+        share = self.hub.egress_rules.decide(c, name, accept=action == "accept",
+                                             owner=self.str_arg("owner"))
+        self.hub.catalog.audit(c.name, f"egress.{action}", f"egress:{share['ref']}",
                                {"owner": share["owner"]})
         await bootstrap.push_egress(self.hub)
         self.write_json(share)
@@ -275,10 +253,13 @@ class EgressSessionHandler(HubHandler):
 
 
 # side-kicks ----------------------------------------------------------------------------
-def _spec_for(hub: Any, caller: Caller, name: str) -> Any:
+def _spec_for(hub: Any, caller: Caller, name: str) -> tuple[Any, Any]:
+    """The side-kick's spec and the caller's grant to run it (its secrets are read against
+    that grant, at this start and at every restart)."""
     from .sidekick_specs import SidekickSpec
 
-    res = hub.catalog.usable(caller, "sidekick", name)
+    grant = hub.grant(caller, "sidekick", name, "run", field="name")
+    res = hub.catalog.get("sidekick", name)
     spec = dict(res.spec)
     env = {}
     for key, value in (spec.pop("env", None) or {}).items():
@@ -289,7 +270,7 @@ def _spec_for(hub: Any, caller: Caller, name: str) -> Any:
     spec.pop("allowed_groups", None)
     return SidekickSpec.from_dict({**spec, "env": env, "name": name,
                                    "description": res.description or spec.get(
-                                       "description", "")})
+                                       "description", "")}), grant
 
 
 class SidekicksHandler(HubHandler):
@@ -300,7 +281,7 @@ class SidekicksHandler(HubHandler):
         c = self.caller
         mine = {i.name: i for i in self.hub.sidekicks.list(c.name)}
         out = []
-        for res in self.hub.catalog.visible(c, "sidekick"):
+        for res in self.hub.visible(c, "sidekick"):
             info = mine.get(res.name)
             out.append({"name": res.name, "description": res.description,
                         "state": info.state if info else "stopped",
@@ -318,7 +299,7 @@ class SidekickHandler(HubHandler):
     @authorized
     async def get(self, name: str) -> None:
         c = self.caller
-        self.hub.catalog.usable(c, "sidekick", name)
+        self.hub.grant(c, "sidekick", name, "run", field="name")
         self.write_json(self.hub.sidekicks.get(c.name, name).to_dict())
 
     @web.authenticated
@@ -326,15 +307,17 @@ class SidekickHandler(HubHandler):
     async def post(self, name: str) -> None:
         """Start (idempotent); answers once the side-kick passes its health check."""
         c = self.caller
-        spec = _spec_for(self.hub, c, name)
-        info = await self.hub.sidekicks.start(c.name, spec, prefix=self.prefix(c.name, name))
+        spec, grant = _spec_for(self.hub, c, name)
+        info = await self.hub.sidekicks.start(
+            c.name, spec, prefix=self.prefix(c.name, name),
+            secret_resolver=bootstrap.sidekick_secrets(self.hub, grant))
         self.write_json(info.to_dict(), status=201)
 
     @web.authenticated
     @authorized
     async def delete(self, name: str) -> None:
         c = self.caller
-        self.hub.catalog.usable(c, "sidekick", name)
+        self.hub.grant(c, "sidekick", name, "run", field="name")
         info = await self.hub.sidekicks.stop(c.name, name)
         self.write_json(info.to_dict() if info is not None else {"name": name,
                                                                   "state": "stopped"})
@@ -345,7 +328,7 @@ class SidekickLogsHandler(HubHandler):
     @authorized
     async def get(self, name: str) -> None:
         c = self.caller
-        self.hub.catalog.usable(c, "sidekick", name)
+        self.hub.grant(c, "sidekick", name, "run", field="name")
         text = await self.hub.sidekicks.logs(c.name, name, self.int_arg("tail", 200, 0,
                                                                           100_000))
         self.write_json({"name": name, "logs": text})
@@ -433,22 +416,46 @@ class SidekickProxyHandler(BrowserPageHandler):
             raise web.HTTPError(403, "cross-origin request to a side-kick refused")
 
 
-class AdminPageHandler(BrowserPageHandler):
+class _PageHandler(BrowserPageHandler):
+    page = ""
+
+    def render_page(self) -> None:
+        from importlib.resources import files
+
+        html = (files("jupyter_cloudtik.hub") / self.page).read_text()
+        self.set_header("Content-Type", "text/html; charset=utf-8")
+        self.set_header("Content-Security-Policy", "default-src 'self'; "
+                        "script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'; "
+                        "frame-ancestors 'none'")
+        self.set_header("X-Frame-Options", "DENY")
+        self.xsrf_token  # noqa: B018 — sets the _xsrf cookie the page sends back
+        self.finish(html.replace("{{API}}", url_path_join(self.base_url,
+                                                          "cloudtik/api/hub/")))
+
+
+class AdminPageHandler(_PageHandler):
     """A small admin page over the same API (catalogue, quotas, audit)."""
+
+    page = "admin.html"
 
     @web.authenticated
     @authorized
     async def get(self) -> None:
-        from importlib.resources import files
-
         if not self.caller.admin:
             raise web.HTTPError(403, "only sidekick admins may open this page")
-        html = (files("jupyter_cloudtik.hub") / "admin.html").read_text()
-        self.set_header("Content-Type", "text/html; charset=utf-8")
-        self.set_header("Content-Security-Policy", "default-src 'self'; "
-                        "script-src 'self' 'unsafe-inline'; style-src 'unsafe-inline'")
-        self.finish(html.replace("{{API}}", url_path_join(self.base_url,
-                                                          "cloudtik/api/hub/")))
+        self.render_page()
+
+
+class EgressPageHandler(_PageHandler):
+    """Each user's own page for their egress rules and the shares offered to them: what
+    no token may change (docs/security.md#what-stays-with-the-person)."""
+
+    page = "egress.html"
+
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        self.render_page()
 
 
 def hub_routes(base_url: str) -> list[tuple[str, Any]]:
@@ -476,4 +483,5 @@ def hub_routes(base_url: str) -> list[tuple[str, Any]]:
         (url_path_join(base_url, "sidekicks") + r"/(?P<user>[^/]+)/(?P<name>[^/]+)(?P<rest>/.*)?",
          SidekickProxyHandler),
         (url_path_join(base_url, "admin"), AdminPageHandler),
+        (url_path_join(base_url, "egress"), EgressPageHandler),
     ]

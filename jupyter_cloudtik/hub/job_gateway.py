@@ -21,9 +21,16 @@ user's session only needs ``curl`` or ``requests``::
 Run by the supervisor as ``python -m jupyter_cloudtik.hub.job_gateway``; it reads ``PORT``,
 ``CLOUDTIK_SIDEKICK_PREFIX``, ``CLOUDTIK_SIDEKICK_USER`` (recorded as the jobs' user),
 ``CLOUDTIK_SIDEKICK_TOKEN`` (required on every request when set), ``CLOUDTIK_STATE_DIR``
-(its jobs' records), ``CLOUDTIK_JOB_GATEWAY_BACKEND`` (default backend, ``local``) and
-``CLOUDTIK_JOB_GATEWAY_ROOT`` (folder relative notebook/input paths start from).  Backends
-are configured as for every HPC face (``c.HPC.backends`` or ``CLOUDTIK_HPC_CONFIG``).
+(its jobs' records), ``CLOUDTIK_JOB_GATEWAY_BACKEND`` (default backend: the HPC settings'
+default) and ``CLOUDTIK_JOB_GATEWAY_ROOT`` (folder relative notebook/input paths start
+from).  Backends are configured as for every HPC face (``c.HPC.backends`` or
+``CLOUDTIK_HPC_CONFIG``).
+
+On a hub (run by the supervisor: ``CLOUDTIK_SIDEKICK_TOKEN`` is set) the ``local`` and
+``dask`` backends run a user's job on the hub's own machine, so they are offered only when
+the supervisor says the hub allows it (``CLOUDTIK_ALLOW_LOCAL_EXECUTION=1``, from
+``c.CloudTikHub.allow_local_execution``) — and then inside the side-kick's sandbox.  Run
+by hand, on your own machine, they are always there.
 """
 
 from __future__ import annotations
@@ -40,14 +47,17 @@ from typing import Any
 
 from tornado import web
 
+from ..core import env as envnames
 from ..core import jsontext
-from ..core.errors import CloudTikError, ConfigError
+from ..core.errors import CloudTikError, ConfigError, PermissionDeniedError
 
 log = logging.getLogger("jupyter_cloudtik.hub.job_gateway")
 
 TOKEN_HEADER = "X-CloudTik-Sidekick-Token"
-BACKEND_ENV = "CLOUDTIK_JOB_GATEWAY_BACKEND"
-ROOT_ENV = "CLOUDTIK_JOB_GATEWAY_ROOT"
+BACKEND_ENV = envnames.JOB_GATEWAY_BACKEND
+ROOT_ENV = envnames.JOB_GATEWAY_ROOT
+#: backend types that run the job on the machine the gateway runs on
+LOCAL_TYPES = ("local", "dask")
 
 _STR_FIELDS = ("backend", "name", "queue", "account", "reservation", "output", "container",
                "python", "kernel")
@@ -189,6 +199,10 @@ class HealthHandler(_Handler):
 class BackendsHandler(_Handler):
     async def get(self) -> None:
         backends = await asyncio.to_thread(self.gw.manager.backends)
+        for b in backends:
+            refusal = self.gw.local_refusal(b.get("name"))
+            if refusal:
+                b.update(available=False, reason=refusal)
         self.write_json({"backends": backends, "default": self.gw.default_backend})
 
 
@@ -200,6 +214,7 @@ class JobsHandler(_Handler):
     async def post(self) -> None:
         body = jsontext.loads(self.request.body or b"null", "body")
         spec, backend = parse_submission(body, self.gw.default_backend, self.gw.root)
+        self.gw.check_backend(backend)
         info = await self.gw.manager.submit(spec, backend)
         url = f"{self.gw.prefix}/jobs/{info.id}"
         self.set_header("Location", url)
@@ -240,7 +255,10 @@ class JobGateway:
     """The gateway's state: its job manager (the HPC core) and where it is served."""
 
     def __init__(self, *, state_dir: Path, user: str, prefix: str = "", token: str = "",
-                 default_backend: str = "local", root: Path | None = None) -> None:
+                 default_backend: str | None = None, root: Path | None = None,
+                 allow_local: bool = True) -> None:
+        """``allow_local``: whether the ``local``/``dask`` backends may run jobs here
+        (False on a hub that does not allow local execution)."""
         from ..core.settings import CloudTik, load_user_config
         from ..hpc.jobs import JobManager
         from ..hpc.settings import hpc_settings
@@ -248,10 +266,37 @@ class JobGateway:
         self.user = user
         self.prefix = prefix.rstrip("/")
         self.token = token
-        self.default_backend = default_backend
         self.root = (root or Path.cwd()).resolve()
+        self.allow_local = allow_local
         settings = CloudTik(config=load_user_config(), state_dir=str(state_dir))
         self.manager = JobManager(settings=settings, hpc=hpc_settings(), user=user)
+        self.default_backend = default_backend or self.manager.hpc.default_backend
+
+    def local_refusal(self, backend: str | None) -> str | None:
+        """Why ``backend`` may not be used here (it runs jobs on this machine and the hub
+        does not allow that), or None."""
+        if self.allow_local:
+            return None
+        name = backend or self.default_backend
+        try:
+            btype = self.manager.hpc.backend_configs().get(name, {}).get("type")
+        except CloudTikError:
+            btype = None
+        if btype not in LOCAL_TYPES and not name.startswith("dask:"):
+            return None
+        remote = sorted(n for n, c in self.manager.hpc.backend_configs().items()
+                        if c.get("type") not in LOCAL_TYPES)
+        return (f"backend: '{name}' runs jobs on the hub's own machine, which this hub "
+                "does not allow (c.CloudTikHub.allow_local_execution); use "
+                + (f"one of: {', '.join(remote)}" if remote else
+                   "a remote backend, once an admin configures one for this side-kick "
+                   f"({BACKEND_ENV}, CLOUDTIK_HPC_CONFIG)"))
+
+    def check_backend(self, backend: str | None) -> None:
+        refusal = self.local_refusal(backend)
+        if refusal:
+            raise PermissionDeniedError(refusal, field="backend",
+                                        value=backend or self.default_backend)
 
     def app(self) -> web.Application:
         p = _re_escape(self.prefix)
@@ -281,6 +326,18 @@ def _access_log(handler: web.RequestHandler) -> None:
              1000 * r.request_time())
 
 
+def _not_dumpable() -> None:
+    """Jobs this gateway starts run as its own account (in its sandbox): make its memory
+    and ``/proc/PID/environ`` (which hold the side-kick's secrets) unreadable to them, as
+    ssh-agent does (``prctl(PR_SET_DUMPABLE, 0)``)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (OSError, AttributeError):
+        log.warning("job gateway: could not make itself undumpable (not Linux?)")
+
+
 async def serve() -> None:
     port = os.environ.get("PORT") or os.environ.get("CLOUDTIK_SIDEKICK_PORT")
     if not port or not port.isdigit():
@@ -289,12 +346,16 @@ async def serve() -> None:
     if not state_dir:
         raise SystemExit("job gateway: CLOUDTIK_STATE_DIR must be set")
     root = os.environ.get(ROOT_ENV)
+    token = os.environ.get(envnames.SIDEKICK_TOKEN, "")
+    if token:  # run by a hub's supervisor: keep what it was given from its jobs
+        _not_dumpable()
+    # run by a hub's supervisor (it sets the token): local backends only if the hub says
+    allow_local = not token or os.environ.get(envnames.ALLOW_LOCAL_EXECUTION) == "1"
     gw = JobGateway(state_dir=Path(state_dir),
-                    user=os.environ.get("CLOUDTIK_SIDEKICK_USER") or _whoami(),
-                    prefix=os.environ.get("CLOUDTIK_SIDEKICK_PREFIX", ""),
-                    token=os.environ.get("CLOUDTIK_SIDEKICK_TOKEN", ""),
-                    default_backend=os.environ.get(BACKEND_ENV) or "local",
-                    root=Path(root) if root else None)
+                    user=os.environ.get(envnames.SIDEKICK_USER) or _whoami(),
+                    prefix=os.environ.get(envnames.SIDEKICK_PREFIX, ""), token=token,
+                    default_backend=os.environ.get(BACKEND_ENV) or None,
+                    root=Path(root) if root else None, allow_local=allow_local)
     server = gw.app().listen(int(port), address="127.0.0.1")
     gw.manager.ensure_poller()
     log.info("job gateway for %s on 127.0.0.1:%s under %s/ (default backend %s)",

@@ -20,11 +20,44 @@ class CloudTikHub(Configurable):
     allow_local_execution = Bool(
         False,
         help="""Let the catalogue offer users things that run their code on the sidekick's
-        own machine under its account: the `local` provider and the `local`/`dask` HPC
-        backends.  That account holds the secret store's key, so such users could read
-        every credential: allow it only for trusted users or tests.  Remote providers
-        (huaweicloud, dask-gateway) and HPC systems (slurm, firecrest, arc) are not
-        affected.""",
+        own machine: the `local` provider (nodes, setup_commands), the `local`/`dask` HPC
+        backends, and side-kicks that run users' jobs locally (the job gateway's local
+        backends).  Even then they run in the sandbox (c.CloudTikHub.sandbox), never as
+        the account that holds the secret store's key; still, they share the machine's
+        CPU, memory and network.  Remote providers (huaweicloud, dask-gateway, slurm) and
+        HPC systems (slurm, firecrest, arc) are not affected.""",
+    ).tag(config=True)
+
+    sandbox = Unicode(
+        "bubblewrap",
+        help="""How what users control runs on the sidekick's machine (side-kicks, and
+        with allow_local_execution local clusters and jobs): 'bubblewrap' (default) — a
+        sandbox that sees only the system, Python and its own folder, its own processes,
+        as sandbox_uid when the service is root (docs/security.md#the-sandbox); 'none' —
+        as the service itself, next to every credential (only if every user may read
+        them all).  Without bubblewrap nothing of a user's is started.""",
+    ).tag(config=True)
+
+    sandbox_uid = Int(65534, help="Account (uid) sandboxed processes run as when the "
+                                  "service runs as root.").tag(config=True)
+
+    sandbox_gid = Int(65534, help="Group (gid) of sandboxed processes when the service "
+                                  "runs as root.").tag(config=True)
+
+    sandbox_readable = List(
+        Unicode(), default_value=[],
+        help="Extra paths sandboxed processes may read (besides the system, Python and "
+             "their own folder): a site's software tree, a side-kick's config file.",
+    ).tag(config=True)
+
+    allow_token_user_actions = Bool(
+        False,
+        help="""Let bearer tokens do what otherwise needs the person's own browser session
+        at the sidekick: changing egress rules and answering share offers (users), the
+        catalogue, quotas and workspaces (admins).  A user's server holds a token kernels
+        of that server can read (they share its OS account), so by default these actions
+        are refused to every token; allow them only for automation you trust (the
+        catalogue file needs no token).""",
     ).tag(config=True)
 
     group_cache_seconds = Float(

@@ -14,7 +14,15 @@ through its environment:
   send as ``X-CloudTik-Sidekick-Token``; a service should refuse requests without it, since
   any local user can reach 127.0.0.1;
 * ``CLOUDTIK_STATE_DIR``: a folder of its own for state;
+* ``CLOUDTIK_ALLOW_LOCAL_EXECUTION``: ``1`` when the hub lets users' code run on its own
+  machine (``c.CloudTikHub.allow_local_execution``); the job gateway offers its local
+  backends only then;
 * the spec's ``env``, with ``{secret: NAME}`` references resolved at every (re)start.
+
+Nothing else of the service's environment: a side-kick runs what a user asks of it, so it
+runs in a sandbox (``core/sandbox.py``: its own folder read-write, the system and Python
+read-only, no state folder, no ``/proc`` of the service, an unprivileged account), with
+an environment made only of the above and a few harmless variables (``PATH``, locale).
 
 A process that exits, or fails ``unhealthy_after`` health checks in a row, is killed and
 restarted with backoff; more than ``max_restarts`` restarts in ``restart_window`` seconds
@@ -51,7 +59,9 @@ from urllib.parse import quote
 
 import psutil
 
+from ..core import env as envnames
 from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
+from ..core.sandbox import Sandbox
 from .sidekick_specs import SecretRef, SidekickSpec
 
 STARTING, RUNNING, RESTARTING, STOPPED, FAILED = (
@@ -62,8 +72,6 @@ ACTIVE = (STARTING, RUNNING, RESTARTING)
 TOKEN_HEADER = "X-CloudTik-Sidekick-Token"
 DEFAULT_PROXY_BASE = "/services/cloudtik/sidekicks"
 MAX_LOG_BYTES = 5 << 20
-# never handed to a side-kick: the hub's own credentials and our bookkeeping
-_DROP_ENV_PREFIXES = ("JUPYTERHUB_", "JPY_", "CONFIGPROXY_", "CLOUDTIK_")
 
 SecretResolver = Callable[[str], Any]  # name -> value, or an awaitable of it
 
@@ -136,6 +144,7 @@ class _Sidekick:
         self.port: int | None = None
         self.token = ""
         self.secret_values: set[str] = set()
+        self.resolver: SecretResolver | None = None  # of the start that runs it
         self.restarts = 0
         self.restart_times: collections.deque[float] = collections.deque()
         self.failures = 0
@@ -184,14 +193,20 @@ class SidekickSupervisor:
 
     def __init__(self, state_dir: Path, *, secret_resolver: SecretResolver | None = None,
                  log: logging.Logger | logging.LoggerAdapter | None = None,
-                 python: str = sys.executable, base_env: dict[str, str] | None = None,
+                 python: str = sys.executable, sandbox: Sandbox | None = None,
+                 allow_local_execution: bool = False,
                  restart_backoff: float = 1.0, restart_backoff_max: float = 30.0) -> None:
+        """``sandbox``: how side-kicks are confined (default: bubblewrap, with the
+        supervisor's state folder hidden); ``allow_local_execution``: tell side-kicks
+        (the job gateway) they may run users' jobs on this machine (in their sandbox)."""
         self.state_dir = Path(state_dir)
         self.root = self.state_dir / "sidekicks"
         self.secret_resolver = secret_resolver
         self.log = log or logging.getLogger("jupyter_cloudtik.hub.sidekicks")
         self.python = python
-        self.base_env = base_env
+        self.sandbox = sandbox if sandbox is not None else Sandbox(
+            hidden=(str(self.state_dir.resolve()),))
+        self.allow_local_execution = allow_local_execution
         self.restart_backoff = restart_backoff
         self.restart_backoff_max = restart_backoff_max
         self._entries: dict[tuple[str, str], _Sidekick] = {}
@@ -242,13 +257,15 @@ class SidekickSupervisor:
         return self._log_path(user, name)
 
     # --- acting ----------------------------------------------------------------------------
-    async def start(self, user: str, spec: SidekickSpec, *,
-                    prefix: str | None = None) -> SidekickInfo:
+    async def start(self, user: str, spec: SidekickSpec, *, prefix: str | None = None,
+                    secret_resolver: SecretResolver | None = None) -> SidekickInfo:
         """Start ``spec`` for ``user`` and return once it answers its health check.
 
         Idempotent: a side-kick that is already starting, running or restarting is left
         as it is (with the spec it was started with) and its info returned; stop it first
-        to apply a changed spec.  Permission (``spec.allows``) is the caller's to check.
+        to apply a changed spec.  Permission (``spec.allows``) is the caller's to check;
+        ``secret_resolver`` reads the spec's ``{secret: NAME}`` values (the hub's reads
+        them against the user's grant to run this side-kick), at this start and restarts.
         """
         if not isinstance(user, str) or not user:
             raise ConfigError("user: a non-empty user name is required", field="user")
@@ -258,6 +275,7 @@ class SidekickSupervisor:
             e = self._entries[key] = _Sidekick(user, spec, "")
         if e.state not in ACTIVE:
             e.spec = spec
+            e.resolver = secret_resolver
             e.prefix = _normalize_prefix(prefix if prefix is not None
                                          else sidekick_prefix(user, spec.name))
             e.state, e.reason, e.restarts, e.failures = STARTING, None, 0, 0
@@ -471,20 +489,23 @@ class SidekickSupervisor:
             self.log.info("sidekick %s/%s: stopped: %s", e.user, e.name, reason)
 
     async def _environment(self, e: _Sidekick, workdir: Path) -> dict[str, str]:
-        base = self.base_env if self.base_env is not None else {
-            k: v for k, v in os.environ.items() if not k.startswith(_DROP_ENV_PREFIXES)}
-        env = dict(base)
-        env.update({
+        """All a side-kick's process gets: an allowlist, never the service's own
+        variables (hub tokens, the secret key, catalogue secrets read from its env)."""
+        env = self.sandbox.environment({
             "PYTHONUNBUFFERED": "1",
             "CLOUDTIK_STATE_DIR": str(workdir / "state"),
-        })
+            envnames.ALLOW_LOCAL_EXECUTION: "1" if self.allow_local_execution else "0",
+        }, home=workdir)
         values: set[str] = set()
+        secret_names = []
         for key, value in e.spec.env.items():
             if isinstance(value, SecretRef):
-                value = await self._resolve(key, value.secret)
+                value = await self._resolve(key, value.secret, e.resolver)
                 values.add(value)
+                secret_names.append(key)
             env[key] = value
         e.secret_values = values
+        env[envnames.SIDEKICK_SECRET_ENV] = ",".join(secret_names)
         env.update({
             "PORT": str(e.port), "CLOUDTIK_SIDEKICK_PORT": str(e.port),
             "CLOUDTIK_SIDEKICK_PREFIX": e.prefix, "CLOUDTIK_SIDEKICK_USER": e.user,
@@ -492,12 +513,14 @@ class SidekickSupervisor:
         })
         return env
 
-    async def _resolve(self, key: str, secret: str) -> str:
-        if self.secret_resolver is None:
+    async def _resolve(self, key: str, secret: str,
+                       resolver: SecretResolver | None = None) -> str:
+        resolver = resolver or self.secret_resolver
+        if resolver is None:
             raise ConfigError(f"env.{key}: refers to secret '{secret}' but this supervisor "
                               "has no secret resolver", field=f"env.{key}")
         try:
-            value = self.secret_resolver(secret)
+            value = resolver(secret)
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:  # its text may quote what it read: name the type only
@@ -512,11 +535,14 @@ class SidekickSupervisor:
     async def _launch(self, e: _Sidekick) -> None:
         """Spawn the process and wait until it answers its health check."""
         workdir = self._user_dir(e.user) / e.name
+        await asyncio.to_thread(self.sandbox.check)  # no sandbox here: refuse, say why
         await asyncio.to_thread(_make_dirs, workdir / "state")
+        await asyncio.to_thread(self.sandbox.prepare, workdir)
         e.port = _free_port(e.port)
         e.token = secrets.token_urlsafe(24)
         env = await self._environment(e, workdir)
-        argv = e.spec.argv(self.python)
+        argv = self.sandbox.command(e.spec.argv(self.python), writable=[workdir],
+                                    cwd=workdir)
         log_path = self._log_path(e.user, e.name)
         fd = await asyncio.to_thread(_open_log, log_path)
         try:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import config as cfgmod
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
+from ..core.grants import Grant
 from ..core.identity import acting_as
 from ..core.locations import NoLocal, resolve
 from ..core.store import loads
@@ -146,13 +147,13 @@ class ClustersView(_Denied):
 
     async def start_down(self, name: str, reason: str | None = None) -> Any:
         self._owned(name)
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._m.start_down(name, reason)
 
     async def start_scale(self, name: str, workers: int, node_type: str | None = None) -> Any:
         self._owned(name)
         self._check_scale_limits(name, workers)
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._m.start_scale(name, workers, node_type)
 
     async def cancel(self, op_id: str) -> Any:
@@ -165,8 +166,8 @@ class ClustersView(_Denied):
         installed = {p["name"]: p for p in self._m.providers() if p.get("available")}
         catalog = self.hub.catalog
         out = []
-        for res in catalog.visible(self.caller, "template") + \
-                catalog.visible(self.caller, "provider"):
+        for res in self.hub.visible(self.caller, "template") + \
+                self.hub.visible(self.caller, "provider"):
             if res.kind == "template":
                 try:
                     ptype = catalog.get("provider", res.spec["provider"]).spec.get("type")
@@ -190,7 +191,8 @@ class ClustersView(_Denied):
     async def start_up(self, config: Any = None, *, name: str | None = None,
                        workers: int | None = None, provider: str | None = None,
                        template: str | None = None) -> Any:
-        cfg, prov_res, limits = self._config_for(config, name, workers, provider, template)
+        cfg, prov_grant, limits = self._config_for(config, name, workers, provider, template)
+        prov_res = self.hub.catalog.get("provider", prov_grant.name)
         cname = cfg["cluster_name"]
         row = self.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
                                    (cname,))
@@ -198,16 +200,16 @@ class ClustersView(_Denied):
             raise ConflictError(f"cluster name '{cname}' is in use; choose another name",
                                 field="name", value=cname)
         self._check_quota(cfg, prov_res, replacing=cname)
-        self.hub.deliver_provider_credentials(prov_res, cfg)
+        self.hub.deliver_provider_credentials(prov_grant, cfg)
         self.hub.audit_use(self.caller, "cluster.up", cname,
                            {"provider": prov_res.name, "limits": limits})
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._m.start_up(cfg)
 
     def _config_for(self, config: Any, name: str | None, workers: int | None,
                     provider: str | None, template: str | None
-                    ) -> tuple[dict[str, Any], Resource, dict[str, Any]]:
-        catalog = self.hub.catalog
+                    ) -> tuple[dict[str, Any], Grant, dict[str, Any]]:
+        hub = self.hub
         if config is not None and not isinstance(config, dict):
             raise ConfigError("config: through the hub a cluster config is a JSON object "
                               "(files are read on the user's side)", field="config")
@@ -216,35 +218,38 @@ class ClustersView(_Denied):
             # the panel's New form names its choice as config.provider.type
             provider = config["provider"].get("type") or None
         if template:
-            tmpl = catalog.usable(self.caller, "template", template)
+            tmpl = hub.usable(self.caller, "template", template, field="template")
         elif provider:
             # a name from the New form may be a template or a provider
             try:
-                tmpl = catalog.usable(self.caller, "template", provider)
+                tmpl = hub.usable(self.caller, "template", provider, field="provider")
             except NotFoundError:
                 tmpl = None
         if tmpl is not None:
-            prov_res = catalog.usable(self.caller, "provider", tmpl.spec["provider"])
+            prov_grant = hub.grant(self.caller, "provider", tmpl.spec["provider"],
+                                   field="template")
             base = copy.deepcopy(tmpl.spec.get("config") or {})
             if config:
                 base = _merge(base, {k: v for k, v in config.items() if k != "provider"})
             limits = dict(tmpl.spec.get("limits") or {})
         else:
             if provider:
-                prov_res = catalog.usable(self.caller, "provider", provider)
+                prov_grant = hub.grant(self.caller, "provider", provider, field="provider")
             else:
-                choices = catalog.visible(self.caller, "template") or \
-                    catalog.visible(self.caller, "provider")
+                choices = hub.visible(self.caller, "template") or \
+                    hub.visible(self.caller, "provider")
                 if len(choices) != 1:
                     names = ", ".join(r.name for r in choices) or "none: ask an admin"
                     raise ConfigError(f"template: say which template or provider to use "
                                       f"(you may use: {names})", field="template")
                 if choices[0].kind == "template":
                     return self._config_for(config, name, workers, None, choices[0].name)
-                prov_res = choices[0]
+                prov_grant = hub.grant(self.caller, "provider", choices[0].name,
+                                       field="provider")
             base = copy.deepcopy(config or {})
             base.pop("provider", None)
             limits = {}
+        prov_res = hub.catalog.get("provider", prov_grant.name)
         ptype = prov_res.spec["type"]
         base["provider"] = {**copy.deepcopy(prov_res.spec.get("config") or {}),
                             "type": ptype}
@@ -255,7 +260,8 @@ class ClustersView(_Denied):
                               field="name")
         cfg = cfgmod.build_config(base, workers=workers, settings=self.settings)
         self._apply_limits(cfg, limits, workers)
-        return cfg, prov_res, limits
+        hub.check_config_names(self.caller, cfg, prov_res)
+        return cfg, prov_grant, limits
 
     def _apply_limits(self, cfg: dict[str, Any], limits: dict[str, Any],
                       workers: int | None) -> None:
@@ -379,26 +385,28 @@ class StorageView(_Denied):
         self.catalog = self  # handlers call ``storage.catalog.get(name)`` as an existence check
 
     def _allowed(self, name: str) -> None:
-        if not self.caller.admin:
-            self.hub.catalog.usable(self.caller, "storage", name)
-        self._s.catalog.get(name)
+        self.hub.grant(self.caller, "storage", name, "read", field="name")
 
     def get(self, name: str) -> Any:
         self._allowed(name)
-        return self._s.get(name)
+        with acting_as(self.caller):
+            return self._s.get(name)
 
     def list(self) -> list[Any]:
         if self.caller.admin:
             return self._s.list()
-        names = {r.name for r in self.hub.catalog.visible(self.caller, "storage")}
+        names = set(self.hub.policy.visible(self.caller, "storage"))
         return [s for s in self._s.list() if s.name in names]
 
     async def ls(self, where: Any, *args: Any, **kwargs: Any) -> Any:
-        return await self._s.ls(self.location(where, "path"), *args, **kwargs)
+        loc = self.location(where, "path")
+        with acting_as(self.caller):
+            return await self._s.ls(loc, *args, **kwargs)
 
     async def test(self, name: str) -> Any:
         self._allowed(name)
-        return await self._s.test(name)
+        with acting_as(self.caller):
+            return await self._s.test(name)
 
     @property
     def locations(self) -> NoLocal:
@@ -421,7 +429,7 @@ class StorageView(_Denied):
 
     async def start_copy(self, src: Any, dst: Any, mode: str = "copy") -> Any:
         s, d = self.location(src, "src"), self.location(dst, "dst", write=True)
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._s.start_copy(s, d, mode=mode)
 
     def backends(self) -> Any:
@@ -463,9 +471,8 @@ class JobsView(_Denied):
         self._j.ensure_poller()  # one poller for everybody's jobs, as in a server
 
     def _may_backend(self, name: str | None) -> None:
-        if self.caller.admin:
-            return
-        self.hub.catalog.usable(self.caller, "hpc", name or self.hpc.default_backend)
+        self.hub.grant(self.caller, "hpc", name or self.hpc.default_backend, "run",
+                       field="backend")
 
     def get(self, job_id: str) -> Any:
         # resolved among the caller's own jobs (admins: all): another user's id or prefix
@@ -478,8 +485,8 @@ class JobsView(_Denied):
                             user=None if self.caller.admin else self.caller.name)
 
     def backends(self) -> list[Any]:
-        allowed = None if self.caller.admin else {
-            r.name for r in self.hub.catalog.visible(self.caller, "hpc")}
+        allowed = None if self.caller.admin else set(
+            self.hub.policy.visible(self.caller, "hpc"))
         return [b for b in self._j.backends()
                 if allowed is None or _backend_name(b) in allowed]
 
@@ -490,7 +497,7 @@ class JobsView(_Denied):
     async def submit(self, spec: Any, backend: str | None = None, **kwargs: Any) -> Any:
         self._may_backend(backend)
         kwargs["locations"] = self.locations
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._j.submit(spec, backend, **kwargs)
 
     async def refresh(self, job_id: str) -> Any:
@@ -498,7 +505,7 @@ class JobsView(_Denied):
 
     async def cancel(self, job_id: str) -> Any:
         job_id = self.get(job_id).id
-        with acting_as(self.caller.name):
+        with acting_as(self.caller):
             return await self._j.cancel(job_id)
 
     async def logs(self, job_id: str, *args: Any) -> Any:
@@ -516,7 +523,8 @@ class JobsView(_Denied):
 
     async def fetch(self, job_id: str, *args: Any, **kwargs: Any) -> Any:
         kwargs["locations"] = self.locations
-        return await self._j.fetch(self.get(job_id).id, *args, **kwargs)
+        with acting_as(self.caller):
+            return await self._j.fetch(self.get(job_id).id, *args, **kwargs)
 
 
 def state_hider(state_dir: Any) -> Any:
@@ -550,19 +558,12 @@ def hub_locations(hub: HubContext, caller: Caller) -> NoLocal:
     missing and not-yours — and read-only storages are not written."""
 
     def check(name: str, field: str, write: bool) -> None:
-        missing = NotFoundError(f"{field}: no storage named {name!r}", field=field,
-                                value=name)
-        if not caller.admin:
-            try:
-                hub.catalog.usable(caller, "storage", name)
-            except NotFoundError:
-                raise missing from None
-        storage = hub.storage_manager()
-        if not storage.catalog.exists(name):
-            raise missing
-        if write and storage.catalog.get(name).read_only:
-            raise PermissionDeniedError(f"{field}: storage {name!r} is read-only",
-                                        field=field, value=name)
+        # the policy's one answer for missing and not-theirs; read-only ones not written
+        try:
+            hub.grant(caller, "storage", name, "write" if write else "read", field=field)
+        except NotFoundError:
+            raise NotFoundError(f"{field}: no storage named {name!r}", field=field,
+                                value=name) from None
 
     policy = NoLocal(check)
     policy.allow_system_paths = caller.admin

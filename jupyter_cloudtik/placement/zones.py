@@ -257,7 +257,11 @@ class ZoneRegistry:
     def token(self, name: str) -> str | None:
         if not self.secrets.has(self._scope(name), "token"):
             return None
-        return self.secrets.get(self._scope(name), "token")
+        from ..core.grants import policy_for
+
+        grant = policy_for(self.store).service("zone", name,
+                                               "authenticate to a child zone we ask")
+        return self.secrets.reveal(grant, "token")
 
     def mark_ok(self, name: str) -> None:
         with self.store.transaction() as conn:

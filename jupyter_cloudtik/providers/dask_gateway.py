@@ -63,12 +63,15 @@ POLL = 0.05
 
 def _password(username: str | None, address: str, store=None) -> str | None:
     if store is not None:
+        from ..core.grants import policy_for
         from ..core.secrets import SecretStore
 
         secrets = SecretStore(store)
         name = f"{username}@{address}"
         if secrets.has(SECRET_SCOPE, name):
-            return secrets.get(SECRET_SCOPE, name)
+            grant = policy_for(store).service(
+                "gateway", name, "log in to the Dask Gateway that runs the cluster")
+            return secrets.reveal(grant, name)
     return os.environ.get(PASSWORD_ENV)
 
 

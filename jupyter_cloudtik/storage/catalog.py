@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
+from ..core.grants import Grant
 from ..core.locations import contained
 from ..core.secrets import REDACTED, SecretStore
 from ..core.store import Store, dumps, loads
@@ -91,6 +92,12 @@ _DURATION_RE = re.compile(
 
 def scope(name: str) -> str:
     return f"{SCOPE_PREFIX}{name}"
+
+
+def read_only_scope(name: str) -> str:
+    """Where a storage's read-only credential is kept (the hub catalogue's
+    ``read_only_credentials``): what a node with a read grant receives."""
+    return f"storage-read-only:{name}"
 
 
 def check_name(name: Any, field: str = "name") -> str:
@@ -307,7 +314,12 @@ class StorageCatalog:
     def _row(self, name: str):
         row = self.store.query_one("SELECT * FROM storages WHERE name = ?", (name,))
         if row is None:
-            known = [r[0] for r in self.store.query("SELECT name FROM storages ORDER BY name")]
+            # the hint names only what the caller may use (a hub serves many groups)
+            from ..core.grants import policy_for
+            from ..core.identity import current_caller
+
+            known = policy_for(self.store).visible(current_caller(self.user or ""),
+                                                   "storage")
             hint = f"; storages: {', '.join(known)}" if known else "; there are no storages"
             raise NotFoundError(f"no storage named {name!r}{hint}", field="name", value=name)
         return row
@@ -321,26 +333,48 @@ class StorageCatalog:
     def list(self) -> list[StorageInfo]:
         return [_info(r) for r in self.store.query("SELECT * FROM storages ORDER BY name")]
 
-    def remote(self, name: str) -> Remote:
-        """The storage as an rclone remote, with its secrets (for config files only)."""
+    def remote(self, grant: Grant, *, values: dict[str, str] | None = None) -> Remote:
+        """The storage ``grant`` is for as an rclone remote, with its secrets (for config
+        files only): ``values`` when the policy chose which (a node's read-only
+        credential), else the storage's own."""
+        if grant.kind != "storage":
+            raise PermissionDeniedError(f"{grant.kind} {grant.name!r} is not a storage",
+                                        field="storage", value=grant.name)
+        name = grant.name
         row = self._row(name)
         b = self.backends().get(row["backend"])
-        secret_names = loads(row["secret_options"], [])
-        values = {k: self.secrets.get(scope(name), k) for k in secret_names}
-        passwords = frozenset(k for k in secret_names if b and k in b.options and
+        if values is None:
+            values = self.secrets.reveal(grant)
+        options = dict(loads(row["options"], {}))
+        secret: dict[str, str] = {}
+        for key, value in values.items():
+            if key.startswith("__"):
+                continue
+            # a read-only credential may name the account too (an access key id)
+            if b is not None and key in b.options and not b.options[key].sensitive:
+                options[key] = value
+            else:
+                secret[key] = value
+        passwords = frozenset(k for k in secret if b and k in b.options and
                               b.options[k].password)
-        return Remote(row["backend"], loads(row["options"], {}), values, passwords)
+        return Remote(row["backend"], options, secret, passwords)
 
-    def secret_values(self, name: str) -> list[str]:
-        return list(self.secrets.get_all(scope(name)).values())
+    def redactor_scopes(self, names: list[str]) -> list[str]:
+        return [scope(n) for n in names] + [read_only_scope(n) for n in names]
 
     # writing ------------------------------------------------------------------------------
     def add(self, name: str, backend: str, options: dict[str, Any] | None = None, *,
             source: str = "", read_only: bool = True, mount_path: str | None = None,
             vfs_cache_mode: str | None = None, description: str = "",
-            replace: bool = False) -> StorageInfo:
+            replace: bool = False,
+            read_only_credentials: dict[str, Any] | None = None) -> StorageInfo:
+        """``read_only_credentials``: options (an access key id, a secret) that give only
+        read access, handed to nodes of users who may only read it (None: keep what was
+        there; ``{}``: none)."""
         check_name(name)
         plain, secret = self.validate(backend, dict(options or {}))
+        ro_credentials = None if read_only_credentials is None else \
+            self._check_read_only_credentials(backend, read_only_credentials)
         source = _check_source(source)
         mount = self._mount_path(name, mount_path)
         if vfs_cache_mode is not None and vfs_cache_mode not in VFS_CACHE_MODES:
@@ -374,13 +408,40 @@ class StorageCatalog:
             self.secrets.delete(scope(name))
             for key, value in secret.items():
                 self.secrets.put(scope(name), key, value)
+            if ro_credentials is not None or row is None:
+                self.secrets.delete(read_only_scope(name))
+                for key, value in (ro_credentials or {}).items():
+                    self.secrets.put(read_only_scope(name), key, value)
         return self.get(name)
+
+    def _check_read_only_credentials(self, backend: str, creds: Any) -> dict[str, str]:
+        """Options of ``backend`` that make a read-only credential: each one must be an
+        option of the backend (checked like ``options``), values text."""
+        if not isinstance(creds, dict):
+            raise ConfigError("read_only_credentials: expected a mapping of the backend's "
+                              "options (e.g. access_key_id, secret_access_key)",
+                              field="read_only_credentials")
+        b = self._backend(backend)
+        out: dict[str, str] = {}
+        for key, value in creds.items():
+            path = f"read_only_credentials.{key}"
+            if not isinstance(key, str) or key not in b.options:
+                raise ConfigError(f"{path}: the {backend} backend has no option {key!r}",
+                                  field=path, value=str(key))
+            if not isinstance(value, str) or not value:
+                raise ConfigError(f"{path}: expected a non-empty text value", field=path)
+            out[key] = value
+        return out
+
+    def has_read_only_credentials(self, name: str) -> bool:
+        return bool(self.secrets.names(read_only_scope(name)))
 
     def remove(self, name: str) -> None:
         self._row(name)
         with self.store.transaction() as conn:
             conn.execute("DELETE FROM storages WHERE name = ?", (name,))
             self.secrets.delete(scope(name))
+            self.secrets.delete(read_only_scope(name))
 
     # URLs ----------------------------------------------------------------------------------
     def from_url(self, url: str) -> ParsedURL:

@@ -7,6 +7,12 @@ binary) or hands ``$RCLONE_CONFIG`` to any rclone-based library.  The config, wi
 credentials, travels in ``node_config["runtime"]["secret_files"]``: the provider writes it
 where only the node can read it (the local provider: a 0600 file in the node's own folder),
 never into plain user data or the state database.
+
+A node runs whatever its cluster's owner asks of it, so it receives only what the access
+policy grants that owner (``core/grants.py``): a storage they may write, its credential; a
+storage they may only read, its read-only credential — or, if it has none, the ``up`` is
+refused with a message naming the field and what an admin can add.  An unknown storage and
+another group's get the same answer, which lists nothing.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
 
     ptype = cfg["provider"]["type"]
     cls = provider_class(ptype, manager.settings)
+    node_grants(manager, cfg)  # what the owner may not give a node is refused at `up`
     if getattr(cls, "delivers_secrets_at_runtime", False):
         # nothing private at boot: the manager hands the config to the workers over the
         # authenticated Dask connection once they are up (attach_to_workers)
@@ -38,7 +45,7 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
             f"storage.remotes: the {ptype} provider cannot yet hand credentials to its nodes "
             "privately, so storages cannot be attached to its clusters; copy data with "
             "%storage cp instead", field="storage.remotes", value=ptype)
-    content, binary = rclone_config(manager, names)
+    content, binary = rclone_config(manager, names, cfg)
     return {
         "secret_files": [{"name": CONFIG_FILE, "content": content, "env": "RCLONE_CONFIG"}],
         "env": {"CLOUDTIK_RCLONE": binary,
@@ -46,20 +53,69 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     }
 
 
-def rclone_config(manager: Any, names: list[str]) -> tuple[str, str]:
-    """(rclone config text with one remote per storage, the rclone binary here)."""
+def node_grants(manager: Any, cfg: dict[str, Any]) -> list[tuple[Any, dict[str, str]]]:
+    """For each storage the config names: the owner's grant and what a node may receive
+    for it (the policy's ``node_secrets``).  Writable if the owner may write it, else
+    read-only (its read-only credential, or a refusal)."""
+    from ..core.errors import PermissionDeniedError
+    from ..core.grants import policy_for
+
+    names = list((cfg.get("storage") or {}).get("remotes") or [])
+    policy = policy_for(manager.store)
+    owner = _owner(manager, cfg)
+    secrets = _secrets(manager)
+    out = []
+    for i, name in enumerate(names):
+        field = f"storage.remotes[{i}]"
+        if not isinstance(name, str):
+            raise ConfigError(f"{field}: {name!r} is not a storage name", field=field)
+        try:
+            grant = policy.grant(owner, "storage", name, "write", field=field)
+        except PermissionDeniedError:  # read-only for them: a read-only credential
+            grant = policy.grant(owner, "storage", name, "read", field=field)
+        try:
+            values = policy.node_secrets(grant, secrets)
+        except PermissionDeniedError as e:
+            e.field = field
+            raise
+        out.append((grant, values))
+    return out
+
+
+def _owner(manager: Any, cfg: dict[str, Any]) -> Any:
+    """Whom the cluster's nodes act for: its recorded owner (a scale by the reaper), or
+    the caller starting it."""
+    from ..core.grants import policy_for
+
+    row = manager.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
+                                  (cfg.get("cluster_name"),))
+    owner = row["owner"] if row is not None and row["state"] != "stopped" else None
+    return policy_for(manager.store).caller(owner or manager.user)
+
+
+def _secrets(manager: Any) -> Any:
+    from ..core.secrets import open_secret_store
+
+    return open_secret_store(manager.settings, manager.store)
+
+
+def rclone_config(manager: Any, names: list[str], cfg: dict[str, Any] | None = None
+                  ) -> tuple[str, str]:
+    """(rclone config text with one remote per storage, the rclone binary here), with
+    only what the owner's grants let a node hold."""
     from .manager import StorageManager
 
     storage = StorageManager(settings=manager.settings, store=manager.store,
                              user=getattr(manager, "user", None), supervise=False)
+    granted = node_grants(manager, {**(cfg or {}), "storage": {"remotes": names}})
     remotes: dict[str, Remote] = {}
-    for name in names:
+    for (grant, values), name in zip(granted, names, strict=True):
         try:
             info = storage.catalog.get(name)
-        except NotFoundError as e:
-            raise ConfigError(f"storage.remotes: {e.message}", field="storage.remotes",
-                              value=name) from None
-        remote = storage.catalog.remote(name)
+        except NotFoundError:
+            raise ConfigError(f"storage.remotes: no storage named {name!r} that you may use",
+                              field="storage.remotes", value=name) from None
+        remote = storage.catalog.remote(grant, values=values)
         source = info.source.strip()
         if source:
             # NAME: is the storage's source, as in %storage ls NAME:
@@ -87,7 +143,7 @@ async def attach_to_workers(manager: Any, cfg: dict[str, Any], info: Any) -> boo
 
     from . import node_plugin
 
-    content, binary = await asyncio.to_thread(rclone_config, manager, names)
+    content, binary = await asyncio.to_thread(rclone_config, manager, names, cfg)
     cloudpickle.register_pickle_by_value(node_plugin)  # the nodes do not have our package
     await cls.register_worker_plugin(info, node_plugin.RcloneConfigPlugin(content, names,
                                                                           binary))

@@ -17,7 +17,6 @@ or a local path (relative paths are taken from ``c.Storage.working_dir``); a
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import getpass
 import json
 import logging
@@ -38,6 +37,7 @@ from ..core.errors import (
     OperationCancelled,
     PermissionDeniedError,
 )
+from ..core.grants import Grant, policy_for
 from ..core.identity import ActsForUser
 from ..core.operations import OperationContext, OperationInfo, Operations
 from ..core.paths import user_path
@@ -119,12 +119,18 @@ class StorageManager(ActsForUser):
 
     # secrets hygiene -------------------------------------------------------------------
     def redactor(self, names: list[str] | None = None) -> Redactor:
+        """Scrubs the values of these storages' credentials out of text (the secret
+        store builds it: the values never leave it)."""
         names = names if names is not None else [s.name for s in self.catalog.list()]
-        values: list[str] = []
-        for n in names:
-            with contextlib.suppress(CloudTikError):
-                values += self.catalog.secret_values(n)
-        return Redactor(values)
+        try:
+            return self.secrets.redactor(self.catalog.redactor_scopes(names))
+        except CloudTikError:
+            return Redactor()
+
+    def grant(self, name: str, mode: str, field: str = "storage") -> Grant:
+        """The access policy's decision for the acting caller (``core/grants.py``): the
+        same "no storage named" for missing and not theirs; read-only ones not written."""
+        return policy_for(self.store).grant(self.caller, "storage", name, mode, field=field)
 
     def redact(self, text: str) -> str:
         return self.redactor()(text)
@@ -153,9 +159,12 @@ class StorageManager(ActsForUser):
     def add(self, name: str, backend: str | None = None, options: dict[str, Any] | None = None,
             *, url: str | None = None, source: str | None = None, read_only: bool = True,
             mount_path: str | None = None, vfs_cache_mode: str | None = None,
-            description: str = "", replace: bool = False) -> StorageInfo:
+            description: str = "", replace: bool = False,
+            read_only_credentials: dict[str, Any] | None = None) -> StorageInfo:
         """Record a storage.  ``url`` is a short form (s3://bucket/path, obs://bucket,
         webdav+https://host/path, sftp://user@host/path); ``options`` add to or override it.
+        ``read_only_credentials``: options that can only read it, for nodes of users who
+        may only read it (the hub catalogue's; None keeps what there was).
         """
         check_name(name)
         options = dict(options or {})
@@ -179,7 +188,8 @@ class StorageManager(ActsForUser):
         return self.catalog.add(name, backend, options, source=source or "",
                                 read_only=read_only, mount_path=mount_path,
                                 vfs_cache_mode=vfs_cache_mode, description=description,
-                                replace=replace)
+                                replace=replace,
+                                read_only_credentials=read_only_credentials)
 
     def get(self, name: str) -> StorageInfo:
         info = self.catalog.get(name)
@@ -258,7 +268,7 @@ class StorageManager(ActsForUser):
                                   "--low-level-retries", "1", "--contimeout", "10s",
                                   "--timeout", "20s", "--",
                                   f"{REMOTE_SRC}:{self._remote_path(info, '')}"],
-            {REMOTE_SRC: self.catalog.remote(name)},
+            {REMOTE_SRC: self.catalog.remote(self.grant(name, "read", "name"))},
             timeout=self.storage_settings.command_timeout,
             redact=self.redactor([name]))
         entries = json.loads(out or b"[]")
@@ -283,7 +293,7 @@ class StorageManager(ActsForUser):
         args += ["--recursive"] if recursive else ["--max-depth", "1"]
         out = await self.rclone.run(
             f"listing {loc}", [*args, "--", f"{REMOTE_SRC}:{self._remote_path(info, loc.path)}"],
-            {REMOTE_SRC: self.catalog.remote(loc.storage)},
+            {REMOTE_SRC: self.catalog.remote(self.grant(loc.storage, "read", "path"))},
             timeout=self.storage_settings.command_timeout,
             redact=self.redactor([loc.storage]))
         return {"storage": loc.storage,
@@ -327,7 +337,10 @@ class StorageManager(ActsForUser):
         if loc.is_local:
             return self._local_path(loc.path)
         info = self.catalog.get(loc.storage)
-        remotes[remote_name] = self.catalog.remote(loc.storage)
+        writes = remote_name == REMOTE_DST
+        grant = self.grant(loc.storage, "write" if writes else "read",
+                           "dst" if writes else "src")
+        remotes[remote_name] = self.catalog.remote(grant)
         return f"{remote_name}:{self._remote_path(info, loc.path)}"
 
     async def transfer(

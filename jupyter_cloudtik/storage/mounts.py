@@ -232,7 +232,8 @@ class MountSupervisor:
         info = self.manager.catalog.get(name)
         Path(path).mkdir(parents=True, exist_ok=True)
         try:
-            remote = self.manager.catalog.remote(name)
+            remote = self.manager.catalog.remote(self.manager.grant(
+                name, "read" if info.read_only else "write", "name"))
         except Exception as e:
             self._set(name, state="failed", reason=self.manager.redact(str(e)),
                       last_check=time.time())

@@ -85,6 +85,31 @@ class Hub:
         s.trust_env = False
         return s
 
+    def browser(self, user: str) -> requests.Session:
+        """``user``'s own browser session with the sidekick, as a browser gets it: the
+        hub's login form, then the sidekick's OAuth (its cookie), with the sidekick's XSRF
+        token sent back as a page's script does.  What stays with the person (egress
+        rules, share answers; the catalogue, quotas and workspaces for admins) needs it:
+        no bearer token may do those (docs/security.md)."""
+        s = requests.Session()
+        s.trust_env = False
+        r = s.get(self.url + "hub/login", timeout=30)
+        r.raise_for_status()
+        r = s.post(self.url + "hub/login", timeout=30, data={
+            "username": user, "password": PASSWORD,
+            "_xsrf": s.cookies.get("_xsrf", path="/hub/") or ""})
+        r.raise_for_status()
+        # the sidekick's own page: OAuth to the hub and back, which sets its cookie
+        r = s.get(self.url + "services/cloudtik/egress", timeout=30)
+        if r.status_code != 200 or "Egress rules" not in r.text:
+            raise RuntimeError(f"{user} could not log in to the sidekick: {r.status_code} "
+                               f"{r.url} {r.text[:300]}")
+        xsrf = s.cookies.get("_xsrf", path="/services/cloudtik/")
+        if not xsrf:
+            raise RuntimeError(f"no XSRF cookie of the sidekick for {user}: {s.cookies}")
+        s.headers["X-XSRFToken"] = xsrf
+        return s
+
     def start_server(self, user: str, timeout: float = 90) -> str:
         """Start ``user``'s single-user server; returns its URL through the proxy."""
         r = self.admin_request("POST", f"users/{user}/server")

@@ -65,7 +65,7 @@ def hub(tmp_path_factory, upstreams, webdav):
     base = tmp_path_factory.mktemp("hub")
     h = start_hub(base, sidekick_config=(
         f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
-    admin = h.session("admin")
+    admin = h.browser("admin")  # catalogue changes: the admin's own browser session
     api = h.sidekick_api
     r = admin.put(api + "hub/catalog/provider/local-pool", json={
         "spec": {"type": "local"}, "secrets": {"access_key": PROVIDER_SECRET},
@@ -98,9 +98,17 @@ def _no_secret(text: str) -> None:
 
 def test_catalogue_is_admin_only_and_filtered_by_group(hub):
     api = hub.sidekick_api
-    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.browser("admin")
     r = alice.put(api + "hub/catalog/provider/mine", json={"spec": {"type": "local"}})
     assert r.status_code == 403 and r.json()["field"] == "user"
+    r = hub.browser("alice").put(api + "hub/catalog/provider/mine",
+                                 json={"spec": {"type": "local"}})
+    assert r.status_code == 403 and r.json()["field"] == "user"
+    # an admin's token (a script's, or a kernel of the admin's server that read it) may
+    # not change the catalogue: that needs the admin's own browser session
+    r = hub.session("admin").put(api + "hub/catalog/provider/mine",
+                                 json={"spec": {"type": "local"}})
+    assert r.status_code == 403 and r.json()["field"] == "token", r.text
     r = admin.put(api + "hub/catalog/widget/x", json={"spec": {}})
     assert r.status_code == 400 and "kind" in r.json()["message"]
     r = admin.put(api + "hub/catalog/template/t1", json={"spec": {"provider": 5}})
@@ -185,7 +193,7 @@ def test_admin_actions_are_audited_without_secrets(hub):
 
 def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
     api = hub.sidekick_api
-    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.browser("admin")
     server = hub.start_server("alice")
     local_api = server + "cloudtik/api/"
 
@@ -249,16 +257,18 @@ def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
 def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     api = hub.sidekick_api
     alice, bob = hub.session("alice"), hub.session("bob")
+    # rules and share answers: each user's own browser session (docs/security.md)
+    alice_b, bob_b = hub.browser("alice"), hub.browser("bob")
     for rid, port in (("plain", upstreams["http"]), ("tls", upstreams["https"])):
-        r = alice.put(api + f"hub/egress/rules/{rid}", json={
+        r = alice_b.put(api + f"hub/egress/rules/{rid}", json={
             "host": "127.0.0.1", "port": port, "header": "Authorization",
             "value": EGRESS_SECRET, "users": ["alice"]})
         assert r.status_code == 200, r.text
         assert r.json()["value"] == "<secret>"
     assert bob.get(api + "hub/egress/rules").json()["rules"] == []
-    assert bob.delete(api + "hub/egress/rules/plain").status_code == 404
+    assert bob_b.delete(api + "hub/egress/rules/plain").status_code == 404
     # alice offers bob one path of her project's host with her key (he never sees it)
-    r = alice.put(api + "hub/egress/rules/shared", json={
+    r = alice_b.put(api + "hub/egress/rules/shared", json={
         "host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/shared",
         "header": "X-Project-Key", "value": EGRESS_SECRET, "users": ["bob"]})
     assert r.status_code == 200, r.text
@@ -320,7 +330,9 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     assert [(x["id"], x["share"], x["owner"]) for x in applies["shared"]] == [
         ("shared", "offered", "alice")]
     assert applies["applied"] == []
-    r = bob.post(api + "hub/egress/shares/shared/accept")
+    r = bob.post(api + "hub/egress/shares/shared/accept")  # his token: not his consent
+    assert r.status_code == 403 and r.json()["field"] == "token", r.text
+    r = bob_b.post(api + "hub/egress/shares/shared/accept")
     assert r.status_code == 200 and r.json()["share"] == "accepted", r.text
     got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
     assert ["X-Project-Key", EGRESS_SECRET] in got["headers"]
@@ -330,7 +342,7 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
 
 def test_sidekick_is_started_health_checked_restarted_and_stopped(hub):
     api = hub.sidekick_api
-    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.browser("admin")
     r = admin.put(api + "hub/catalog/sidekick/jobgw", json={
         "spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway", "health_interval": 0.3,
                  "unhealthy_after": 2, "startup_timeout": 60},
@@ -408,10 +420,10 @@ def _alive(pid: int) -> bool:
 
 def test_jobs_through_the_hub_are_the_users_own(hub):
     api = hub.sidekick_api
-    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.browser("admin")
     r = alice.post(api + "jobs", json={"command": ["echo", "hello from the hub"],
                                        "backend": "local"})
-    assert r.status_code == 404 and r.json()["field"] == "hpc", r.text  # not offered yet
+    assert r.status_code == 404 and r.json()["field"] == "backend", r.text  # not offered
     r = admin.put(api + "hub/catalog/hpc/local", json={"spec": {}, "groups": ["physics"]})
     assert r.status_code == 200, r.text
     assert [b["name"] for b in alice.get(api + "hpc/backends").json()["backends"]] == [
@@ -445,7 +457,7 @@ def test_local_execution_is_refused_unless_allowed(tmp_path):
     hub = start_hub(tmp_path / "hub", sidekick_config=(
         "c.CloudTikHub.allow_local_execution = False\n"))
     try:
-        admin = hub.session("admin")
+        admin = hub.browser("admin")
         r = admin.put(hub.sidekick_api + "hub/catalog/provider/here",
                       json={"spec": {"type": "local"}, "groups": ["physics"]})
         assert r.status_code == 400 and r.json()["field"] == "spec.type", r.text
@@ -497,8 +509,8 @@ def test_every_sidekick_route_needs_a_hub_user_with_the_use_scope(hub):
         body = b"{}" if method in ("POST", "PUT", "PATCH") else None
         anon = requests.request(method, base + path, data=body, timeout=30,
                                 allow_redirects=False)
-        if handler in ("AdminPageHandler", "SidekickProxyHandler", "DashboardHandler",
-                       "SparkUIHandler") and method == "GET":
+        if handler in ("AdminPageHandler", "EgressPageHandler", "SidekickProxyHandler",
+                       "DashboardHandler", "SparkUIHandler") and method == "GET":
             assert anon.status_code == 302 and "/hub/api/oauth2/authorize" in \
                 anon.headers["Location"], (method, path, anon.status_code)
         else:

@@ -170,7 +170,8 @@ def test_job_gateway_runs_jobs_and_is_restarted_after_kill(tmp_path, sklog):
         "env": {"CLOUDTIK_JOB_GATEWAY_BACKEND": "local"}})
 
     async def main():
-        async with supervised(tmp_path, sklog) as sup:
+        # local jobs allowed (they run in the side-kick's sandbox: test_sidekick_sandbox.py)
+        async with supervised(tmp_path, sklog, allow_local_execution=True) as sup:
             info = await sup.start("alice", spec)
             assert info.state == "running" and info.port and info.pid
             assert info.prefix == "/services/cloudtik/sidekicks/alice/job-gateway"

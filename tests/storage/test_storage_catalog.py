@@ -139,7 +139,8 @@ def test_secrets_go_to_the_secret_store(client):
     assert info.to_dict()["options"]["secret_access_key"] == REDACTED
     rows = client.manager.store.query("SELECT * FROM storages")
     assert "wJalrXUtnFEMI" not in repr([dict(r) for r in rows])
-    assert client.manager.secrets.get("storage:sec", "secret_access_key") == \
+    grant = client.manager.grant("sec", "read")  # the access policy's, for the owner
+    assert client.manager.secrets.reveal(grant, "secret_access_key") == \
         "wJalrXUtnFEMI/K7MDENG"
     client.remove("sec")
     assert client.manager.secrets.names("storage:sec") == []

@@ -17,6 +17,7 @@ import urllib.request
 import pytest
 from traitlets.config import Config
 
+from jupyter_cloudtik.core.errors import PermissionDeniedError
 from jupyter_cloudtik.core.secrets import SecretStore, SecretStoreError, VaultBackend
 from jupyter_cloudtik.core.settings import CloudTik
 from jupyter_cloudtik.core.store import Store
@@ -87,7 +88,12 @@ def test_vault_backend_put_get_delete(vault, tmp_path):
     store.put("storage:one", "pass", "pw-one")
     store.put("storage:one", "user", "user-one")
     store.put("provider:huaweicloud:acct", "sk", "sk-two")
-    assert store.get("storage:one", "pass") == "pw-one"
+    from jupyter_cloudtik.core.grants import OwnerPolicy
+
+    one = OwnerPolicy(store.store).service("storage", "one", "the test reads it back")
+    assert store.reveal(one, "pass") == "pw-one"
+    with pytest.raises(PermissionDeniedError):  # no grant, no secret
+        store.reveal(("storage:one", "pass"))
     assert store.names("storage:one") == ["pass", "user"]
     assert sorted(store.backend.scopes()) == ["provider:huaweicloud:acct", "storage:one"]
     assert store.store.query("SELECT COUNT(*) FROM secrets")[0][0] == 0  # nothing local
@@ -96,7 +102,7 @@ def test_vault_backend_put_get_delete(vault, tmp_path):
     assert store.delete("storage:one", "pass") == 1
     assert store.names("storage:one") == ["user"]
     assert store.delete("storage:one") == 1
-    assert store.get_all("storage:one") == {}
+    assert store.reveal(one) == {}
     bad = SecretStore(Store(tmp_path / "b"), backend=VaultBackend(url, "not-a-token"))
     with pytest.raises(SecretStoreError) as e:
         bad.put("storage:x", "k", "v")
@@ -125,7 +131,7 @@ def test_storages_with_vault_secrets(vault, s3_server, tmp_path, workdir, monkey
             path=f"{c.VaultSecrets.path_prefix}/storage/vs3", raise_on_deleted_version=False)
         assert data["data"]["data"]["secret_access_key"] == s3_server.password
         client.remove("vs3")
-        assert client.manager.secrets.get_all("storage:vs3") == {}
+        assert client.manager.secrets.names("storage:vs3") == []
     finally:
         client.close()
 

@@ -18,7 +18,9 @@ __all__ = ["EVERYONE", "Rule", "RuleSet", "normalize_host", "normalize_path"]
 EVERYONE = "*"
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,127}$")
+# a rule's reference: its namespace and id (``admin/ID``, ``user/NAME/ID``, the user's name
+# percent-encoded: hub/egress_rules.py), or a plain id (a rules file of the proxy's own)
+_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:%/-]{0,500}$")
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 # headers the proxy owns: framing, routing and its own authentication
 _REFUSED = {"host", "content-length", "transfer-encoding", "connection", "keep-alive", "te",
@@ -120,8 +122,8 @@ class Rule:
     def __post_init__(self) -> None:
         rid = self.id
         if not isinstance(rid, str) or not _ID.match(rid):
-            raise ValueError(f"rule field 'id' is {rid!r}; expected 1-128 characters of "
-                             "letters, digits, '_', '.', ':' or '-'")
+            raise ValueError(f"rule field 'id' is {rid!r}; expected letters, digits, '_', "
+                             "'.', ':', '-' (and '/' between a namespace and an id)")
         object.__setattr__(self, "host", _check_host(self.host, rid))
         if self.port is not None and (isinstance(self.port, bool)
                                       or not isinstance(self.port, int)

@@ -117,7 +117,11 @@ def resolve(provider_config: dict[str, Any], settings: HuaweiCloud,
     if workspace and secrets is not None:
         scope = SECRET_SCOPE.format(workspace=workspace)
         if secrets.has(scope, "access_key") and not profile:
-            values = secrets.get_all(scope)
+            from ...core.grants import policy_for
+
+            values = secrets.reveal(policy_for(secrets.store).service(
+                "workspace", f"huaweicloud:{workspace}",
+                "call Huawei Cloud's API for the workspace's clusters"))
             return Credentials(values["access_key"], values["secret_key"],
                                values.get("project_id"), values.get("domain_id"),
                                source=f"secret store (workspace {workspace})")

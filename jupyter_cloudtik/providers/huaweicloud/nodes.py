@@ -208,7 +208,8 @@ class HuaweiCloudNodeProvider(NodeProvider):
         "properties": {
             "flavor": {"type": "string", "pattern": r"^[a-z0-9]+\.[a-z0-9]+\.[0-9]+$",
                        "description": "ECS flavor, e.g. s6.large.2 (2 vCPUs, 4 GiB)."},
-            "image_id": {"type": "string", "description": "Default: latest public Ubuntu."},
+            "image_id": {"type": "string", "x-cloudtik-names": "image",
+                         "description": "Default: latest public Ubuntu."},
             "availability_zone": {"type": "string"},
             "use_spot": {"type": "boolean"},
             "public_ip": {"type": "boolean"},

@@ -38,6 +38,7 @@ from traitlets import Bool, Enum, Float, Unicode, default
 from traitlets.config import Configurable
 
 from ...core.errors import ConfigError, NodeLaunchError
+from ...core.sandbox import sandbox_for
 from ...core.store import dumps, loads
 from ...core.units import format_bytes
 from ...runtime.tls import attach, ensure_cluster_tls, is_loopback, node_files, remove_cluster_tls
@@ -222,7 +223,7 @@ class LocalNodeProvider(NodeProvider):
         "properties": {
             "env": {
                 "type": "object",
-                "additionalProperties": {"type": "string"},
+                "additionalProperties": {"type": "string", "x-cloudtik-names": "command"},
                 "description": "Extra environment variables for the node's processes.",
             },
         },
@@ -238,8 +239,15 @@ class LocalNodeProvider(NodeProvider):
         self.host = provider_config.get("host") or self.settings.host
         self.launch_method = provider_config.get("launch_method") or self.settings.launch_method
         self.nodes_dir = launcher.local_dir(context.state_dir) / "nodes"
+        # a state folder shared by many users (the hub sidekick) runs each node in its
+        # own sandbox (core/sandbox.py): started one by one (no shared warm launcher),
+        # and spoken to over TLS even on loopback, so nobody else on this machine can
+        # give its workers tasks (and read what they were given)
+        self.sandbox = sandbox_for(context.state_dir)
+        if self.sandbox is not None:
+            self.launch_method = "exec"
         # off loopback, nothing answers without the cluster's certificate (runtime.tls)
-        self.tls = not is_loopback(self.host)
+        self.tls = not is_loopback(self.host) or self.sandbox is not None
 
     def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
         """Nodes are about to be launched (an ``up`` or a scale): the launcher, if none
@@ -415,9 +423,10 @@ class LocalNodeProvider(NodeProvider):
                 return True
             self._mark_terminated(row["node_id"], self._exit_reason(row["node_id"]))
             return False
-        # pending: the launch may still be under way, or its requester died mid-way
+        # pending: the launch may still be under way, or its requester died mid-way (a
+        # sandboxed node's own pid is one of its namespace's: only what Popen gave counts)
         pidfile = self._node_dir(row["node_id"]) / "pid"
-        if pidfile.exists():
+        if pidfile.exists() and self.sandbox is None:
             try:
                 pid = int(pidfile.read_text())
             except ValueError:
@@ -616,6 +625,8 @@ class LocalNodeProvider(NodeProvider):
         if self.tls:
             ensure_cluster_tls(self.context.state_dir, self.cluster_name)
             files = node_files(self.context.state_dir, self.cluster_name)
+            if self.sandbox is not None:  # the node sees its own folder only: a copy there
+                files = _copy_into(files, node_dir / "tls")
             tls = ["--protocol", "tls", "--tls-ca-file", files["ca"], "--tls-cert",
                    files["cert"], "--tls-key", files["key"]]
         own = [str(o) for o in dask_opts.get("scheduler_options" if role == "head"
@@ -670,14 +681,25 @@ class LocalNodeProvider(NodeProvider):
         return [self._exec(spec) for spec in specs]
 
     def _exec(self, spec: dict[str, Any]) -> dict[str, Any]:
-        spec_path = Path(spec["node_dir"]) / "spec.json"
+        node_dir = Path(spec["node_dir"])
+        spec_path = node_dir / "spec.json"
         fd = os.open(spec_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(spec, f)
+        argv = [sys.executable, "-m", "jupyter_cloudtik.providers.local.node", str(spec_path)]
+        env = spec["env"]
+        if self.sandbox is not None:
+            # the node sees its own folder (and its head's, for the scheduler file) and
+            # nothing of the state folder: not the key, nor other nodes' credentials
+            self.sandbox.check()
+            self.sandbox.prepare(node_dir)
+            head = (spec.get("head") or {}).get("node_dir")
+            argv = self.sandbox.command(argv, writable=[node_dir],
+                                        readable=[head] if head else [], cwd=node_dir)
+            env = self.sandbox.environment(env, home=node_dir)
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_cloudtik.providers.local.node", str(spec_path)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            env=spec["env"], start_new_session=True, close_fds=True,
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL, env=env, start_new_session=True, close_fds=True,
         )
         return {"node_id": spec["node_id"], "pid": proc.pid,
                 "started": psutil.Process(proc.pid).create_time()}
@@ -825,3 +847,16 @@ class LocalNodeProvider(NodeProvider):
                 " AND terminated_at < ?",
                 (self.cluster_name, cutoff),
             )
+
+
+def _copy_into(files: dict[str, str], folder: Path) -> dict[str, str]:
+    """Copies of the cluster's TLS files in a node's own folder (0600), by the same keys."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    out = {}
+    for key, path in files.items():
+        target = folder / Path(path).name
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(Path(path).read_bytes())
+        out[key] = str(target)
+    return out

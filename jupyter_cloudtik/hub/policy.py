@@ -1,0 +1,81 @@
+"""The hub sidekick's access policy: the admins' catalogue decides every grant.
+
+``core/grants.py`` asks this policy whenever a hub user's request — or a background action
+of theirs (the reaper scaling their cluster, a job's stage-out) — would use a catalogue
+item: a provider, a template, a storage, an HPC backend, a side-kick, an image.  One rule
+for every face and field: the item exists *and* its access lists name the caller (or one
+of their groups, or ``"*"``); otherwise the very answer of a missing item, which names
+nothing else.  Storages are read-only when the admin says so (``spec.read_only``), and a
+node of a user who may only read one gets its read-only credential or nothing.  Users
+never get grants on egress rules, workspaces, gateways or zones: those secrets are the
+service's own (``Policy.service``).
+
+Found through the ``jupyter_cloudtik.policies`` entry point ``catalog``: the sidekick
+declares it in its state folder's ``shared.json``, so every process of that folder (the
+reaper daemon too) decides the same way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.errors import PermissionDeniedError
+from ..core.grants import Caller, Grant, Policy, _mint, not_found
+from .catalog import Catalog
+
+#: kinds a user may be granted, with the modes each knows
+USER_KINDS = {"provider": ("use",), "template": ("use",), "storage": ("read", "write"),
+              "hpc": ("run", "use"), "sidekick": ("run", "use"), "image": ("use",)}
+
+
+class CatalogPolicy(Policy):
+    def __init__(self, store: Any) -> None:
+        super().__init__(store)
+        self.catalog = Catalog(store, None)
+
+    def grant(self, caller: Caller, kind: str, name: str, mode: str = "use", *,
+              field: str | None = None) -> Grant:
+        if not isinstance(name, str) or not name or kind not in USER_KINDS \
+                or mode not in USER_KINDS[kind]:
+            if kind in USER_KINDS or not caller.admin:
+                raise not_found(kind, str(name), field)
+            return _mint(caller, kind, name, mode)  # an admin's workspace, gateway, zone
+        if kind == "image":
+            return self._image(caller, name, field)
+        res = self.catalog.find(kind, name)
+        if res is None or not caller.may_use(res.users, res.groups):
+            raise not_found(kind, name, field)
+        if kind == "storage":
+            row = self.store.query_one("SELECT read_only FROM storages WHERE name = ?",
+                                       (name,))
+            if row is None:  # in the catalogue but never made (a refused sync)
+                raise not_found(kind, name, field)
+            if mode == "write" and row["read_only"]:
+                raise PermissionDeniedError(f"{field or 'storage'}: storage {name!r} is "
+                                            "read-only", field=field or "storage", value=name)
+        return _mint(caller, kind, name, mode)
+
+    def _image(self, caller: Caller, name: str, field: str | None) -> Grant:
+        """``name`` is ``<catalogue provider>/<image id>``: an image is usable if the
+        provider (which the caller may use) lists it in ``spec.images`` (``"*"``: any)."""
+        provider, _, image = name.partition("/")
+        res = self.catalog.find("provider", provider)
+        if res is None or not image or not caller.may_use(res.users, res.groups):
+            raise not_found("image", image or name, field)
+        images = res.spec.get("images") or []
+        if image not in images and "*" not in images:
+            raise not_found("image", image, field)
+        return _mint(caller, "image", name, "use")
+
+    def visible(self, caller: Caller, kind: str) -> list[str]:
+        if kind not in USER_KINDS or kind == "image":
+            return []
+        return [r.name for r in self.catalog.visible(caller, kind)]
+
+    def caller(self, name: str) -> Caller:
+        """Who ``name`` is for a background action: the request's caller if it is them,
+        else their groups at their last request; unknown users are in no group."""
+        current = super().caller(name)
+        if current.groups or current.admin:
+            return current
+        return self.catalog.remembered(name) or current
