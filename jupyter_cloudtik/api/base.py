@@ -245,9 +245,21 @@ class CloudTikHandler(APIHandler):
         return "text/event-stream" in self.request.headers.get("Accept", "")
 
     # output --------------------------------------------------------------------------
+    def scrub(self, text: str) -> str:
+        """What an answer may not show this caller, taken out (the hub: the sidekick's
+        state folder and HPC work folders are named, not shown, to users)."""
+        try:
+            ctx = self.ctx
+        except CloudTikError:  # not a caller of the hub (refused before): nothing of theirs
+            ctx = self.settings["cloudtik"]
+            if getattr(ctx, "for_request", None) is not None:
+                return ctx.scrub_anonymous(text)
+        scrub = getattr(ctx, "scrub", None)
+        return scrub(text) if scrub is not None else text
+
     def write_json(self, data: Any, status: int = 200) -> None:
         self.set_status(status)
-        self.finish(json.dumps(data, default=str))
+        self.finish(self.scrub(json.dumps(data, default=str)))
 
     def api_path(self, *parts: str) -> str:
         from jupyter_server.utils import url_path_join
@@ -273,7 +285,7 @@ class CloudTikHandler(APIHandler):
             status_code = 500
         self.set_status(status_code)
         self.set_header("Content-Type", "application/json")
-        self.finish(json.dumps(body))
+        self.finish(self.scrub(json.dumps(body)))
 
     def log_exception(self, typ, value, tb) -> None:  # type: ignore[override]
         if isinstance(value, CloudTikError):

@@ -73,12 +73,13 @@ async def stream_events(
                     raise task.exception()
                 if end is not None:
                     name, data = end()
-                    handler.write(f"event: {name}\ndata: {json.dumps(data, default=str)}\n\n")
+                    handler.write(handler.scrub(
+                        f"event: {name}\ndata: {json.dumps(data, default=str)}\n\n"))
                 break
-            handler.write(format_event(item))
+            handler.write(handler.scrub(format_event(item)))
             # write what is queued before flushing: a burst costs one flush
             while not queue.empty() and queue._queue[0] is not _END:  # type: ignore[attr-defined]
-                handler.write(format_event(queue.get_nowait()))
+                handler.write(handler.scrub(format_event(queue.get_nowait())))
             await handler.flush()
         if not closed.is_set():
             handler.finish(set_content_type="text/event-stream; charset=utf-8")

@@ -380,6 +380,26 @@ def config_hash(cfg: dict[str, Any]) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()[:16]
 
 
+def provisioned_cores(cfg: dict[str, Any], type_name: str,
+                      settings: CloudTik | None = None) -> float:
+    """Cores a node of ``type_name`` really gets from its provider (a flavor's vCPUs,
+    a local worker's threads), not what its ``resources`` declare: what quotas and costs
+    count (``NodeProvider.provisioned``)."""
+    types = cfg.get("available_node_types") or {}
+    cls = provider_class(cfg["provider"]["type"], settings)
+    role = "head" if type_name == cfg.get("head_node_type") else "worker"
+    return float(cls.provisioned(cfg["provider"], types.get(type_name) or {}, role)["CPU"])
+
+
+def cluster_cores(cfg: dict[str, Any], workers: dict[str, int],
+                  settings: CloudTik | None = None) -> float:
+    """Cores of the head and ``workers`` (type -> count), as provisioned."""
+    total = provisioned_cores(cfg, cfg["head_node_type"], settings)
+    for type_name, count in workers.items():
+        total += provisioned_cores(cfg, type_name, settings) * int(count)
+    return total
+
+
 def worker_types(cfg: dict[str, Any]) -> list[str]:
     return [t for t in cfg["available_node_types"] if t != cfg["head_node_type"]]
 

@@ -448,8 +448,15 @@ class Operations:
             )
         return [_row_to_event(r) for r in rows]
 
-    def last_event_id(self) -> int:
-        row = self.store.query_one("SELECT MAX(id) FROM events")
+    def last_event_id(self, user: str | None = None) -> int:
+        """The newest event's id (with ``user``: of that user's operations only, so one
+        user of a shared state folder learns nothing of the others' activity)."""
+        if user is None:
+            row = self.store.query_one("SELECT MAX(id) FROM events")
+        else:
+            row = self.store.query_one(
+                "SELECT MAX(e.id) FROM events e JOIN operations o ON o.id = e.op_id"
+                " WHERE o.user = ?", (user,))
         return int(row[0] or 0)
 
     async def watch(

@@ -147,10 +147,12 @@ class Sandbox:
         return env
 
     def command(self, argv: list[str], *, writable: Iterable[str | Path] = (),
-                readable: Iterable[str | Path] = (), cwd: str | Path | None = None
-                ) -> list[str]:
+                readable: Iterable[str | Path] = (), cwd: str | Path | None = None,
+                die_with_parent: bool = False) -> list[str]:
         """``argv`` inside the sandbox: the view is the allowlist, ``readable`` (read-only)
-        and ``writable`` (read-write), each at its own path."""
+        and ``writable`` (read-write), each at its own path.  ``die_with_parent``: the
+        sandbox ends when bwrap or its parent does (a side-kick, which its supervisor
+        owns); nodes and jobs outlive the process that started them."""
         # order matters: later mounts go over earlier ones (the fresh /tmp first, then
         # what is shown inside it; the hidden folders over what shows them; the process's
         # own folders last)
@@ -187,6 +189,8 @@ class Sandbox:
                  "--hostname", "cloudtik-sandbox"]
         if cwd is not None:
             args += ["--chdir", str(cwd)]
+        if die_with_parent:
+            args += ["--die-with-parent"]
         if self.as_root:
             # bwrap builds the view as root; setpriv then becomes the sandbox's account
             # with no capability left (and bwrap's no_new_privs: no setuid way back)

@@ -418,6 +418,14 @@ class HPCBackend:
         return {"name": self.name, "type": self.kind, "config": shown,
                 "direct": self.directly_reachable()}
 
+    def known_folders(self) -> list[str]:
+        """Folders of the system this backend knows already (its jobs' work folder), asked
+        of nothing: what the hub does not show its users."""
+        # a resolved remote folder (``_workdir``) or a local one; a property that would
+        # ask the system first is not called
+        folder = self.__dict__.get("_workdir") or self.__dict__.get("workdir")
+        return [str(folder)] if folder else []
+
     def directly_reachable(self) -> list[str]:
         """Which storages the system reads and writes without staging, for people."""
         if self.shares_local_filesystem:

@@ -115,14 +115,24 @@ def _check_local_execution(ctx: Any, kind: str, name: str, spec: dict[str, Any])
             "run in the sandbox, docs/security.md#the-sandbox)",
             field="spec.type", value="local")
     if kind == "hpc":
-        backends = {b["name"]: b for b in ctx.job_manager().backends()}
-        btype = (backends.get(name) or {}).get("type")
-        if btype in ("local", "dask") or name.startswith("dask:"):
+        btype = local_backend_type(ctx, name)
+        if btype:
             raise ConfigError(
                 f"name: HPC backend '{name}' ({btype or 'dask'}) runs users' jobs on the "
                 "sidekick's own machine; offer a remote backend (slurm, firecrest, arc), or "
                 "set c.CloudTikHub.allow_local_execution = True (they then run in the "
                 "sandbox)", field="name", value=name)
+
+
+def local_backend_type(ctx: Any, name: str) -> str | None:
+    """The type of HPC backend ``name`` if it runs jobs on this machine (``local``,
+    ``dask``), else None."""
+    from ..hpc.settings import HPC
+
+    if name.startswith("dask:"):
+        return "dask"
+    btype = (HPC(parent=ctx.serverapp).backend_configs().get(name) or {}).get("type")
+    return btype if btype in ("local", "dask") else None
 
 
 def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> None:

@@ -34,6 +34,7 @@ KINDS = ("provider", "template", "storage", "hpc", "sidekick")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 EVERYONE = "*"
 SECRET = "<secret>"
+READ_ONLY = "read_only_credentials."
 
 MIGRATIONS = [
     """
@@ -156,6 +157,15 @@ class Catalog:
         if not isinstance(secrets, dict) or not all(
                 isinstance(k, str) and isinstance(v, str) for k, v in secrets.items()):
             raise ConfigError("secrets: expected an object of text values", field="secrets")
+        read_only = body.get("read_only_credentials")
+        if read_only is not None:
+            if kind != "storage" or not isinstance(read_only, dict) or not all(
+                    isinstance(k, str) and isinstance(v, str) for k, v in read_only.items()):
+                raise ConfigError("read_only_credentials: a storage's object of text values",
+                                  field="read_only_credentials")
+            # kept under names of their own (shown as "<secret>"); the storage manager
+            # keeps the values a node may receive (storage/catalog.py read_only_scope)
+            secrets = {**secrets, **{f"{READ_ONLY}{k}": v for k, v in read_only.items()}}
         validate_spec(kind, name, spec)
         users = _str_list(body.get("users"), "users")
         groups = _str_list(body.get("groups"), "groups")

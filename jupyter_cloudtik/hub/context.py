@@ -17,6 +17,7 @@ from typing import Any
 from ..api.settings import CloudTikServer
 from ..clusters.manager import ClusterManager
 from ..core import sandbox
+from ..core.config import cluster_cores, provisioned_cores, worker_types
 from ..core.errors import PermissionDeniedError
 from ..core.grants import Grant, declare_shared, default_mode, install_policy
 from ..core.secrets import open_secret_store
@@ -79,6 +80,27 @@ class HubContext:
         user = handler.current_user
         return bool(self.hub.allow_token_user_actions
                     or getattr(user, "cloudtik_browser_session", False))
+
+    def folders_not_shown(self) -> list[tuple[str, str]]:
+        """(path, name) of folders no user's answer shows: the state folder (the secret
+        store's key, every record) and the HPC backends' work folders (a shared account's
+        files on the HPC system), as far as they are known yet."""
+        import os
+
+        out = [(str(self.store.state_dir), "<sidekick state>"),
+               (os.path.realpath(self.store.state_dir), "<sidekick state>")]
+        jobs = self._jobs
+        if jobs is not None:
+            for backend in list(jobs.registry._backends.values()):
+                for folder in backend.known_folders():
+                    out.append((folder, f"<{backend.name} work folder>"))
+        return sorted({p: n for p, n in out if p and len(p) > 1}.items(),
+                      key=lambda pn: len(pn[0]), reverse=True)
+
+    def scrub_anonymous(self, text: str) -> str:
+        for path, name in self.folders_not_shown():
+            text = text.replace(path, name)
+        return text
 
     def require_held(self, allowed: bool, what: str) -> None:
         if not allowed:
@@ -213,13 +235,12 @@ class HubContext:
             currency = u["currency"]
             price = prices.get(info.provider, 0.0)
             if not per_hour and price:
-                types = info.config.get("available_node_types", {})
-                head = float(types.get(info.config.get("head_node_type"), {})
-                             .get("resources", {}).get("CPU", 1))
-                wtypes = [t for t in info.target_workers] or [
-                    t for t in types if t != info.config.get("head_node_type")]
-                per_worker = float(types.get(wtypes[0], {}).get("resources", {})
-                                   .get("CPU", 1)) if wtypes else 0.0
+                # the cores the provider gives each node, not what the config declares
+                cfg = info.config
+                head = provisioned_cores(cfg, cfg.get("head_node_type"), self.settings)
+                wtypes = [t for t in info.target_workers] or worker_types(cfg)
+                per_worker = provisioned_cores(cfg, wtypes[0], self.settings) \
+                    if wtypes else 0.0
                 per_hour = (head + per_worker * info.running_workers) * price
                 samples = u["samples"]
                 so_far = 0.0
@@ -262,12 +283,8 @@ class HubContext:
             price = prices.get(r["provider"], 0.0)
             if not price:
                 continue
-            cfg = loads(r["config"], {})
-            types = cfg.get("available_node_types", {})
-            head = types.get(cfg.get("head_node_type"), {})
-            cores = float(head.get("resources", {}).get("CPU", 1)) + sum(
-                float(types.get(t, {}).get("resources", {}).get("CPU", 1)) * n
-                for t, n in loads(r["target_workers"], {}).items())
+            cores = cluster_cores(loads(r["config"], {}), loads(r["target_workers"], {}),
+                                  self.settings)
             until = now if r["state"] != "stopped" else r["updated_at"]
             hours = max(0.0, until - max(r["created_at"], start)) / 3600
             total += cores * hours * price
@@ -316,6 +333,11 @@ class UserContext:
 
     def is_kernel_token(self, token: str | None) -> bool:
         return False
+
+    def scrub(self, text: str) -> str:
+        """Answers to users name the sidekick's own folders instead of showing them (an
+        admin sees them as they are)."""
+        return text if self.caller.admin else self.hub.scrub_anonymous(text)
 
     def kernel_env(self) -> dict[str, str]:
         return {}

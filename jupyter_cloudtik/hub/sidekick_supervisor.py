@@ -542,7 +542,7 @@ class SidekickSupervisor:
         e.token = secrets.token_urlsafe(24)
         env = await self._environment(e, workdir)
         argv = self.sandbox.command(e.spec.argv(self.python), writable=[workdir],
-                                    cwd=workdir)
+                                    cwd=workdir, die_with_parent=True)
         log_path = self._log_path(e.user, e.name)
         fd = await asyncio.to_thread(_open_log, log_path)
         try:

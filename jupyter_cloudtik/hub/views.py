@@ -76,7 +76,7 @@ class OperationsView(_Denied):
             return False
 
     def last_event_id(self) -> int:
-        return self._ops.last_event_id()
+        return self._ops.last_event_id(user=self._user_filter())
 
     def watch(self, op_id: str, after: int = 0) -> AsyncIterator[Any]:
         return self._ops.watch(self.get(op_id).id, after=after)
@@ -114,32 +114,23 @@ class ClustersView(_Denied):
             raise NotFoundError(f"no cluster named '{name}'", field="name", value=name)
         return row
 
-    def _shown(self, info: Any) -> Any:
-        """A cluster as a hub user sees it: node records name the sidekick's state
-        folder (node_dir), which is not shown."""
-        hide = state_hider(self.store.state_dir)
-        for node in getattr(info, "nodes", None) or []:
-            node.info = _hide_deep(node.info, hide)
-        return info
-
     def get(self, name: str) -> Any:
         self._owned(name)
-        return self._shown(self._m.get(name))
+        return self._m.get(name)
 
     async def status(self, name: str) -> Any:
         self._owned(name)
-        return self._shown(await self._m.status(name))
+        return await self._m.status(name)
 
     def list(self, include_stopped: bool = False) -> list[Any]:
-        return [self._shown(c) for c in self._m.list(include_stopped=include_stopped)
+        return [c for c in self._m.list(include_stopped=include_stopped)
                 if self.caller.admin or c.owner == self.caller.name]
 
     def logs(self, name: str, node_id: str | None = None, tail: int = 200) -> Any:
-        """Node logs, with the sidekick's state folder (which holds the secret store's
-        key) named, not shown: a user's nodes run in it on the sidekick's machine."""
+        """Node logs (the answer names the sidekick's state folder, never shows it:
+        ``UserContext.scrub``)."""
         self._owned(name)
-        hide = state_hider(self.store.state_dir)
-        return {n: hide(text) for n, text in self._m.logs(name, node_id, tail).items()}
+        return self._m.logs(name, node_id, tail)
 
     def connect_info(self, name: str) -> Any:
         self._owned(name)
@@ -152,7 +143,7 @@ class ClustersView(_Denied):
 
     async def start_scale(self, name: str, workers: int, node_type: str | None = None) -> Any:
         self._owned(name)
-        self._check_scale_limits(name, workers)
+        self._check_scale_limits(name, workers, node_type)
         with acting_as(self.caller):
             return await self._m.start_scale(name, workers, node_type)
 
@@ -288,15 +279,23 @@ class ClustersView(_Denied):
             placement["max_price"] = min(placement.get("max_price", limits["max_price"]),
                                          limits["max_price"])
 
-    def _check_scale_limits(self, name: str, workers: int) -> None:
+    def _check_scale_limits(self, name: str, workers: int,
+                            node_type: str | None = None) -> None:
         quota = self.hub.catalog.quota_for(self.caller)
-        if quota.get("max_cores") is None:
-            return
-        full = loads(self.store.query_one("SELECT config FROM clusters WHERE name = ?",
-                                          (name,))["config"], {})
-        per = _worker_cpu(full)
+        if quota.get("max_cores") is None or isinstance(workers, bool) or \
+                not isinstance(workers, int):
+            return  # a bad count is the core's to refuse, naming the field
+        row = self.store.query_one("SELECT config, target_workers FROM clusters"
+                                   " WHERE name = ?", (name,))
+        full = loads(row["config"], {})
+        target = dict(loads(row["target_workers"], {}))
+        wtypes = cfgmod.worker_types(full)
+        node_type = node_type or (wtypes[0] if len(wtypes) == 1 else None)
+        if node_type not in wtypes:
+            return  # the core names the choices
+        target[node_type] = workers
         others = self._cores_in_use(exclude=name)
-        mine = _head_cpu(full) + per * workers
+        mine = cfgmod.cluster_cores(full, target, self.settings)
         if others + mine > quota["max_cores"]:
             raise PermissionDeniedError(
                 f"workers: {workers} workers would use {others + mine:g} cores; your quota "
@@ -311,15 +310,10 @@ class ClustersView(_Denied):
         return [r for r in rows if r["name"] != exclude]
 
     def _cores_in_use(self, exclude: str | None = None) -> float:
-        total = 0.0
-        for r in self._active_rows(exclude):
-            cfg = loads(r["config"], {})
-            target = loads(r["target_workers"], {})
-            types = cfg.get("available_node_types", {})
-            total += _head_cpu(cfg)
-            for t, n in target.items():
-                total += float(types.get(t, {}).get("resources", {}).get("CPU", 1)) * n
-        return total
+        """Cores the caller's other clusters have, as their providers provision them."""
+        return sum(cfgmod.cluster_cores(loads(r["config"], {}),
+                                        loads(r["target_workers"], {}), self.settings)
+                   for r in self._active_rows(exclude))
 
     def _check_quota(self, cfg: dict[str, Any], prov_res: Resource, replacing: str) -> None:
         quota = self.hub.catalog.quota_for(self.caller)
@@ -329,9 +323,11 @@ class ClustersView(_Denied):
             raise PermissionDeniedError(
                 f"quota: you have {len(existing)} clusters; your quota allows "
                 f"{quota['max_clusters']:g} ({quota['subject']})", field="quota")
-        new_cores = _head_cpu(cfg) + sum(
-            float(t.get("resources", {}).get("CPU", 1)) * t.get("min_workers", 0)
-            for k, t in cfg["available_node_types"].items() if k != cfg["head_node_type"])
+        # what the provider provisions (a flavor's vCPUs, a worker's threads): a declared
+        # ``CPU: 0`` is no free node
+        new_cores = cfgmod.cluster_cores(cfg, {
+            t: cfg["available_node_types"][t].get("min_workers", 0)
+            for t in cfgmod.worker_types(cfg)}, self.settings)
         if quota.get("max_cores") is not None:
             used = self._cores_in_use(exclude=replacing)
             if used + new_cores > quota["max_cores"]:
@@ -345,18 +341,6 @@ class ClustersView(_Denied):
                 raise PermissionDeniedError(
                     f"quota: you have spent {spent:.2f} today; your daily limit is "
                     f"{quota['max_spend_per_day']:.2f} ({quota['subject']})", field="quota")
-
-
-def _head_cpu(cfg: dict[str, Any]) -> float:
-    head = cfg.get("available_node_types", {}).get(cfg.get("head_node_type"), {})
-    return float(head.get("resources", {}).get("CPU", 1))
-
-
-def _worker_cpu(cfg: dict[str, Any]) -> float:
-    for k, t in cfg.get("available_node_types", {}).items():
-        if k != cfg.get("head_node_type"):
-            return float(t.get("resources", {}).get("CPU", 1))
-    return 1.0
 
 
 def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -471,8 +455,16 @@ class JobsView(_Denied):
         self._j.ensure_poller()  # one poller for everybody's jobs, as in a server
 
     def _may_backend(self, name: str | None) -> None:
-        self.hub.grant(self.caller, "hpc", name or self.hpc.default_backend, "run",
-                       field="backend")
+        from .bootstrap import local_backend_type
+
+        name = name or self.hpc.default_backend
+        self.hub.grant(self.caller, "hpc", name, "run", field="backend")
+        btype = local_backend_type(self.hub, name)
+        if btype and not self.hub.hub.allow_local_execution:  # offered before it was local
+            raise PermissionDeniedError(
+                f"backend: '{name}' ({btype}) runs jobs on the sidekick's own machine, which "
+                "this hub does not allow (c.CloudTikHub.allow_local_execution)",
+                field="backend", value=name)
 
     def get(self, job_id: str) -> Any:
         # resolved among the caller's own jobs (admins: all): another user's id or prefix
@@ -525,30 +517,6 @@ class JobsView(_Denied):
         kwargs["locations"] = self.locations
         with acting_as(self.caller):
             return await self._j.fetch(self.get(job_id).id, *args, **kwargs)
-
-
-def state_hider(state_dir: Any) -> Any:
-    """A function replacing the sidekick's state folder's path in text by a name."""
-    import os
-
-    paths = sorted({str(state_dir), os.path.realpath(str(state_dir))}, key=len, reverse=True)
-
-    def hide(text: str) -> str:
-        for p in paths:
-            text = text.replace(p, "<sidekick state>")
-        return text
-
-    return hide
-
-
-def _hide_deep(value: Any, hide: Any) -> Any:
-    if isinstance(value, str):
-        return hide(value)
-    if isinstance(value, dict):
-        return {k: _hide_deep(v, hide) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_hide_deep(v, hide) for v in value]
-    return value
 
 
 def hub_locations(hub: HubContext, caller: Caller) -> NoLocal:

@@ -161,6 +161,16 @@ class NodeProvider:
         return dict(node_type.get("resources") or {})
 
     @classmethod
+    def provisioned(cls, provider_config: dict[str, Any], node_type: dict[str, Any],
+                    role: str = "worker") -> dict[str, float]:
+        """What a node of ``node_type`` really gets from this provider (``CPU`` cores),
+        whatever its ``resources`` declare: what quotas and costs count (a declared
+        ``CPU: 0`` is no free node).  Providers that know better (a flavor's vCPUs, a
+        job's cores) say so; the default is the declared cores, at least one."""
+        res = node_type.get("resources") or {}
+        return {"CPU": max(float(res.get("CPU") or 0), 1.0)}
+
+    @classmethod
     def placement_options(cls, provider_config: dict[str, Any],
                           node_type: dict[str, Any]) -> dict[str, Any]:
         """Placement options a node type gets unless its config says otherwise (e.g. keep

@@ -144,6 +144,19 @@ class DaskGatewayNodeProvider(NodeProvider):
                              or context.settings.operation_timeout)
 
     @classmethod
+    def provisioned(cls, provider_config: dict[str, Any], node_type: dict[str, Any],
+                    role: str = "worker") -> dict[str, float]:
+        """What the gateway gives: its cluster options' cores (the catalogue's, on a hub),
+        one by default; the node type's declared ``CPU`` does not reach the gateway."""
+        options = provider_config.get("cluster_options") or {}
+        key = "scheduler_cores" if role == "head" else "worker_cores"
+        try:
+            cores = float(options.get(key) or 1)
+        except (TypeError, ValueError):
+            cores = 1.0
+        return {"CPU": max(cores, 1.0)}
+
+    @classmethod
     def default_node_types(cls, provider_config: dict[str, Any]) -> dict[str, Any]:
         return {"head": {"node_config": {}, "resources": {"CPU": 0}},
                 "worker": {"node_config": {}, "resources": {"CPU": 1}, "min_workers": 1,

@@ -70,7 +70,7 @@ class RcloneServer:
 def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.PathLike[str],
                  user: str | None = None, password: str | None = None,
                  dir_cache_time: str = "100ms", timeout: float = 20.0,
-                 host: str = "127.0.0.1") -> RcloneServer:
+                 host: str = "127.0.0.1", read_only: bool = False) -> RcloneServer:
     """Start ``rclone serve KIND root`` on ``host`` (loopback unless a test needs an address
     emulated servers can reach) with generated credentials.
 
@@ -100,6 +100,8 @@ def start_server(kind: str, root: str | os.PathLike[str], *, workdir: str | os.P
             "--dir-cache-time", dir_cache_time, "--log-file", str(log), "--log-level", "INFO"]
     if kind == "s3":
         argv += ["--vfs-cache-mode", "off"]
+    if read_only:  # a credential that can only read (a storage's read-only credential)
+        argv += ["--read-only"]
     argv += ["--", str(root)]
     proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

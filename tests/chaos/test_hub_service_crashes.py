@@ -31,7 +31,7 @@ FINAL = ("succeeded", "failed", "cancelled")
 def hub(tmp_path_factory):
     h = start_hub(tmp_path_factory.mktemp("hubchaos"),
                   sidekick_config="c.CloudTik.start_reaper = False\n")
-    admin = h.session("admin")
+    admin = h.browser("admin")
     r = admin.put(h.sidekick_api + "hub/catalog/provider/pool",
                   json={"spec": {"type": "local"}, "groups": ["physics"]})
     assert r.status_code == 200, r.text

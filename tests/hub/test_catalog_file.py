@@ -3,31 +3,32 @@ applied to a real catalogue in a real state DB."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
+from traitlets.config import Config, Configurable
 
-from jupyter_cloudtik.core.errors import ConfigError
-from jupyter_cloudtik.core.secrets import SecretStore
-from jupyter_cloudtik.core.store import Store
+from jupyter_cloudtik.core.errors import ConfigError, NotFoundError
 from jupyter_cloudtik.hub.bootstrap import load_catalog_file
-from jupyter_cloudtik.hub.catalog import Caller, Catalog
+from jupyter_cloudtik.hub.catalog import Caller
+from jupyter_cloudtik.hub.context import HubContext
 
 
-def _ctx(tmp_path, text: str):
+def _ctx(tmp_path, *, text: str, **hub_settings):
+    """The sidekick's real context (its catalogue, secret store, storage and job managers,
+    access policy) on a state folder of its own, with the catalogue file ``text``."""
     path = tmp_path / "catalog.yaml"
     path.write_text(text)
-    store = Store(tmp_path / "state")
-    catalog = Catalog(store, SecretStore(store))
-    delivered: list = []  # what the sidekick's context hands to a provider's workspace
-    return SimpleNamespace(
-        hub=SimpleNamespace(catalog_file=str(path)), catalog=catalog, delivered=delivered,
-        deliver_provider_credentials=lambda res, cfg: delivered.append((res.name, cfg)))
+    config = Config()
+    config.CloudTik.state_dir = str(tmp_path / "state")
+    config.CloudTikHub.catalog_file = str(path)
+    for key, value in hub_settings.items():
+        setattr(config.CloudTikHub, key, value)
+    ctx = HubContext(Configurable(config=config))
+    return ctx
 
 
 def test_catalog_file_with_secrets_from_the_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("TEST_OBS_SK", "sk-from-env-123")
-    ctx = _ctx(tmp_path, """
+    ctx = _ctx(tmp_path, allow_local_execution=True, text="""
 resources:
   - kind: storage
     name: physics-data
@@ -44,10 +45,12 @@ quotas:
 """)
     load_catalog_file(ctx)
     cat = ctx.catalog
-    assert cat.secret_values("storage", "physics-data") == {
-        "secret_access_key": "sk-from-env-123"}
-    assert "sk-from-env-123" not in str(cat.get("storage", "physics-data").to_dict(admin=True))
     alice, bob = Caller("alice", ("physics",)), Caller("bob", ("chemistry",))
+    # the storage exists for the sidekick (a file's storage is synced as a PUT's is), and
+    # its secret is released against a grant of someone who may use it
+    grant = ctx.grant(alice, "storage", "physics-data")
+    assert ctx.secrets.reveal(grant) == {"secret_access_key": "sk-from-env-123"}
+    assert "sk-from-env-123" not in str(cat.get("storage", "physics-data").to_dict(admin=True))
     assert [r.name for r in cat.visible(alice)] == ["pool", "physics-data"]
     assert [r.name for r in cat.visible(bob)] == ["pool"]
     assert cat.quota_for(alice)["max_clusters"] == 4
@@ -71,7 +74,7 @@ quotas:
 ])
 def test_bad_catalog_files_name_the_entry_and_field(tmp_path, text, words):
     with pytest.raises(ConfigError) as info:
-        load_catalog_file(_ctx(tmp_path, text))
+        load_catalog_file(_ctx(tmp_path, text=text))
     for word in words:
         assert word in info.value.message, info.value.message
 
@@ -83,17 +86,20 @@ def test_the_catalogue_of_docs_hub_md(tmp_path, monkeypatch):
     text = doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text
     for var in ("HWC_AK", "HWC_SK", "HWC_PROJECT", "OBS_SK"):
         monkeypatch.setenv(var, f"value-of-{var}")
-    ctx = _ctx(tmp_path, text)
+    ctx = _ctx(tmp_path, text=text)
     load_catalog_file(ctx)
     cat = ctx.catalog
     physicist, chemist = Caller("alice", ("physics",)), Caller("carol", ("chemistry",))
     assert sorted(r.name for r in cat.visible(physicist)) == [
         "cluster-a", "hwc-research", "jobgw", "physics-data", "small"]
     assert sorted(r.name for r in cat.visible(chemist)) == ["hwc-research", "small"]
-    assert cat.secret_values("storage", "physics-data") == {"secret_access_key": "value-of-OBS_SK"}
+    grant = ctx.grant(physicist, "storage", "physics-data")
+    assert ctx.secrets.reveal(grant, "secret_access_key") == "value-of-OBS_SK"
+    with pytest.raises(NotFoundError):  # another group's: no grant, so no secret
+        ctx.grant(chemist, "storage", "physics-data")
     # the provider's account goes to its workspace, as a PUT of the API sends it
-    assert [(n, c["provider"]["workspace_name"]) for n, c in ctx.delivered] == [
-        ("hwc-research", "research")]
+    assert ctx.secrets.names("provider:huaweicloud:research") == [
+        "access_key", "project_id", "secret_key"]
     # her own row wins; another physicist gets the group's; others the default
     assert cat.quota_for(physicist)["max_spend_per_day"] == 100
     assert cat.quota_for(Caller("bob", ("physics",)))["max_cores"] == 128

@@ -12,6 +12,7 @@ from jupyter_cloudtik.core.secrets import SecretStore
 from jupyter_cloudtik.core.store import Store, dumps
 from jupyter_cloudtik.hub.catalog import Caller, Catalog
 from jupyter_cloudtik.hub.egress_rules import EgressRules
+from jupyter_cloudtik.hub.policy import CatalogPolicy
 
 ALICE = Caller("alice", ("physics",))
 BOB = Caller("bob", ("chemistry",))
@@ -23,11 +24,12 @@ def _rules(state_dir) -> EgressRules:
     store = Store(state_dir)
     secrets = SecretStore(store)
     Catalog(store, secrets)
-    return EgressRules(store, secrets)
+    return EgressRules(store, secrets, CatalogPolicy(store))
 
 
-def _audience(rules: EgressRules, rule_id: str) -> tuple[list[str], list[str]]:
-    r = next(x for x in rules.for_proxy() if x["id"] == rule_id)
+def _audience(rules: EgressRules, ref: str) -> tuple[list[str], list[str]]:
+    """Who the proxy applies the rule ``ref`` (``user/NAME/ID``, ``admin/ID``) to."""
+    r = next(x for x in rules.for_proxy() if x["id"] == ref)
     return r["users"], r["groups"]
 
 
@@ -38,31 +40,34 @@ def test_offer_accept_move_revoke(state_dir):
     rule, detail = rules.put(ALICE, "r1", body)
     assert rule["shares"] == [{"user": "bob", "state": "offered"}]   # not to herself
     assert VALUE not in str(rule) + str(detail)
-    assert _audience(rules, "r1") == (["alice"], [])
+    assert _audience(rules, "user/alice/r1") == (["alice"], [])
     assert rules.applies_to(BOB)["applied"] == []
     rules.decide(BOB, "r1", accept=True)
-    assert _audience(rules, "r1") == (["alice", "bob"], [])
-    assert rules.applies_to(BOB)["applied"] == ["r1"]
+    assert _audience(rules, "user/alice/r1") == (["alice", "bob"], [])
+    assert rules.applies_to(BOB)["applied"] == ["user/alice/r1"]
     # a new value for the same header and place keeps consent (key rotation) ...
     rules.put(ALICE, "r1", {**body, "value": VALUE + "-2"})
-    assert _audience(rules, "r1") == (["alice", "bob"], [])
-    # ... a new place or header does not
+    assert _audience(rules, "user/alice/r1") == (["alice", "bob"], [])
+    # ... a new place or header does not (and needs the value again)
+    with pytest.raises(ConfigError) as e:
+        rules.put(ALICE, "r1", {**body, "path_prefix": "/admin", "value": None})
+    assert e.value.field == "value" and "somewhere else" in e.value.message
     rules.put(ALICE, "r1", {**body, "path_prefix": "/admin"})
     assert rules.get(ALICE, "r1")["shares"] == [{"user": "bob", "state": "offered"}]
-    assert _audience(rules, "r1") == (["alice"], [])
+    assert _audience(rules, "user/alice/r1") == (["alice"], [])
     rules.decide(BOB, "r1", accept=True)
     rules.put(ALICE, "r1", {**body, "path_prefix": "/admin", "header": "X-Other"})
-    assert _audience(rules, "r1") == (["alice"], [])
+    assert _audience(rules, "user/alice/r1") == (["alice"], [])
     # dropping bob from users deletes his share; so does revoke
     rules.decide(BOB, "r1", accept=True)
     rules.put(ALICE, "r1", {**body, "users": []})
-    assert rules.offers(BOB) == [] and _audience(rules, "r1") == (["alice"], [])
+    assert rules.offers(BOB) == [] and _audience(rules, "user/alice/r1") == (["alice"], [])
     with pytest.raises(NotFoundError):
         rules.decide(BOB, "r1", accept=True)
     rules.put(ALICE, "r1", body)
     rules.decide(BOB, "r1", accept=True)
     rules.revoke(ALICE, "r1", "bob")
-    assert _audience(rules, "r1") == (["alice"], [])
+    assert _audience(rules, "user/alice/r1") == (["alice"], [])
     with pytest.raises(NotFoundError):
         rules.revoke(BOB, "r1", "bob")          # only the owner (or an admin) revokes
 
@@ -76,14 +81,15 @@ def test_broad_audiences_are_for_admins(state_dir):
         assert e.value.field == field and e.value.http_status == 400
     rule, _ = rules.put(ADMIN, "org", {**base, "users": ["bob"], "groups": ["physics"]})
     assert rule["authority"] == "admin" and rule["shares"] == []
-    assert _audience(rules, "org") == (["bob"], ["physics"])
+    assert _audience(rules, "admin/org") == (["bob"], ["physics"])
     assert [r["id"] for r in rules.applies_to(BOB)["admin"]] == ["org"]
     assert [r["id"] for r in rules.applies_to(ALICE)["admin"]] == ["org"]
-    # an admin editing a user's rule does not give it the hub's authority
+    # an admin editing a user's rule (naming its owner) does not give it the hub's
+    # authority; without the owner the admin's PUT is a rule of the admin namespace
     rules.put(ALICE, "mine", {**base, "users": ["bob"]})
     with pytest.raises(ConfigError):
-        rules.put(ADMIN, "mine", {**base, "groups": ["chemistry"]})
-    assert rules.get(ADMIN, "mine")["authority"] == "user"
+        rules.put(ADMIN, "mine", {**base, "groups": ["chemistry"]}, owner="alice")
+    assert rules.get(ADMIN, "mine", owner="alice")["authority"] == "user"
 
 
 def test_rules_from_before_consent_become_offers(tmp_path):
@@ -96,9 +102,52 @@ def test_rules_from_before_consent_become_offers(tmp_path):
                   " updated_at) VALUES ('old', 'bank.example.org', 'Authorization', ?, ?,"
                   " 'alice', ?)", (dumps(["bob", "*"]), dumps(["chemistry"]), time.time()))
     secrets.put("hub:egress:old", "value", VALUE)
-    rules = EgressRules(store, secrets)
-    assert _audience(rules, "old") == (["alice"], [])
+    rules = EgressRules(store, secrets, CatalogPolicy(store))
+    # a user's rule then: it is now alice's, in her namespace, its value moved with it
+    assert _audience(rules, "user/alice/old") == (["alice"], [])
     assert [(o["id"], o["share"]) for o in rules.offers(BOB)] == [("old", "offered")]
+    assert secrets.names("hub:egress:old") == []
+
+
+def test_ids_belong_to_their_owner(state_dir):
+    """Issue 26: bob made ``org-token`` first; the admin's later PUT of ``org-token`` kept
+    bob as its owner, and bob then pointed it at his own server without resending the
+    value — and received the admin's secret.  Namespaces: no shared row, no probe."""
+    rules = _rules(state_dir)
+    mine = {"host": "bob.example.net", "header": "Authorization", "value": "Bearer bob"}
+    rules.put(BOB, "org-token", mine)
+    org = {"host": "api.example.org", "header": "Authorization", "value": VALUE,
+           "groups": ["physics", "chemistry"]}
+    rule, _ = rules.put(ADMIN, "org-token", org)
+    assert (rule["ref"], rule["owner"], rule["authority"]) == ("admin/org-token", "admin",
+                                                                "admin")
+    # bob moves *his* rule, which never held the admin's value; the admin's is untouched
+    rules.put(BOB, "org-token", {**mine, "host": "evil.example.net",
+                                 "value": "Bearer bob-2"})
+    proxy = {r["id"]: r for r in rules.for_proxy()}
+    assert proxy["admin/org-token"]["host"] == "api.example.org"
+    assert proxy["admin/org-token"]["value"] == VALUE
+    assert proxy["user/bob/org-token"]["value"] == "Bearer bob-2"
+    # moving a rule needs its value again, whoever asks
+    with pytest.raises(ConfigError) as e:
+        rules.put(ADMIN, "org-token", {**org, "host": "elsewhere.example.org", "value": ""})
+    assert e.value.field == "value"
+    # ids cannot be probed: alice's PUT, GET and DELETE of "org-token" act on her own
+    # namespace, exactly as for an id nobody uses
+    for rid in ("org-token", "never-used"):
+        with pytest.raises(NotFoundError) as e:
+            rules.get(ALICE, rid)
+        assert e.value.message == f"no egress rule '{rid}' of yours"
+        with pytest.raises(NotFoundError):
+            rules.delete(ALICE, rid)
+        rule, _ = rules.put(ALICE, rid, {"host": "a.example.org", "header": "X-A",
+                                         "value": "alice-value"})
+        assert rule["owner"] == "alice" and rule["ref"] == f"user/alice/{rid}"
+    # and a user naming another owner names nothing
+    with pytest.raises(NotFoundError):
+        rules.get(ALICE, "org-token", owner="bob")
+    with pytest.raises(NotFoundError):
+        rules.put(ALICE, "org-token", mine, owner="bob")
 
 
 def test_the_rule_of_docs_hub_egress_md():

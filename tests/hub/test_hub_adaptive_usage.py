@@ -19,6 +19,7 @@ import pytest
 
 from jupyter_cloudtik.core import adaptive
 from jupyter_cloudtik.core.store import Store
+from jupyter_cloudtik.runtime import tls
 from jupyter_cloudtik.testing.hub import service_pid, start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,7 @@ PRICE = 0.5  # per core-hour, from the catalogue
 def hub(tmp_path_factory):
     base = tmp_path_factory.mktemp("hubadapt")
     h = start_hub(base, sidekick_config="c.CloudTik.start_reaper = False\n")
-    admin = h.session("admin")
+    admin = h.browser("admin")
     r = admin.put(h.sidekick_api + "hub/catalog/provider/pool", json={
         "spec": {"type": "local", "price_per_core_hour": PRICE},
         "groups": ["physics", "chemistry"]})
@@ -123,7 +124,11 @@ def test_a_restarted_sidekick_resumes_adaptive_with_no_request(hub):
         r = alice.put(api + "clusters/alice-adapt/adapt",
                       json={"minimum": 1, "maximum": 3, "wait_count": 2})
         assert r.status_code == 200, r.text
-        address = alice.get(api + "clusters/alice-adapt").json()["scheduler_address"]
+        # as alice's kernel connects: the cluster's client certificate (a shared state
+        # folder's local clusters speak TLS even on loopback, docs/security.md)
+        connect = alice.get(api + "clusters/alice-adapt/connect").json()["connect_info"]
+        address = connect["scheduler_address"]
+        security = tls.security(connect["tls_credentials"])
         old = service_pid(hub.base)
         assert old and adaptive.lease_holder(store)["pid"] == old
         os.kill(old, signal.SIGTERM)  # an orderly stop: the hub starts the service again
@@ -140,7 +145,7 @@ def test_a_restarted_sidekick_resumes_adaptive_with_no_request(hub):
                                  f"{adaptive.lease_holder(store)}\n{hub.log_tail()}")
         t0 = time.time()
         # no request to the new sidekick from here on: only the store is read
-        with Client(address, timeout=30) as c:
+        with Client(address, timeout=30, security=security) as c:
             futures = c.map(lambda i: (time.sleep(1.5), i * i)[1], range(40), pure=False)
             deadline = time.monotonic() + 90
             seen = None

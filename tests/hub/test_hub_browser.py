@@ -77,13 +77,13 @@ def hub(tmp_path_factory) -> Iterator[Hub]:
     hub = start_hub(base)
     problems: list[str] = []
     try:
-        r = hub.session("admin").put(
+        r = hub.browser("admin").put(
             hub.sidekick_api + f"hub/catalog/provider/{PROVIDER}", timeout=30,
             json={"spec": {"type": "local"}, "secrets": {"token": SECRET},
                   "groups": ["physics"]})
         assert r.status_code in (200, 201), r.text
         # a second choice, so that the form's choice has to reach the sidekick
-        r = hub.session("admin").put(
+        r = hub.browser("admin").put(
             hub.sidekick_api + f"hub/catalog/provider/{OTHER}", timeout=30,
             json={"spec": {"type": "local"}, "groups": ["physics"]})
         assert r.status_code in (200, 201), r.text
@@ -227,7 +227,7 @@ def _sidekick(hub: Hub, user: str, name: str) -> dict:
 
 @pytest.mark.slow
 def test_alice_starts_opens_and_stops_a_sidekick_from_the_panel(hub, browser):
-    r = hub.session("admin").put(hub.sidekick_api + f"hub/catalog/sidekick/{SIDEKICK}",
+    r = hub.browser("admin").put(hub.sidekick_api + f"hub/catalog/sidekick/{SIDEKICK}",
                                  json=SIDEKICK_ENTRY, timeout=30)
     assert r.status_code in (200, 201), r.text
     context = browser.new_context(viewport={"width": 1400, "height": 900})

@@ -239,7 +239,8 @@ def test_the_notebook_lines_of_a_hub_session(hub, emulator):
     import json
     import time
 
-    api, admin, alice = hub.sidekick_api, hub.session("admin"), hub.session("alice")
+    # a workspace carries the cloud account: made in the admin's own browser session
+    api, admin, alice = hub.sidekick_api, hub.browser("admin"), hub.session("alice")
     setup = doc_examples.block("docs/hub.md", "API", 0, lang="json")
     assert "203.0.113.7/32" in setup.text
     body = json.loads(setup.text.replace("203.0.113.7/32", "127.0.0.1/32"))  # this machine

@@ -36,7 +36,7 @@ def hub(tmp_path_factory, emulator):
 
 def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
     api = hub.sidekick_api
-    admin, alice, bob = hub.session("admin"), hub.session("alice"), hub.session("bob")
+    admin, alice, bob = hub.browser("admin"), hub.session("alice"), hub.session("bob")
     keys = emulator.credentials()
     secret_values = [keys["access_key"], keys["secret_key"]]
     region, endpoint = emulator.info["region"], emulator.info["endpoint"]

@@ -65,7 +65,7 @@ def hub(tmp_path_factory, slurm):
                            "workdir": str(base / "slurm-jobs")}}
     h = start_hub(base / "hub", sidekick_config=f"c.HPC.backends = {backends!r}\n")
     h.outside = outside
-    admin = h.session("admin")
+    admin = h.browser("admin")
     api = h.sidekick_api
     options = dav.storage_options()
     password = options.pop("pass")

@@ -50,7 +50,7 @@ def hub(tmp_path_factory, upstreams):
     base = tmp_path_factory.mktemp("hub")
     h = start_hub(base, sidekick_config=(
         f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
-    admin = h.session("admin")
+    admin = h.browser("admin")
     api = h.sidekick_api
     for path, body in (("provider/pool", {"spec": {"type": "local"}}),
                        ("hpc/local", {"spec": {}})):
@@ -90,7 +90,8 @@ def _seen(s: requests.Session, url: str, **kw) -> tuple[list[str], requests.Resp
 
 def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp_path):
     api = hub.sidekick_api
-    alice, bob, admin = hub.session("alice"), hub.session("bob"), hub.session("admin")
+    # rules and consent: each person's own browser session (tokens: test_held_actions...)
+    alice, bob, admin = hub.browser("alice"), hub.browser("bob"), hub.browser("admin")
     urls = [f"http://127.0.0.1:{upstreams['http']}/bank",
             f"https://127.0.0.1:{upstreams['https']}/bank"]
     # the attack: alice names bob on hosts he uses
@@ -145,37 +146,49 @@ def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp
     out = subprocess.run([*cli, "accept"], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.returncode == 2 and "say which rule" in out.stderr, out
+    # consent is bob's own: the terminal's token (his server's, which his kernels can
+    # read) may not give it; the answer says where he can
+    out = subprocess.run([*cli, "accept", "steal-tls"], env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 1 and "browser session" in out.stderr, out
+    assert "/services/cloudtik/egress" in out.stderr
     # nobody else can accept for bob, nor bob for a rule not offered to him
     assert alice.post(api + "hub/egress/shares/steal/accept").status_code == 404
     assert bob.post(api + "hub/egress/shares/nope/accept").status_code == 404
     assert bob.delete(api + "hub/egress/rules/steal").status_code == 404
-    assert bob.put(api + "hub/egress/rules/steal", json={
-        "host": "127.0.0.1", "header": "Authorization", "value": "x" * 10}).status_code == 404
+    # bob's "steal" is a rule of his own: alice's is untouched by it
+    r = bob.put(api + "hub/egress/rules/steal", json={
+        "host": "127.0.0.1", "header": "Authorization", "value": "x" * 10})
+    assert r.status_code == 200 and r.json()["ref"] == "user/bob/steal", r.text
+    assert bob.delete(api + "hub/egress/rules/steal").status_code == 204
+    assert alice.get(api + "hub/egress/rules/steal").json()["ref"] == "user/alice/steal"
 
     # bob accepts: alice's key now goes out with his requests, but never replaces his own
     r = bob.post(api + "hub/egress/shares/steal/accept")
     assert r.status_code == 200 and r.json()["share"] == "accepted", r.text
-    out = subprocess.run([*cli, "accept", "steal-tls"], env=env, capture_output=True,
-                         text=True, timeout=60)
-    assert out.returncode == 0 and "steal-tls of alice" in out.stdout, out
-    assert out.stdout.rstrip().endswith(": accepted")
-    assert bob.get(api + "hub/egress/applies").json()["applied"] == ["steal", "steal-tls"]
+    r = bob.post(api + "hub/egress/shares/steal-tls/accept", params={"owner": "alice"})
+    assert r.status_code == 200 and r.json()["share"] == "accepted", r.text
+    assert bob.get(api + "hub/egress/applies").json()["applied"] == [
+        "user/alice/steal", "user/alice/steal-tls"]
     # (a blind tunnel bob opened before stays blind: new connections see the new rules)
     sb.close()
     sb = _proxied(hub, upstreams, "bob", tmp_path / "bob")
     for url in urls:
         seen, r = _seen(sb, url)
         assert seen == [ALICE_KEY]
-        assert r.headers["X-CloudTik-Egress"].startswith("applied rule=steal")
+        assert r.headers["X-CloudTik-Egress"].startswith("applied rule=user/alice/steal")
         seen, r = _seen(sb, url, headers={"Authorization": BOB_OWN})
         assert seen == [BOB_OWN]
-        assert "not-applied rule=steal" in r.headers["X-CloudTik-Egress"]
+        assert "not-applied rule=user/alice/steal" in r.headers["X-CloudTik-Egress"]
         assert r.headers["X-CloudTik-Egress"].endswith("reason=client-sent-header")
 
-    # the rule moves (another path): consent was for the rule as it was
-    r = alice.put(api + "hub/egress/rules/steal", json={
-        "host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/bank",
-        "header": "Authorization", "users": ["bob"]})
+    # the rule moves (another path): only with its value again, and consent was for the
+    # rule as it was
+    moved = {"host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/bank",
+             "header": "Authorization", "users": ["bob"]}
+    r = alice.put(api + "hub/egress/rules/steal", json=moved)
+    assert r.status_code == 400 and r.json()["field"] == "value", r.text
+    r = alice.put(api + "hub/egress/rules/steal", json={**moved, "value": ALICE_KEY})
     assert r.status_code == 200 and r.json()["shares"] == [
         {"user": "bob", "state": "offered"}], r.text
     assert _seen(sb, urls[0])[0] == []
@@ -206,7 +219,7 @@ def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp
     assert all(k.lower() != "x-org-key" for k, _ in got["headers"])  # not in chemistry
     body = bob.get(api + "hub/egress/applies").json()
     assert [(x["id"], x["authority"]) for x in body["admin"]] == [("org-key", "admin")]
-    assert "org-key" in body["applied"]
+    assert "admin/org-key" in body["applied"]
     assert "groups" not in body["admin"][0] and ADMIN_KEY not in str(body)
     assert alice.get(api + "hub/egress/applies").json()["admin"] == []
     # the audit log has the consent trail, without values

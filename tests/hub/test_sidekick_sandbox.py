@@ -20,7 +20,7 @@ from jupyter_cloudtik.core.sandbox import Sandbox
 from jupyter_cloudtik.core.secrets import SecretStore
 from jupyter_cloudtik.core.store import Store
 from jupyter_cloudtik.hub.sidekicks import SidekickSpec
-from tests.hub.test_sidekicks import base_url, http, service_spec, sklog, supervised  # noqa: F401 (fixture)
+from tests.hub.test_sidekicks import base_url, http, service_spec, supervised
 
 SERVICE_CANARY = "service-env-canary-5e1f0c"  # a catalogue secret read from the service env
 GATEWAY_SECRET = "gateway-admin-secret-93ab1d"  # the side-kick's own credential (admin's)

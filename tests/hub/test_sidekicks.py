@@ -11,7 +11,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import logging
 import os
 import signal
 import stat
@@ -70,25 +69,6 @@ def service_spec(name: str = "svc", **kw) -> SidekickSpec:
         "name": name, "command": [sys.executable, "-c", SERVICE], "health_interval": 0.2,
         "health_timeout": 1, "unhealthy_after": 2, "startup_timeout": 15,
         "stop_timeout": 2, **kw})
-
-
-class ListHandler(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
-
-
-@pytest.fixture
-def sklog():
-    logger = logging.getLogger(f"test.sidekicks.{time.monotonic_ns()}")
-    logger.setLevel(logging.DEBUG)
-    handler = ListHandler()
-    logger.addHandler(handler)
-    logger.lines = handler.lines  # type: ignore[attr-defined]
-    return logger
 
 
 def gone(pid: int | None) -> bool:

@@ -256,6 +256,16 @@ class HuaweiCloudNodeProvider(NodeProvider):
         return res
 
     @classmethod
+    def provisioned(cls, provider_config: dict[str, Any], node_type: dict[str, Any],
+                    role: str = "worker") -> dict[str, float]:
+        """The flavor's vCPUs (what the server has), never the declared ``CPU``."""
+        flavor = (node_type.get("node_config") or {}).get("flavor") or DEFAULT_FLAVOR
+        known = flavor_resources(flavor)
+        if known is None:  # a name we cannot size: never less than the declared cores
+            return super().provisioned(provider_config, node_type, role)
+        return {"CPU": float(known["CPU"])}
+
+    @classmethod
     def placement_options(cls, provider_config: dict[str, Any],
                           node_type: dict[str, Any]) -> dict[str, Any]:
         """Keep the node type's flavor, and pack a batch into one zone (one create call);
