@@ -108,31 +108,52 @@ def apply_resource(ctx: Any, admin: Caller, kind: Any, name: Any,
 def _check_local_execution(ctx: Any, kind: str, name: str, spec: dict[str, Any]) -> None:
     if ctx.hub.allow_local_execution:
         return
-    if kind == "provider" and spec.get("type") == "local":
+    ptype = local_provider_type(ctx, spec) if kind == "provider" else None
+    if ptype:
         raise ConfigError(
-            "spec.type: 'local' runs users' clusters on the sidekick's own machine; offer a "
-            "remote provider, or set c.CloudTikHub.allow_local_execution = True (they then "
-            "run in the sandbox, docs/security.md#the-sandbox)",
-            field="spec.type", value="local")
+            f"spec.type: '{spec.get('type')}' ({ptype}) runs users' clusters on the "
+            "sidekick's own machine; offer a remote provider (a Slurm over SSH: "
+            "config.host), or set c.CloudTikHub.allow_local_execution = True "
+            "(docs/security.md#the-sandbox)", field="spec.type", value=spec.get("type"))
     if kind == "hpc":
         btype = local_backend_type(ctx, name)
         if btype:
             raise ConfigError(
-                f"name: HPC backend '{name}' ({btype or 'dask'}) runs users' jobs on the "
-                "sidekick's own machine; offer a remote backend (slurm, firecrest, arc), or "
-                "set c.CloudTikHub.allow_local_execution = True (they then run in the "
-                "sandbox)", field="name", value=name)
+                f"name: HPC backend '{name}' ({btype}) runs users' jobs on the sidekick's "
+                "own machine or as its account; offer a remote backend (slurm over SSH, "
+                "firecrest, arc), or set c.CloudTikHub.allow_local_execution = True "
+                "(docs/security.md#the-sandbox)", field="name", value=name)
 
 
 def local_backend_type(ctx: Any, name: str) -> str | None:
-    """The type of HPC backend ``name`` if it runs jobs on this machine (``local``,
-    ``dask``), else None."""
+    """What HPC backend ``name`` is if it runs users' jobs on this machine or as the
+    service's own account here (``local``, ``dask``, a Slurm of this machine: its jobs run
+    through Slurm as the account that submits them), else None."""
     from ..hpc.settings import HPC
 
     if name.startswith("dask:"):
         return "dask"
-    btype = (HPC(parent=ctx.serverapp).backend_configs().get(name) or {}).get("type")
-    return btype if btype in ("local", "dask") else None
+    cfg = HPC(parent=ctx.serverapp).backend_configs().get(name) or {}
+    btype = cfg.get("type")
+    if btype in ("local", "dask"):
+        return btype
+    if btype == "slurm" and not cfg.get("host"):
+        return "slurm of this machine"
+    return None
+
+
+def local_provider_type(ctx: Any, spec: dict[str, Any]) -> str | None:
+    """What a catalogue provider is if it runs users' nodes on this machine (``local``; a
+    Slurm of this machine, whose jobs run as the service's account), else None."""
+    ptype = spec.get("type")
+    config = spec.get("config") or {}
+    if ptype == "local":
+        return "local"
+    if ptype == "slurm" and not config.get("host"):
+        backend = config.get("backend")
+        if not backend or local_backend_type(ctx, backend):
+            return "slurm of this machine"
+    return None
 
 
 def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> None:

@@ -23,7 +23,9 @@ def sidekick_parser(prog: str) -> Parser:
             q.add_argument("--tail", type=int, default=100)
     q = sub.add_parser("egress", help="egress rules acting on your sessions (yours, "
                                       "shared with you, admins'); accept or decline a "
-                                      "rule another user offered you")
+                                      "rule another user offered you — a hub takes that "
+                                      "only from your browser (its egress page) unless "
+                                      "its admin allows tokens")
     q.add_argument("what", nargs="?", choices=("list", "accept", "decline"), default="list")
     q.add_argument("rule", nargs="?", help="the rule id (accept, decline)")
     return p

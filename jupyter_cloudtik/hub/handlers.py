@@ -429,8 +429,8 @@ class _PageHandler(BrowserPageHandler):
                         "frame-ancestors 'none'")
         self.set_header("X-Frame-Options", "DENY")
         self.xsrf_token  # noqa: B018 — sets the _xsrf cookie the page sends back
-        self.finish(html.replace("{{API}}", url_path_join(self.base_url,
-                                                          "cloudtik/api/hub/")))
+        self.finish(html.replace("{{API}}", url_path_join(self.base_url, "cloudtik/api/hub/"))
+                    .replace("{{ROOT}}", url_path_join(self.base_url, "cloudtik/api/")))
 
 
 class AdminPageHandler(_PageHandler):

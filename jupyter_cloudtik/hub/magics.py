@@ -27,9 +27,9 @@ class SidekickMagics(Magics):
           %sidekick status NAME       state, restarts, last health check
           %sidekick logs NAME [--tail N]
           %sidekick egress            egress rules acting on your sessions, offers included
-          %sidekick egress accept RULE    let another user's offered rule act on yours
-                                      (from a terminal: kernels may not consent)
-          %sidekick egress decline RULE   refuse it (or withdraw an acceptance)
+                                      (you answer offers and change rules on the
+                                      sidekick's page {hub}/services/cloudtik/egress, in
+                                      your own browser: no token may give your consent)
         """
         from .client import HubClient
 

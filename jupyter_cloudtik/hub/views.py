@@ -241,6 +241,14 @@ class ClustersView(_Denied):
             base.pop("provider", None)
             limits = {}
         prov_res = hub.catalog.get("provider", prov_grant.name)
+        from .bootstrap import local_provider_type
+
+        here = local_provider_type(hub, prov_res.spec)
+        if here and not hub.hub.allow_local_execution:  # offered before the setting changed
+            raise PermissionDeniedError(
+                f"provider: '{prov_res.name}' ({here}) runs clusters on the sidekick's own "
+                "machine, which this hub does not allow (c.CloudTikHub.allow_local_execution)",
+                field="provider", value=prov_res.name)
         ptype = prov_res.spec["type"]
         base["provider"] = {**copy.deepcopy(prov_res.spec.get("config") or {}),
                             "type": ptype}
@@ -465,6 +473,13 @@ class JobsView(_Denied):
                 f"backend: '{name}' ({btype}) runs jobs on the sidekick's own machine, which "
                 "this hub does not allow (c.CloudTikHub.allow_local_execution)",
                 field="backend", value=name)
+        if btype == "dask" and not (self._j.registry.configs().get(name) or {}).get(
+                "cluster"):
+            # "the only running cluster" of a hub is anybody's: a job may not pick it
+            raise PermissionDeniedError(
+                f"backend: '{name}' runs a job on whichever cluster is running, which on a "
+                f"hub may be another user's; an admin names its cluster "
+                f"(c.HPC.backends.{name}.cluster)", field="backend", value=name)
 
     def get(self, job_id: str) -> Any:
         # resolved among the caller's own jobs (admins: all): another user's id or prefix

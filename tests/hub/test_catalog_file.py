@@ -84,7 +84,7 @@ def test_the_catalogue_of_docs_hub_md(tmp_path, monkeypatch):
     import doc_examples
 
     text = doc_examples.block("docs/hub.md", "Set-up", lang="yaml").text
-    for var in ("HWC_AK", "HWC_SK", "HWC_PROJECT", "OBS_SK"):
+    for var in ("HWC_AK", "HWC_SK", "HWC_PROJECT", "OBS_SK", "OBS_RO_AK", "OBS_RO_SK"):
         monkeypatch.setenv(var, f"value-of-{var}")
     ctx = _ctx(tmp_path, text=text)
     load_catalog_file(ctx)
@@ -95,6 +95,12 @@ def test_the_catalogue_of_docs_hub_md(tmp_path, monkeypatch):
     assert sorted(r.name for r in cat.visible(chemist)) == ["hwc-research", "small"]
     grant = ctx.grant(physicist, "storage", "physics-data")
     assert ctx.secrets.reveal(grant, "secret_access_key") == "value-of-OBS_SK"
+    # a node of a physicist (who may only read it) gets the read-only key, never that one
+    ro = ctx.policy.node_secrets(grant, ctx.secrets)
+    assert ro["secret_access_key"] == "value-of-OBS_RO_SK"
+    assert ro["access_key_id"] == "value-of-OBS_RO_AK"
+    assert "read_only_credentials.secret_access_key" in \
+        cat.get("storage", "physics-data").to_dict(admin=True)["secrets"]
     with pytest.raises(NotFoundError):  # another group's: no grant, so no secret
         ctx.grant(chemist, "storage", "physics-data")
     # the provider's account goes to its workspace, as a PUT of the API sends it

@@ -28,7 +28,6 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-import yaml
 
 from jupyter_cloudtik.storage.servers import start_server
 from jupyter_cloudtik.testing.hub import start_hub, wait_operation
@@ -118,7 +117,7 @@ def _string_fields(schema, root, path="", seen=()):
         node = root
         for part in ref.lstrip("#/").split("/"):
             node = node[part]
-        yield from _string_fields(node, root, path, seen + (ref,))
+        yield from _string_fields(node, root, path, (*seen, ref))
         return
     for sub in schema.get("oneOf", []) + schema.get("anyOf", []) + schema.get("allOf", []):
         yield from _string_fields(sub, root, path, seen)
@@ -240,6 +239,10 @@ def hub(tmp_path_factory, servers):
     assert r.status_code == 200, r.text
     yield h
     h.stop()
+    logs = (h.base / "hub.log").read_text(errors="replace") + "".join(
+        p.read_text(errors="replace") for p in (h.state_dir / "hub").rglob("*.log"))
+    leaked = [v[:12] for v in ALL if v in logs]
+    assert not leaked, f"secrets in the hub's, the sidekick's or a side-kick's log: {leaked}"
 
 
 class Answers:
@@ -427,7 +430,7 @@ def test_the_generated_walk_finds_nothing(hub, servers):
         assert _tree(servers["physics"].root) == physics_before, "the read-only storage changed"
         print(f"generated walk: {answers.count} requests, {len(started)} clusters started")
     finally:
-        for who, name in started:
+        for _who, name in started:
             session = callers["admin"]
             r = session.delete(api + f"clusters/{name}")
             if r.status_code == 202:

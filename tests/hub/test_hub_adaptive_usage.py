@@ -78,9 +78,11 @@ def test_admins_see_every_users_cost_others_get_403(hub):
     try:
         cfg = alice.get(api + "clusters/alice-cost").json()["config"]
         types = cfg["available_node_types"]
-        head = float(types[cfg["head_node_type"]]["resources"]["CPU"])
-        worker = float(next(t for n, t in types.items()
-                            if n != cfg["head_node_type"])["resources"]["CPU"])
+        # what the provider gives each node (a local node: its threads, at least one),
+        # not what the config declares (the head declares CPU 0: it is no free node)
+        head = max(float(types[cfg["head_node_type"]]["resources"]["CPU"]), 1.0)
+        worker = max(float(next(t for n, t in types.items()
+                                if n != cfg["head_node_type"])["resources"]["CPU"]), 1.0)
         time.sleep(2)  # some cost accrues
         r = admin.get(api + "hub/usage")
         assert r.status_code == 200, r.text

@@ -287,3 +287,50 @@ def test_alice_starts_opens_and_stops_a_sidekick_from_the_panel(hub, browser):
         if any(x["name"] == SIDEKICK and x["state"] != "stopped"
                for x in row.get("sidekicks", [])):
             s.delete(hub.sidekick_api + f"hub/sidekicks/{SIDEKICK}", timeout=60)
+
+
+@pytest.mark.slow
+def test_egress_rules_and_offers_are_answered_on_the_users_own_page(hub, browser):
+    """What no token may do (issue 26) is done on the sidekick's page, in the person's
+    own browser: alice adds a rule offered to bob; bob accepts it with its button.  The
+    value never comes back to either page, and the offer stays bob's to answer."""
+    value = "Bearer page-" + secrets.token_hex(8)
+    contexts = []
+    try:
+        pages = {}
+        for user in ("alice", "bob"):
+            context = browser.new_context()
+            contexts.append(context)
+            page = context.new_page()
+            page.goto(f"{hub.url}hub/login?next=/services/cloudtik/egress", timeout=30_000)
+            page.fill("input[name='username']", user)
+            page.fill("input[name='password']", PASSWORD)
+            page.click("input[type='submit'], button[type='submit']")
+            page.wait_for_selector(f"#who:has-text('{user}')", timeout=60_000)
+            pages[user] = page
+        a = pages["alice"]
+        a.fill("#put input[name='id']", "page-rule")
+        a.fill("#put input[name='host']", "data.example.org")
+        a.fill("#put input[name='value']", value)
+        a.fill("#put input[name='users']", "bob")
+        a.click("#put button")
+        a.wait_for_selector("#put-msg.ok", timeout=30_000)
+        a.wait_for_selector("#own tbody tr:has-text('page-rule')", timeout=30_000)
+        assert "bob (offered)" in a.locator("#own tbody tr").first.inner_text()
+        b = pages["bob"]
+        b.reload()
+        row = b.locator("#offers tbody tr:has-text('page-rule')")
+        row.wait_for(timeout=30_000)
+        assert "offered" in row.inner_text()
+        row.locator("button:has-text('Accept')").click()
+        b.wait_for_selector("#offers tbody tr:has-text('accepted')", timeout=30_000)
+        b.wait_for_selector("#applied:has-text('user/alice/page-rule')", timeout=30_000)
+        for page in (a, b):
+            assert value not in page.content()
+        # the same answer with bob's token is refused: consent is his browser's
+        r = hub.session("bob").post(hub.sidekick_api + "hub/egress/shares/page-rule/decline")
+        assert r.status_code == 403 and r.json()["field"] == "token", r.text
+    finally:
+        for context in contexts:
+            context.close()
+        hub.browser("alice").delete(hub.sidekick_api + "hub/egress/rules/page-rule")

@@ -63,7 +63,8 @@ def emulator(tmp_path_factory):
 def hub(tmp_path_factory, emulator):
     keys = emulator.credentials()
     SECRETS.update({"HWC_AK": keys["access_key"], "HWC_SK": keys["secret_key"],
-                    "HWC_PROJECT": keys["project_id"], "OBS_SK": "obs-sk-of-the-doc"})
+                    "HWC_PROJECT": keys["project_id"], "OBS_SK": "obs-sk-of-the-doc",
+                    "OBS_RO_AK": "obs-ro-ak-of-the-doc", "OBS_RO_SK": "obs-ro-sk-of-the-doc"})
     base = tmp_path_factory.mktemp("hub-docs")
     h = start_hub(base / "hub", hub_config=_hub_config(),
                   sidekick_config=_sidekick_config(base, emulator.info["endpoint"]))

@@ -159,3 +159,31 @@ def test_a_read_only_grant_gives_nodes_the_read_only_credential_or_nothing(hub, 
             assert value not in logs
     finally:
         _down(alice, api, "alice-ro")
+
+
+def test_quotas_count_the_cores_a_node_gets_not_the_ones_it_declares(hub):
+    """Issue 26, medium: with ``max_cores: 2`` three workers were refused, but the same
+    request with ``resources: {CPU: 0}`` started them, and usage showed cost 0."""
+    api = hub.sidekick_api
+    alice, admin = hub.session("alice"), hub.browser("admin")
+    assert admin.put(api + "hub/quotas/user:alice", json={"max_cores": 2}).status_code == 200
+    try:
+        for resources in ({}, {"CPU": 0}, {"CPU": 0, "memory": 0}):
+            r = alice.post(api + "clusters", json={
+                "name": "alice-free", "provider": "pool", "workers": 3,
+                "config": {"available_node_types": {"worker": {"resources": resources}}}})
+            assert r.status_code == 403 and r.json()["field"] == "quota", (resources, r.text)
+            assert "cores" in r.json()["message"]
+        assert alice.get(api + "clusters/alice-free").status_code == 404
+        # one worker and the head: two cores, as a local worker gets at least one thread
+        r = alice.post(api + "clusters", json={
+            "name": "alice-free", "provider": "pool", "workers": 1,
+            "config": {"available_node_types": {"worker": {"resources": {"CPU": 0}}}}})
+        assert r.status_code == 202, r.text
+        assert wait_operation(alice, api, r.json()["operation"]["id"])["state"] == \
+            "succeeded"
+        r = alice.patch(api + "clusters/alice-free", json={"workers": 2})
+        assert r.status_code == 403 and "quota" in r.json()["message"], r.text
+    finally:
+        admin.put(api + "hub/quotas/user:alice", json={"max_cores": None})
+        _down(alice, api, "alice-free")

@@ -279,3 +279,71 @@ def test_the_state_folder_is_not_in_a_users_cluster_logs(hub):
         r = alice.delete(api + "clusters/alice-loc")
         if r.status_code == 202:
             wait_operation(alice, api, r.json()["operation"]["id"])
+
+
+def test_what_stays_with_the_person_is_refused_to_the_servers_token(hub):
+    """Issue 26: a kernel of alice's server has her server's hub token in its environment
+    (``JUPYTERHUB_API_TOKEN``, as every process of her server does); with it a kernel
+    changed an egress rule and answered a share offer.  Those need her own browser
+    session now; what a kernel may do with it (the table's kernel column) still works."""
+    server = hub.start_server("alice")
+    alice = hub.session("alice")
+    r = alice.post(server + "api/kernels", json={"name": "python3"})
+    assert r.status_code == 201, r.text
+    kid = r.json()["id"]
+    try:
+        token, deadline = None, time.monotonic() + 30
+        while token is None and time.monotonic() < deadline:
+            for proc in psutil.process_iter(["cmdline", "environ"]):
+                if kid in " ".join(proc.info["cmdline"] or []):
+                    token = (proc.info["environ"] or {}).get("JUPYTERHUB_API_TOKEN")
+            time.sleep(0.2)
+        assert token, "the kernel has no hub token (then there is nothing to test)"
+        k = requests.Session()
+        k.trust_env = False
+        k.headers["Authorization"] = f"token {token}"
+        api = hub.sidekick_api
+        assert k.get(api + "clusters").status_code == 200   # using: the kernel column
+        for method, path, body in (
+                ("PUT", "hub/egress/rules/from-kernel", {"host": "example.org",
+                                                         "header": "X-K", "value": "v" * 8}),
+                ("DELETE", "hub/egress/rules/anything", None),
+                ("POST", "hub/egress/shares/anything/accept", None),
+                ("POST", "hub/egress/shares/anything/decline", None)):
+            r = k.request(method, api + path, json=body)
+            body = _refused(r, 403, "token")
+            assert "browser session" in body["message"] and "/egress" in body["message"]
+        assert hub.browser("alice").get(api + "hub/egress/rules/from-kernel").status_code \
+            == 404   # nothing was made
+    finally:
+        alice.delete(server + f"api/kernels/{kid}")
+
+
+def test_a_failed_up_and_the_event_cursor_show_nothing_of_the_sidekick(hub):
+    """Issue 26, low: a failed ``up``'s reason named the sidekick's state folder (the
+    node log's path), and ``last_event_id`` was a hub-wide counter."""
+    alice, bob = hub.session("alice"), hub.session("bob")
+    api = hub.sidekick_api
+    bob_cursor = bob.get(api + "operations").json()["last_event_id"]
+    r = alice.post(api + "clusters", json={"name": "alice-fails", "provider": "local-pool",
+                                           "workers": 0,
+                                           "config": {"setup_commands": ["exit 7"]}})
+    assert r.status_code == 202, r.text
+    op = wait_operation(alice, api, r.json()["operation"]["id"])
+    try:
+        assert op["state"] == "failed", op
+        state = str(hub.state_dir)
+        texts = [alice.get(api + f"operations/{op['id']}").text,
+                 alice.get(api + f"operations/{op['id']}/events").text,
+                 alice.get(api + "clusters/alice-fails").text,
+                 alice.get(api + "clusters/alice-fails/logs").text]
+        assert any("exit code" in t or "setup command" in t for t in texts), texts
+        for text in texts:
+            assert state not in text, text[max(0, text.find(state) - 200):][:400]
+        # alice's activity does not move bob's cursor: it is his own events' newest
+        assert bob.get(api + "operations").json()["last_event_id"] == bob_cursor
+        assert alice.get(api + "operations").json()["last_event_id"] > bob_cursor
+    finally:
+        r = alice.delete(api + "clusters/alice-fails")
+        if r.status_code == 202:
+            wait_operation(alice, api, r.json()["operation"]["id"])

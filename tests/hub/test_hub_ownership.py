@@ -234,6 +234,61 @@ def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp
     assert admin.delete(api + "hub/egress/rules/org-key").status_code == 204
 
 
+def test_an_admins_rule_is_never_a_users_to_redirect(hub, upstreams, tmp_path):
+    """Issue 26: bob made ``org-token`` first; the admin's later PUT of ``org-token``
+    answered 200 and kept bob as its owner; bob then pointed it at his own server without
+    resending the value and received the admin's secret.  And a user's PUT answered 404
+    for someone else's id and 200 for a free one."""
+    api = hub.sidekick_api
+    admin, bob, alice = hub.browser("admin"), hub.browser("bob"), hub.browser("alice")
+    http = upstreams["http"]
+    r = bob.put(api + "hub/egress/rules/org-token", json={
+        "host": "127.0.0.1", "port": http, "path_prefix": "/bob", "header": "X-Org",
+        "value": BOB_OWN})
+    assert r.status_code == 200 and r.json()["ref"] == "user/bob/org-token", r.text
+    r = admin.put(api + "hub/egress/rules/org-token", json={
+        "host": "127.0.0.1", "port": http, "path_prefix": "/org", "header": "X-Org",
+        "value": ADMIN_KEY, "groups": ["chemistry"]})
+    assert r.status_code == 200, r.text
+    assert (r.json()["ref"], r.json()["owner"], r.json()["authority"]) == (
+        "admin/org-token", "admin", "admin")
+    try:
+        # bob re-points *his* rule at "his server" without its value: refused; with his
+        # own value it is his rule, which never held the admin's
+        moved = {"host": "127.0.0.1", "port": http, "path_prefix": "/mine",
+                 "header": "X-Org"}
+        r = bob.put(api + "hub/egress/rules/org-token", json=moved)
+        assert r.status_code == 400 and r.json()["field"] == "value", r.text
+        r = bob.put(api + "hub/egress/rules/org-token", json={**moved, "value": BOB_OWN})
+        assert r.status_code == 200 and r.json()["ref"] == "user/bob/org-token"
+        sb = _proxied(hub, upstreams, "bob", tmp_path / "bob")
+        mine = sb.get(f"http://127.0.0.1:{http}/mine/x", timeout=15).json()["headers"]
+        org = sb.get(f"http://127.0.0.1:{http}/org/x", timeout=15).json()["headers"]
+        assert ["X-Org", BOB_OWN] in mine and ADMIN_KEY not in str(mine)
+        assert ["X-Org", ADMIN_KEY] in org   # the admin's rule, for his group, untouched
+        # ids cannot be probed: alice's answers for bob's and the admin's id are those of
+        # an id nobody uses, and her PUT of it is a rule of her own
+        for rid in ("org-token", f"never-{uuid.uuid4().hex[:6]}"):
+            got = alice.get(api + f"hub/egress/rules/{rid}")
+            assert got.status_code == 404 and _answer(got, rid) == (
+                404, '{"message": "no egress rule \'<ID>\' of yours", "reason": '
+                     '"not_found", "field": "id"}'), got.text
+            assert alice.delete(api + f"hub/egress/rules/{rid}").status_code == 404
+        r = alice.put(api + "hub/egress/rules/org-token", json={
+            "host": "127.0.0.1", "header": "X-A", "value": "alice-own-value"})
+        assert r.status_code == 200 and r.json()["ref"] == "user/alice/org-token"
+        assert alice.delete(api + "hub/egress/rules/org-token").status_code == 204
+        # the admin reaches bob's rule by naming him, and cannot give it the hub's authority
+        r = admin.get(api + "hub/egress/rules/org-token", params={"owner": "bob"})
+        assert r.status_code == 200 and r.json()["authority"] == "user"
+        r = admin.put(api + "hub/egress/rules/org-token", params={"owner": "bob"},
+                      json={**moved, "groups": ["physics"]})
+        assert r.status_code == 400 and r.json()["field"] == "groups", r.text
+    finally:
+        bob.delete(api + "hub/egress/rules/org-token")
+        admin.delete(api + "hub/egress/rules/org-token")
+
+
 def _answer(r: requests.Response, given: str) -> tuple[int, str]:
     return r.status_code, r.text.replace(given, "<ID>")
 
