@@ -124,9 +124,12 @@ def default_mode(kind: str) -> str:
     return DEFAULT_MODES.get(kind, "use")
 
 
-def not_found(kind: str, name: str, field: str | None = None) -> NotFoundError:
-    """The one answer for "no such item" and "not yours": it names nothing else."""
-    return NotFoundError(f"{field or kind}: no {kind} named {name!r} that you may use",
+def not_found(kind: str, name: str, field: str | None = None,
+              known: list[str] | None = None) -> NotFoundError:
+    """The one answer for "no such item" and "not yours": it names nothing else — except,
+    in a single person's folder, their own items (``known``), as a hint."""
+    hint = f"; {kind}s: {', '.join(known)}" if known else ""
+    return NotFoundError(f"{field or kind}: no {kind} named {name!r} that you may use{hint}",
                          field=field or kind, value=name)
 
 
@@ -197,7 +200,7 @@ class OwnerPolicy(Policy):
             row = self.store.query_one("SELECT read_only FROM storages WHERE name = ?",
                                        (name,)) if _has_table(self.store, "storages") else None
             if row is None:
-                raise not_found("storage", name, field)
+                raise not_found("storage", name, field, self.visible(caller, "storage"))
             if mode == "write" and row["read_only"]:
                 raise PermissionDeniedError(f"{field or 'storage'}: storage {name!r} is "
                                             "read-only", field=field or "storage", value=name)

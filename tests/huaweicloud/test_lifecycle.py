@@ -14,6 +14,7 @@ import socket
 import pytest
 from hwc_helpers import cluster_config, leftovers, workspace_config
 
+from jupyter_cloudtik.core.grants import policy_for
 from jupyter_cloudtik.core.secrets import SecretStore
 from jupyter_cloudtik.providers.huaweicloud.bootstrap import PRIVATE_KEY_SECRET
 
@@ -120,7 +121,10 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys, tmp_path):
     assert "servers" not in leftovers(hwc, ws)
 
     store = core.clusters.store
-    private_key = SecretStore(store).get(f"provider:huaweicloud:{ws}", PRIVATE_KEY_SECRET)
+    # the workspace's key pair is kept in the secret store (read with the service's own
+    # grant, as the provider reads it: core/grants.py)
+    grant = policy_for(store).service("workspace", f"huaweicloud:{ws}", "the test reads it")
+    private_key = SecretStore(store).reveal(grant, PRIVATE_KEY_SECRET)
     assert "PRIVATE KEY" in private_key
 
     core.run(core.workspaces.delete(ws))

@@ -347,3 +347,26 @@ def test_a_failed_up_and_the_event_cursor_show_nothing_of_the_sidekick(hub):
         r = alice.delete(api + "clusters/alice-fails")
         if r.status_code == 202:
             wait_operation(alice, api, r.json()["operation"]["id"])
+
+
+def test_an_hpc_systems_work_folder_is_named_not_shown(hub):
+    """Issue 26, low: an answer named the HPC work folder (a shared account's folder on the
+    system); every answer to a user names it ``<NAME work folder>`` instead."""
+    alice = hub.session("alice")
+    api = hub.sidekick_api
+    r = alice.post(api + "jobs", json={"command": ["pwd"], "backend": "remote"})
+    assert r.status_code == 202, r.text
+    job_id = r.json()["job"]["id"]
+    deadline = time.monotonic() + 120
+    while (job := alice.get(api + f"jobs/{job_id}", params={"refresh": "1"}).json())[
+            "state"] not in ("succeeded", "failed", "cancelled"):
+        assert time.monotonic() < deadline, job
+        time.sleep(0.3)
+    assert job["state"] == "succeeded", job
+    folder = str(hub.base.parent / "slurm-jobs")
+    texts = [alice.get(api + f"jobs/{job_id}/logs").text,
+             alice.get(api + f"jobs/{job_id}").text,
+             alice.get(api + f"operations/{job['op_id']}/events").text]
+    assert "<remote work folder>" in texts[0], texts[0]   # what `pwd` printed, named
+    for text in texts:
+        assert folder not in text, text[:400]

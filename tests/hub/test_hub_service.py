@@ -455,7 +455,8 @@ def test_local_execution_is_refused_unless_allowed(tmp_path):
     """By default the catalogue will not offer what runs users' code on the sidekick's
     machine (its account holds every credential)."""
     hub = start_hub(tmp_path / "hub", sidekick_config=(
-        "c.CloudTikHub.allow_local_execution = False\n"))
+        "c.CloudTikHub.allow_local_execution = False\n"
+        "c.CloudTikHub.session_check_interval = 0\n"))  # side-kicks without a session
     try:
         admin = hub.browser("admin")
         r = admin.put(hub.sidekick_api + "hub/catalog/provider/here",
@@ -467,6 +468,26 @@ def test_local_execution_is_refused_unless_allowed(tmp_path):
                       json={"spec": {"type": "dask-gateway",
                                      "config": {"address": "http://127.0.0.1:9"}}})
         assert r.status_code == 200, r.text
+        # a Slurm of this machine runs jobs as the service's account: local too
+        r = admin.put(hub.sidekick_api + "hub/catalog/provider/here-slurm",
+                      json={"spec": {"type": "slurm"}, "groups": ["physics"]})
+        assert r.status_code == 400 and "slurm of this machine" in r.json()["message"]
+        # the docs' job gateway, offered as documented: its jobs may not run here either
+        r = admin.put(hub.sidekick_api + "hub/catalog/sidekick/jobgw", json={
+            "spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway",
+                     "health_interval": 0.3, "startup_timeout": 60},
+            "groups": ["physics"]})
+        assert r.status_code == 200, r.text
+        alice = hub.session("alice")
+        r = alice.post(hub.sidekick_api + "hub/sidekicks/jobgw")
+        assert r.status_code == 201, r.text
+        proxied = hub.url.rstrip("/") + r.json()["url"]
+        for body in ({"command": ["id"]}, {"command": ["id"], "backend": "local"},
+                     {"command": ["id"], "backend": "dask"}):
+            r = alice.post(proxied + "jobs", json=body)
+            assert r.status_code == 403 and r.json()["field"] == "backend", (body, r.text)
+            assert "allow_local_execution" in r.json()["message"]
+        assert alice.get(proxied + "jobs").json()["jobs"] == []
     finally:
         hub.stop()
 

@@ -10,7 +10,7 @@ import subprocess
 import pytest
 
 from jupyter_cloudtik.clusters.manager import ClusterManager
-from jupyter_cloudtik.core.errors import ConfigError
+from jupyter_cloudtik.core.errors import ConfigError, NotFoundError
 
 # what a user's task on a worker would run: the node's rclone with the node's config
 NODE_SCRIPT = (
@@ -26,10 +26,11 @@ def test_cluster_nodes_get_the_storage(client, settings, s3_server):
     client.add("shared", "s3", s3_server.storage_options(), source="cluster-data")
     manager = ClusterManager(settings=settings)
 
-    with pytest.raises(ConfigError) as e:
+    with pytest.raises(NotFoundError) as e:  # the access policy's answer (core/grants.py)
         asyncio.run(manager.start_up({"cluster_name": "bad", "storage": {"remotes": ["nope"]}},
                                      workers=1))
-    assert e.value.field == "storage.remotes" and "nope" in e.value.message
+    assert e.value.field == "storage.remotes[0]" and "nope" in e.value.message
+    assert "storages: shared" in e.value.message  # one person's folder: their own, as a hint
 
     async def scenario():
         info = await manager.up({"cluster_name": "withdata",
