@@ -83,11 +83,10 @@ class SandboxUnavailable(ConfigError):
 def python_paths() -> list[str]:
     """What a Python process of this installation needs to import what we import: the
     interpreter's prefixes and this package (an editable install lives outside them)."""
-    import jupyter_cloudtik
-
+    package = Path(__file__).resolve().parents[1]  # jupyter_cloudtik/ (core/..)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
-             str(Path(jupyter_cloudtik.__file__).resolve().parent)}
+             str(package)}
     return sorted(p for p in paths if p and os.path.exists(p))
 
 
