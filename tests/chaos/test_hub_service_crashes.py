@@ -31,10 +31,14 @@ FINAL = ("succeeded", "failed", "cancelled")
 def hub(tmp_path_factory):
     h = start_hub(tmp_path_factory.mktemp("hubchaos"),
                   sidekick_config="c.CloudTik.start_reaper = False\n")
-    admin = h.browser("admin")
-    r = admin.put(h.sidekick_api + "hub/catalog/provider/pool",
-                  json={"spec": {"type": "local"}, "groups": ["physics"]})
-    assert r.status_code == 200, r.text
+    try:
+        admin = h.browser("admin")
+        r = admin.put(h.sidekick_api + "hub/catalog/provider/pool",
+                      json={"spec": {"type": "local"}, "groups": ["physics"]})
+        assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     h.stop()
 

@@ -210,33 +210,37 @@ def _storage(srv, groups, **spec):
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, servers):
     h = start_hub(tmp_path_factory.mktemp("hub-walk"))
-    admin = h.browser("admin")
-    api = h.sidekick_api
-    ro = servers["physics-ro"].storage_options()
-    both = ["physics", "chemistry"]
-    for path, body in {
-        "provider/pool": {"spec": {"type": "local"}, "secrets": {"key": PROVIDER_SECRET},
-                          "groups": both},
-        "storage/physics-data": {**_storage(servers["physics"], ["physics"], read_only=True),
-                                 "read_only_credentials": {"url": ro["url"], "user": ro["user"],
-                                                           "pass": PHYSICS_RO_PW}},
-        "storage/physics-scratch": _storage(servers["scratch"], ["physics"], read_only=False),
-        "storage/chem-data": _storage(servers["chem"], ["chemistry"], read_only=False),
-        "hpc/local": {"spec": {}, "groups": both},
-        "sidekick/jobgw": {"spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway",
-                                    "health_interval": 0.3, "startup_timeout": 60,
-                                    "env": {"GW_KEY": {"secret": "gwkey"}}},
-                           "secrets": {"gwkey": GATEWAY_SECRET}, "groups": both},
-    }.items():
-        r = admin.put(api + f"hub/catalog/{path}", json=body)
-        assert r.status_code == 200, (path, r.text)
-    r = admin.put(api + "hub/egress/rules/org", json={
-        "host": "example.org", "header": "Authorization", "value": ADMIN_EGRESS,
-        "groups": ["chemistry"]})
-    assert r.status_code == 200, r.text
-    r = h.browser("bob").put(api + "hub/egress/rules/mine", json={
-        "host": "example.net", "header": "Authorization", "value": BOB_EGRESS})
-    assert r.status_code == 200, r.text
+    try:
+        admin = h.browser("admin")
+        api = h.sidekick_api
+        ro = servers["physics-ro"].storage_options()
+        both = ["physics", "chemistry"]
+        for path, body in {
+            "provider/pool": {"spec": {"type": "local"}, "secrets": {"key": PROVIDER_SECRET},
+                              "groups": both},
+            "storage/physics-data": {**_storage(servers["physics"], ["physics"], read_only=True),
+                                     "read_only_credentials": {"url": ro["url"], "user": ro["user"],
+                                                               "pass": PHYSICS_RO_PW}},
+            "storage/physics-scratch": _storage(servers["scratch"], ["physics"], read_only=False),
+            "storage/chem-data": _storage(servers["chem"], ["chemistry"], read_only=False),
+            "hpc/local": {"spec": {}, "groups": both},
+            "sidekick/jobgw": {"spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway",
+                                        "health_interval": 0.3, "startup_timeout": 60,
+                                        "env": {"GW_KEY": {"secret": "gwkey"}}},
+                               "secrets": {"gwkey": GATEWAY_SECRET}, "groups": both},
+        }.items():
+            r = admin.put(api + f"hub/catalog/{path}", json=body)
+            assert r.status_code == 200, (path, r.text)
+        r = admin.put(api + "hub/egress/rules/org", json={
+            "host": "example.org", "header": "Authorization", "value": ADMIN_EGRESS,
+            "groups": ["chemistry"]})
+        assert r.status_code == 200, r.text
+        r = h.browser("bob").put(api + "hub/egress/rules/mine", json={
+            "host": "example.net", "header": "Authorization", "value": BOB_EGRESS})
+        assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     h.stop()
     logs = (h.base / "hub.log").read_text(errors="replace") + "".join(

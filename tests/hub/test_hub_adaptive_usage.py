@@ -31,11 +31,15 @@ PRICE = 0.5  # per core-hour, from the catalogue
 def hub(tmp_path_factory):
     base = tmp_path_factory.mktemp("hubadapt")
     h = start_hub(base, sidekick_config="c.CloudTik.start_reaper = False\n")
-    admin = h.browser("admin")
-    r = admin.put(h.sidekick_api + "hub/catalog/provider/pool", json={
-        "spec": {"type": "local", "price_per_core_hour": PRICE},
-        "groups": ["physics", "chemistry"]})
-    assert r.status_code == 200, r.text
+    try:
+        admin = h.browser("admin")
+        r = admin.put(h.sidekick_api + "hub/catalog/provider/pool", json={
+            "spec": {"type": "local", "price_per_core_hour": PRICE},
+            "groups": ["physics", "chemistry"]})
+        assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     h.stop()
 

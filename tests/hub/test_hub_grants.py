@@ -55,26 +55,30 @@ def _storage(srv, **extra):
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, servers):
     h = start_hub(tmp_path_factory.mktemp("hub-grants"))
-    admin = h.browser("admin")
-    api = h.sidekick_api
-    ro = servers["ro"].storage_options()
-    resources = {
-        "provider/pool": {"spec": {"type": "local"}, "groups": ["physics", "chemistry"]},
-        "storage/physics-data": {**_storage(servers["rw"], read_only=True),
-                                 "read_only_credentials": {"url": ro["url"], "user": ro["user"],
-                                                           "pass": RO_PW},
-                                 "groups": ["physics"]},
-        "storage/physics-nocred": {**_storage(servers["rw"], read_only=True),
-                                   "groups": ["physics"]},
-        "storage/physics-scratch": {**_storage(servers["scratch"], read_only=False),
-                                    "groups": ["physics"]},
-        "storage/chem-data": {**_storage(servers["chem"], read_only=False),
-                              "groups": ["chemistry"]},
-    }
-    for path, body in resources.items():
-        r = admin.put(api + f"hub/catalog/{path}", json=body)
-        assert r.status_code == 200, (path, r.text)
-        assert RO_PW not in r.text and ADMIN_PW not in r.text
+    try:
+        admin = h.browser("admin")
+        api = h.sidekick_api
+        ro = servers["ro"].storage_options()
+        resources = {
+            "provider/pool": {"spec": {"type": "local"}, "groups": ["physics", "chemistry"]},
+            "storage/physics-data": {**_storage(servers["rw"], read_only=True),
+                                     "read_only_credentials": {"url": ro["url"], "user": ro["user"],
+                                                               "pass": RO_PW},
+                                     "groups": ["physics"]},
+            "storage/physics-nocred": {**_storage(servers["rw"], read_only=True),
+                                       "groups": ["physics"]},
+            "storage/physics-scratch": {**_storage(servers["scratch"], read_only=False),
+                                        "groups": ["physics"]},
+            "storage/chem-data": {**_storage(servers["chem"], read_only=False),
+                                  "groups": ["chemistry"]},
+        }
+        for path, body in resources.items():
+            r = admin.put(api + f"hub/catalog/{path}", json=body)
+            assert r.status_code == 200, (path, r.text)
+            assert RO_PW not in r.text and ADMIN_PW not in r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     h.stop()
     log = (h.base / "hub.log").read_text(errors="replace")

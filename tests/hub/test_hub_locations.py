@@ -64,21 +64,25 @@ def hub(tmp_path_factory, slurm):
     backends = {"remote": {"type": "slurm", "env": slurm.env, "shared_filesystem": False,
                            "workdir": str(base / "slurm-jobs")}}
     h = start_hub(base / "hub", sidekick_config=f"c.HPC.backends = {backends!r}\n")
-    h.outside = outside
-    admin = h.browser("admin")
-    api = h.sidekick_api
-    options = dav.storage_options()
-    password = options.pop("pass")
-    r = admin.put(api + "hub/catalog/storage/physics-data", json={
-        "spec": {"type": "webdav", "options": options, "read_only": True},
-        "secrets": {"pass": password}, "groups": ["physics"]})
-    assert r.status_code == 200, r.text
-    r = admin.put(api + "hub/catalog/hpc/remote", json={
-        "spec": {}, "groups": ["physics", "chemistry"]})
-    assert r.status_code == 200, r.text
-    r = admin.put(api + "hub/catalog/provider/local-pool", json={
-        "spec": {"type": "local"}, "groups": ["physics"]})
-    assert r.status_code == 200, r.text
+    try:
+        h.outside = outside
+        admin = h.browser("admin")
+        api = h.sidekick_api
+        options = dav.storage_options()
+        password = options.pop("pass")
+        r = admin.put(api + "hub/catalog/storage/physics-data", json={
+            "spec": {"type": "webdav", "options": options, "read_only": True},
+            "secrets": {"pass": password}, "groups": ["physics"]})
+        assert r.status_code == 200, r.text
+        r = admin.put(api + "hub/catalog/hpc/remote", json={
+            "spec": {}, "groups": ["physics", "chemistry"]})
+        assert r.status_code == 200, r.text
+        r = admin.put(api + "hub/catalog/provider/local-pool", json={
+            "spec": {"type": "local"}, "groups": ["physics"]})
+        assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     for user in ("alice", "bob"):
         try:

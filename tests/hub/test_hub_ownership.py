@@ -50,13 +50,17 @@ def hub(tmp_path_factory, upstreams):
     base = tmp_path_factory.mktemp("hub")
     h = start_hub(base, sidekick_config=(
         f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
-    admin = h.browser("admin")
-    api = h.sidekick_api
-    for path, body in (("provider/pool", {"spec": {"type": "local"}}),
-                       ("hpc/local", {"spec": {}})):
-        r = admin.put(api + f"hub/catalog/{path}",
-                      json={**body, "groups": ["physics", "chemistry"]})
-        assert r.status_code == 200, r.text
+    try:
+        admin = h.browser("admin")
+        api = h.sidekick_api
+        for path, body in (("provider/pool", {"spec": {"type": "local"}}),
+                           ("hpc/local", {"spec": {}})):
+            r = admin.put(api + f"hub/catalog/{path}",
+                          json={**body, "groups": ["physics", "chemistry"]})
+            assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     h.stop()
     log = (base / "hub.log").read_text(errors="replace")

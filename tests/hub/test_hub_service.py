@@ -65,20 +65,24 @@ def hub(tmp_path_factory, upstreams, webdav):
     base = tmp_path_factory.mktemp("hub")
     h = start_hub(base, sidekick_config=(
         f"c.CloudTikHub.egress_upstream_ca_bundle = {str(upstreams['ca'])!r}\n"))
-    admin = h.browser("admin")  # catalogue changes: the admin's own browser session
-    api = h.sidekick_api
-    r = admin.put(api + "hub/catalog/provider/local-pool", json={
-        "spec": {"type": "local"}, "secrets": {"access_key": PROVIDER_SECRET},
-        "groups": ["physics"], "description": "machines of the physics department"})
-    assert r.status_code == 200, r.text
-    for name, srv, read_only in (("physics-data", webdav["data"], True),
-                                 ("physics-scratch", webdav["scratch"], False)):
-        options = srv.storage_options()
-        password = options.pop("pass")
-        r = admin.put(api + f"hub/catalog/storage/{name}", json={
-            "spec": {"type": "webdav", "options": options, "read_only": read_only},
-            "secrets": {"pass": password}, "groups": ["physics"]})
+    try:
+        admin = h.browser("admin")  # catalogue changes: the admin's own browser session
+        api = h.sidekick_api
+        r = admin.put(api + "hub/catalog/provider/local-pool", json={
+            "spec": {"type": "local"}, "secrets": {"access_key": PROVIDER_SECRET},
+            "groups": ["physics"], "description": "machines of the physics department"})
         assert r.status_code == 200, r.text
+        for name, srv, read_only in (("physics-data", webdav["data"], True),
+                                     ("physics-scratch", webdav["scratch"], False)):
+            options = srv.storage_options()
+            password = options.pop("pass")
+            r = admin.put(api + f"hub/catalog/storage/{name}", json={
+                "spec": {"type": "webdav", "options": options, "read_only": read_only},
+                "secrets": {"pass": password}, "groups": ["physics"]})
+            assert r.status_code == 200, r.text
+    except BaseException:  # a failed set-up leaves no hub behind
+        h.stop()
+        raise
     yield h
     for user in ("alice", "bob"):
         try:
