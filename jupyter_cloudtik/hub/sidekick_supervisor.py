@@ -50,6 +50,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -211,6 +212,7 @@ class SidekickSupervisor:
         self.restart_backoff_max = restart_backoff_max
         self._entries: dict[tuple[str, str], _Sidekick] = {}
         self._background: asyncio.Task | None = None
+        self._records_lock = threading.Lock()
 
     def __repr__(self) -> str:
         active = sum(1 for e in self._entries.values() if e.state in ACTIVE)
@@ -640,16 +642,23 @@ class SidekickSupervisor:
         return data if isinstance(data, list) else []
 
     def _write_records(self) -> None:
-        recs = [{"user": e.user, "name": e.name, "pid": e.proc.pid,
-                 "create_time": e.create_time, "port": e.port, "started_at": e.started_at}
-                for e in self._entries.values() if e.proc is not None]
-        _make_dirs(self.root)
-        path = self._records_path()
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump(recs, f)
-        os.replace(tmp, path)
+        """Rewrite ``processes.json``; one writer at a time (side-kicks stopped together
+        write from several threads: two of them once renamed one temporary file)."""
+        with self._records_lock:
+            recs = []
+            for e in list(self._entries.values()):
+                proc = e.proc  # read once: the event loop may clear it meanwhile
+                if proc is not None:
+                    recs.append({"user": e.user, "name": e.name, "pid": proc.pid,
+                                 "create_time": e.create_time, "port": e.port,
+                                 "started_at": e.started_at})
+            _make_dirs(self.root)
+            path = self._records_path()
+            tmp = path.with_suffix(".tmp")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            with os.fdopen(fd, "w") as f:
+                json.dump(recs, f)
+            os.replace(tmp, path)
 
 
 # --- helpers ------------------------------------------------------------------------------------

@@ -493,3 +493,16 @@ sidekicks:
         load_specs({"a": {"command": ["x"], "health_interval": -1}})
     assert e.value.field == "sidekicks.a.health_interval"
     assert TOKEN_HEADER == "X-CloudTik-Sidekick-Token"
+
+
+def test_process_records_are_written_by_one_thread_at_a_time(tmp_path):
+    """Side-kicks stopped together (a shutdown, a user's session ending) rewrite
+    ``processes.json`` from several threads; two of them once renamed the same temporary
+    file (``FileNotFoundError`` in the shutdown, seen in a full run)."""
+    sup = SidekickSupervisor(tmp_path / "sk")
+
+    async def main():
+        await asyncio.gather(*(asyncio.to_thread(sup._write_records) for _ in range(200)))
+
+    asyncio.run(main())
+    assert json.loads((tmp_path / "sk" / "sidekicks" / "processes.json").read_text()) == []
