@@ -17,6 +17,16 @@ from pathlib import Path
 import doc_examples  # imported (and assertion-rewritten) now, not at the session's end
 import pytest
 
+# schemathesis's xdist hook imports these at the session's end; assertion-rewriting them
+# there hits CPython 3.11.7's "AST constructor recursion depth mismatch" (gh-106905) and the
+# run ends in a traceback instead of its summary.  Imported now, they are parsed once here.
+try:
+    import schemathesis.reporting.allure  # needs allure, which we do not use
+except ImportError:
+    pass
+import schemathesis.reporting.html.writer
+import schemathesis.reporting.junitxml  # noqa: F401
+
 from jupyter_cloudtik.core.settings import CloudTik, load_user_config
 from jupyter_cloudtik.testing.processes import (
     cloudtik_processes,

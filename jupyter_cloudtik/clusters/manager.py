@@ -37,6 +37,7 @@ from ..core.errors import (
     NotFoundError,
     OperationCancelled,
     OperationTimeout,
+    ProviderError,
 )
 from ..core.identity import ActsForUser
 from ..core.models import ClusterInfo, NodeInfo
@@ -966,11 +967,18 @@ class ClusterManager(ActsForUser):
         name = cfg["cluster_name"]
         if reason:
             ctx.progress("terminate", reason, 0.05)
-        nodes = await asyncio.to_thread(prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name})
-        ctx.progress("terminate", f"stopping {len(nodes)} node(s)", 0.1, nodes=len(nodes))
-        # workers first: with their scheduler still up they unregister and exit at once
         heads = set(await asyncio.to_thread(
             prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_HEAD}))
+        try:
+            nodes = await asyncio.to_thread(prov.non_terminated_nodes, {TAG_CLUSTER_NAME: name})
+        except ProviderError as e:
+            # a head that cannot say which workers it has is still stopped; whatever is
+            # left afterwards is listed again below and reported if it stays
+            ctx.progress("terminate", f"the workers could not be listed ({e.message}); "
+                         "stopping the head", 0.1)
+            nodes = sorted(heads)
+        ctx.progress("terminate", f"stopping {len(nodes)} node(s)", 0.1, nodes=len(nodes))
+        # workers first: with their scheduler still up they unregister and exit at once
         workers = [n for n in nodes if n not in heads]
         if workers:
             await asyncio.to_thread(prov.terminate_nodes, workers)

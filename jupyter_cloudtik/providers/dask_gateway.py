@@ -58,6 +58,8 @@ GATEWAY_MIGRATIONS = [
 PASSWORD_ENV = "DASK_GATEWAY_PASSWORD"
 SECRET_SCOPE = "provider:dask-gateway"
 ALIVE = ("PENDING", "RUNNING")
+IDENTITY_ATTEMPTS = 4
+IDENTITY_TIMEOUT = 15
 POLL = 0.05
 
 
@@ -217,11 +219,20 @@ class DaskGatewayNodeProvider(NodeProvider):
         if report is None or report.status.name != "RUNNING" or not report.dashboard_link:
             return {}
         url = report.dashboard_link.rsplit("/status", 1)[0] + "/json/identity.json"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as r:
-                data = json.loads(r.read())
-        except (urllib.error.URLError, OSError, ValueError):
-            return {}
+        # A scheduler that does not answer is not a scheduler without workers: reading it
+        # as "none" made a scale-down stop waiting at once and a scale-up ask for too few.
+        for attempt in range(IDENTITY_ATTEMPTS):
+            try:
+                with urllib.request.urlopen(url, timeout=IDENTITY_TIMEOUT) as r:
+                    data = json.loads(r.read())
+                break
+            except (urllib.error.URLError, OSError, ValueError) as e:
+                error = e
+                if attempt + 1 < IDENTITY_ATTEMPTS:
+                    time.sleep(0.5 * (attempt + 1))
+        else:
+            raise ProviderError(f"Dask Gateway {self.address}: the scheduler of "
+                                f"{report.name} did not say which workers it has: {error}")
         return {str(w.get("name") or a): a for a, w in (data.get("workers") or {}).items()}
 
     # NodeProvider ---------------------------------------------------------------------------
@@ -352,11 +363,15 @@ class DaskGatewayNodeProvider(NodeProvider):
             if len(keep) < len(current):
                 self._call("scaling down", lambda gw: gw.scale_cluster(row["gateway_name"],
                                                                        len(keep)))
-                deadline = time.monotonic() + 60
-                while set(self._workers(report)) & set(workers) and len(
-                        self._workers(report)) > len(keep):
+                deadline = time.monotonic() + self.timeout
+                while True:
+                    now = self._workers(report)
+                    if not set(now) & set(workers) or len(now) <= len(keep):
+                        return
                     if time.monotonic() > deadline:
-                        break
+                        raise OperationTimeout(
+                            f"the gateway still runs {len(now)} workers {self.timeout:.0f}s "
+                            f"after being asked for {len(keep)}")
                     time.sleep(POLL)
 
     def terminate_node(self, node_id: str) -> None:

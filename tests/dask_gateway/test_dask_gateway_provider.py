@@ -63,7 +63,10 @@ def test_up_compute_scale_down(gateway, state):
         await mgr.down("gw1")
         assert mgr.get("gw1").state == "stopped"
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    finally:  # one failure here must not leave a gateway cluster for the next tests
+        asyncio.run(mgr.down("gw1"))
     assert _gateway_clusters(gateway) == []
 
 
