@@ -8,15 +8,12 @@ its direct baseline in rounds so both see the same machine noise:
 - tunnel: HTTPS without a rule (CONNECT, bytes untouched);
 - mitm:   HTTPS with a rule (intercepted, re-encrypted to the upstream).
 
-- http2:  HTTPS with a rule over HTTP/2 (httpx with h2, against a small h2 upstream;
-          mitmproxy engine only: the builtin proxy speaks HTTP/1.1).
+- http2:  HTTPS with a rule over HTTP/2 (httpx with h2, against a small h2 upstream).
 
-Also one large download per mode, for throughput.  Each engine is measured in the same run
-(``builtin``: the proxy before issue 21; ``mitmproxy``: the proxy now), each mode printing
-``egress MODE ENGINE proxy X ms direct Y ms ratio Z`` (medians) after its detail line.
+Also one large download per mode, for throughput; each mode prints
+``egress MODE mitmproxy proxy X ms direct Y ms ratio Z`` (medians) after its detail line.
 
     .venv/bin/python benchmarks/egress_proxy.py [--requests 500] [--mib 64]
-        [--engine builtin mitmproxy]
 """
 
 from __future__ import annotations
@@ -135,11 +132,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--mib", type=int, default=64)
-    ap.add_argument("--engine", nargs="+", default=["builtin", "mitmproxy"])
     args = ap.parse_args()
     Handler.mib = args.mib
-    for engine in args.engine:
-        bench(engine, args)
+    bench("mitmproxy", args)
 
 
 def bench(engine: str, args: argparse.Namespace) -> None:
@@ -154,16 +149,14 @@ def bench(engine: str, args: argparse.Namespace) -> None:
         return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
 
     token = uuid.uuid4().hex
-    h2 = None
-    if engine == "mitmproxy":
-        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hub"))
-        from h2_upstream import H2Upstream
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hub"))
+    from h2_upstream import H2Upstream
 
-        h2ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        h2ctx.load_cert_chain(chain)
-        h2 = H2Upstream(h2ctx)
+    h2ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    h2ctx.load_cert_chain(chain)
+    h2 = H2Upstream(h2ctx)
     sup = EgressSupervisor(tmp / "state", upstream_ca_bundle=str(upstream_ca), no_proxy="",
-                           deny_networks=[], engine=engine)
+                           deny_networks=[])
     run(sup.start())
     try:
         run(sup.update([{"user": "bench", "token": token}], [

@@ -31,6 +31,11 @@ declare -A PACKAGES=(
   # the hub sidekick runs what users control (side-kicks, local clusters and jobs) in a
   # bubblewrap sandbox that cannot see its state folder (docs/security.md#the-sandbox)
   [bubblewrap]=/usr/bin/bwrap
+  # the egress proxy's path rules are tested against the servers whose readings of a path
+  # differ: nginx, Apache httpd and Tomcat (run as private instances on loopback)
+  [nginx-light]=/usr/sbin/nginx
+  [apache2]=/usr/sbin/apache2
+  [tomcat10-user]=/usr/bin/tomcat10-instance-create
   [curl]=/usr/bin/curl                  # the docs' curl examples are run as written
   [nodejs]=/usr/bin/node                # building the side panel (not needed at run time)
   [npm]=/usr/bin/npm                    # configurable-http-proxy for the JupyterHub tests

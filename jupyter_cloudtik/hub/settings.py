@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from traitlets import Bool, Float, Int, List, Unicode
+from traitlets import Bool, Enum, Float, Int, List, Unicode
 from traitlets.config import Configurable
 
 
@@ -89,11 +89,11 @@ class CloudTikHub(Configurable):
                  "operating system's trust store; for tests only)."
     ).tag(config=True)
 
-    egress_engine = Unicode(
-        "mitmproxy",
+    egress_engine = Enum(
+        ["mitmproxy"], default_value="mitmproxy",
         help="""The egress proxy's engine: 'mitmproxy' (HTTP/1, HTTP/2, WebSockets; runs in
-        its own environment, see docs/hub-egress.md) or 'builtin' (the older HTTP/1.1-only
-        proxy).""",
+        its own environment, see docs/hub-egress.md).  The older 'builtin' engine was
+        removed: it did not hold the attack cases mitmproxy holds.""",
     ).tag(config=True)
 
     egress_deny_networks = List(

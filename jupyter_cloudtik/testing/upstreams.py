@@ -1,5 +1,9 @@
 """Loopback upstream servers for proxy tests: an echo server (plain or TLS) that answers
-with the request it received, and a test CA of the upstreams' own (not the deployment CA)."""
+with the request it received, and a test CA of the upstreams' own (not the deployment CA).
+
+The echo is what a reflecting upstream does, so the egress proxy masks injected values in
+it (hub/egress/scrub.py); what the upstream really received is kept here, in this process,
+under the answer's ``record`` id: ``received(answer)``."""
 
 from __future__ import annotations
 
@@ -9,6 +13,7 @@ import ipaddress
 import json
 import ssl
 import threading
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -17,8 +22,20 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-
 # -- loopback upstreams ------------------------------------------------------------------
+RECORDS: dict[str, dict] = {}
+
+
+def received(answer) -> dict:
+    """What the echo server received for ``answer`` (a ``requests``/``httpx`` response, its
+    JSON as a dict, or JSON text): path, method, headers (values as received, unmasked)."""
+    if hasattr(answer, "json"):
+        answer = answer.json()
+    elif isinstance(answer, (str, bytes)):
+        answer = json.loads(answer)
+    return RECORDS[answer["record"]]
+
+
 class Echo(BaseHTTPRequestHandler):
     """Answers with what it received: path, headers, body length and digest."""
 
@@ -38,10 +55,12 @@ class Echo(BaseHTTPRequestHandler):
                 self.rfile.readline()
         elif self.headers.get("Content-Length"):
             body = self.rfile.read(int(self.headers["Content-Length"]))
-        payload = json.dumps({"path": self.path, "method": self.command,
-                              "headers": [[k, v] for k, v in self.headers.items()],
-                              "body_len": len(body),
-                              "body_sha": hashlib.sha256(body).hexdigest()}).encode()
+        record = {"path": self.path, "method": self.command,
+                  "headers": [[k, v] for k, v in self.headers.items()],
+                  "body_len": len(body), "body_sha": hashlib.sha256(body).hexdigest(),
+                  "record": uuid.uuid4().hex}
+        RECORDS[record["record"]] = record
+        payload = json.dumps(record).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if self.path.startswith("/chunked"):

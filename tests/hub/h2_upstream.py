@@ -8,10 +8,13 @@ import json
 import socket
 import ssl
 import threading
+import uuid
 
 import h2.config
 import h2.connection
 import h2.events
+
+from jupyter_cloudtik.testing.upstreams import RECORDS
 
 
 class H2Upstream:
@@ -51,7 +54,9 @@ class H2Upstream:
                                     v.decode() if isinstance(v, bytes) else v)
                                    for k, v in ev.headers]
                         self.requests.append(headers)
-                        body = json.dumps({"headers": headers, "http": "2"}).encode()
+                        record = {"headers": headers, "http": "2", "record": uuid.uuid4().hex}
+                        RECORDS[record["record"]] = record
+                        body = json.dumps(record).encode()
                         h2c.send_headers(ev.stream_id, [
                             (":status", "200"), ("content-type", "application/json"),
                             ("content-length", str(len(body)))])

@@ -9,7 +9,6 @@ import base64
 import contextlib
 import hashlib
 import ipaddress
-import json
 import os
 import shutil
 import signal
@@ -28,6 +27,7 @@ from cryptography import x509
 
 from jupyter_cloudtik.hub.egress import DeploymentCA, EgressSupervisor, Rule, RuleSet
 from jupyter_cloudtik.testing.upstreams import make_test_ca as _test_ca
+from jupyter_cloudtik.testing.upstreams import received
 from jupyter_cloudtik.testing.upstreams import serve as _serve
 
 SECRET = f"Bearer sekret-{uuid.uuid4().hex}"
@@ -120,7 +120,7 @@ def _session(env, user: str | None, token: str | None) -> requests.Session:
 
 def _headers(resp: requests.Response) -> dict[str, list[str]]:
     out: dict[str, list[str]] = {}
-    for k, v in resp.json()["headers"]:
+    for k, v in received(resp)["headers"]:
         out.setdefault(k.lower(), []).append(v)
     return out
 
@@ -282,7 +282,7 @@ def test_curl_with_session_env(env):
                           f"https://127.0.0.1:{env['ruled']}/curl"],
                          env=run_env, capture_output=True, text=True, timeout=20)
     assert out.returncode == 0, out.stderr
-    got = {k.lower(): v for k, v in json.loads(out.stdout)["headers"]}
+    got = {k.lower(): v for k, v in received(out.stdout)["headers"]}
     assert got["x-data-token"] == SECRET_TLS
 
 
@@ -312,7 +312,7 @@ def _raw_get(tls: ssl.SSLSocket, path: str) -> dict:
                       if line.lower().startswith(b"content-length")))
     while len(body) < length:
         body += tls.recv(65536)
-    return json.loads(body) if status == 200 else {"status": status, "text": body.decode()}
+    return received(body) if status == 200 else {"status": status, "text": body.decode()}
 
 
 def test_hot_reload_adds_and_removes_rules_without_dropping_tunnels(env):
@@ -557,7 +557,7 @@ def test_http2_through_an_intercepted_ruled_host(env):
             r = c.get(f"https://127.0.0.1:{up.port}/h2")
             assert r.status_code == 200 and r.http_version == "HTTP/2"
             assert r.headers["x-cloudtik-egress"] == "applied rule=h2"
-            got = dict(r.json()["headers"])
+            got = dict(received(r)["headers"])
             assert got["x-h2-key"] == SECRET and "proxy-authorization" not in got
             # a client :authority naming another host is refused, nothing goes upstream
             n = len(up.requests)
@@ -652,7 +652,7 @@ def test_http2_attacks_on_an_intercepted_ruled_host(env, extra):
                           verify=ssl.create_default_context(cafile=str(env["sup"].bundle_path)),
                           trust_env=False, timeout=10) as c:
             r = c.get(f"https://127.0.0.1:{up.port}/honest")
-            assert r.status_code == 200 and dict(r.json()["headers"])["x-h2-key"] == SECRET
+            assert r.status_code == 200 and dict(received(r)["headers"])["x-h2-key"] == SECRET
     finally:
         up.close()
         _update(env, _rules(env))

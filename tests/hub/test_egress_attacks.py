@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import os
 import selectors
 import socket
 import ssl
@@ -122,10 +121,8 @@ def atk(tmp_path_factory):
     ca_path, ctx = make_test_ca(base)
     ruled, other, tls, tls_other = Recorder(), Recorder(), Recorder(ctx), Recorder(ctx)
     loop = Loop()
-    # EGRESS_ATTACK_ENGINE=builtin runs the same attacks on the old proxy (for comparison)
     sup = EgressSupervisor(base / "state", upstream_ca_bundle=str(ca_path), no_proxy="",
                            deny_networks=["169.254.0.0/16"],
-                           engine=os.environ.get("EGRESS_ATTACK_ENGINE", "mitmproxy"),
                            extra_args=["--handshake-timeout", str(HANDSHAKE_TIMEOUT)])
     loop.run(sup.start())
     env = {"sup": sup, "loop": loop, "ruled": ruled, "other": other, "tls": tls,

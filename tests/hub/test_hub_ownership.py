@@ -22,7 +22,7 @@ import requests
 
 from jupyter_cloudtik.testing.hub import TESTER_TOKEN as TESTER_TOKEN_
 from jupyter_cloudtik.testing.hub import start_hub, wait_operation
-from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
+from jupyter_cloudtik.testing.upstreams import make_test_ca, received, serve
 
 pytestmark = pytest.mark.slow
 
@@ -89,7 +89,7 @@ def _seen(s: requests.Session, url: str, **kw) -> tuple[list[str], requests.Resp
     """The Authorization values the upstream received."""
     r = s.get(url, timeout=15, **kw)
     assert r.status_code == 200, r.text
-    return [v for k, v in r.json()["headers"] if k.lower() == "authorization"], r
+    return [v for k, v in received(r)["headers"] if k.lower() == "authorization"], r
 
 
 def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp_path):
@@ -217,9 +217,9 @@ def test_a_users_rule_reaches_another_user_only_with_consent(hub, upstreams, tmp
         "host": "127.0.0.1", "port": upstreams["http"], "path_prefix": "/org",
         "header": "X-Org-Key", "value": ADMIN_KEY, "groups": ["chemistry"]})
     assert r.status_code == 200 and r.json()["authority"] == "admin", r.text
-    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/org/x", timeout=15).json()
+    got = received(sb.get(f"http://127.0.0.1:{upstreams['http']}/org/x", timeout=15))
     assert ["X-Org-Key", ADMIN_KEY] in got["headers"]
-    got = sa.get(f"http://127.0.0.1:{upstreams['http']}/org/x", timeout=15).json()
+    got = received(sa.get(f"http://127.0.0.1:{upstreams['http']}/org/x", timeout=15))
     assert all(k.lower() != "x-org-key" for k, _ in got["headers"])  # not in chemistry
     body = bob.get(api + "hub/egress/applies").json()
     assert [(x["id"], x["authority"]) for x in body["admin"]] == [("org-key", "admin")]
@@ -266,8 +266,8 @@ def test_an_admins_rule_is_never_a_users_to_redirect(hub, upstreams, tmp_path):
         r = bob.put(api + "hub/egress/rules/org-token", json={**moved, "value": BOB_OWN})
         assert r.status_code == 200 and r.json()["ref"] == "user/bob/org-token"
         sb = _proxied(hub, upstreams, "bob", tmp_path / "bob")
-        mine = sb.get(f"http://127.0.0.1:{http}/mine/x", timeout=15).json()["headers"]
-        org = sb.get(f"http://127.0.0.1:{http}/org/x", timeout=15).json()["headers"]
+        mine = received(sb.get(f"http://127.0.0.1:{http}/mine/x", timeout=15))["headers"]
+        org = received(sb.get(f"http://127.0.0.1:{http}/org/x", timeout=15))["headers"]
         assert ["X-Org", BOB_OWN] in mine and ADMIN_KEY not in str(mine)
         assert ["X-Org", ADMIN_KEY] in org   # the admin's rule, for his group, untouched
         # ids cannot be probed: alice's answers for bob's and the admin's id are those of

@@ -21,7 +21,7 @@ import requests
 
 from jupyter_cloudtik.storage.servers import start_server
 from jupyter_cloudtik.testing.hub import start_hub, wait_operation
-from jupyter_cloudtik.testing.upstreams import make_test_ca, serve
+from jupyter_cloudtik.testing.upstreams import make_test_ca, received, serve
 
 pytestmark = pytest.mark.slow
 
@@ -290,9 +290,9 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     tmp = Path(hub.base)
     data, s = session_for(alice, tmp)
     _no_secret(repr(data))
-    got = s.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
+    got = received(s.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10))
     assert ["Authorization", EGRESS_SECRET] in got["headers"]
-    got = s.get(f"https://127.0.0.1:{upstreams['https']}/y", timeout=10).json()
+    got = received(s.get(f"https://127.0.0.1:{upstreams['https']}/y", timeout=10))
     assert ["Authorization", EGRESS_SECRET] in got["headers"]
 
     # a kernel of alice's own server gets the proxy settings, and no secret
@@ -317,7 +317,7 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
         ks.trust_env = False
         ks.proxies = {"https": kenv["HTTPS_PROXY"]}
         ks.verify = kenv["REQUESTS_CA_BUNDLE"]
-        got = ks.get(f"https://127.0.0.1:{upstreams['https']}/z", timeout=10).json()
+        got = received(ks.get(f"https://127.0.0.1:{upstreams['https']}/z", timeout=10))
         assert ["Authorization", EGRESS_SECRET] in got["headers"]
     finally:
         alice.delete(server + f"api/kernels/{kernel_id}")
@@ -325,10 +325,10 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     # bob's proxy credential works, but no rule is his: requests go out untouched
     (tmp / "bob").mkdir(exist_ok=True)
     _, sb = session_for(bob, tmp / "bob")
-    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10).json()
+    got = received(sb.get(f"http://127.0.0.1:{upstreams['http']}/x", timeout=10))
     assert all(k.lower() not in ("authorization", "x-project-key") for k, _ in got["headers"])
     # an offer is not consent: nothing of alice's reaches bob's requests until he accepts
-    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
+    got = received(sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10))
     assert all(k.lower() != "x-project-key" for k, _ in got["headers"])
     applies = bob.get(api + "hub/egress/applies").json()
     assert [(x["id"], x["share"], x["owner"]) for x in applies["shared"]] == [
@@ -338,7 +338,7 @@ def test_egress_injects_headers_without_giving_the_secret(hub, upstreams):
     assert r.status_code == 403 and r.json()["field"] == "token", r.text
     r = bob_b.post(api + "hub/egress/shares/shared/accept")
     assert r.status_code == 200 and r.json()["share"] == "accepted", r.text
-    got = sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10).json()
+    got = received(sb.get(f"http://127.0.0.1:{upstreams['http']}/shared/data", timeout=10))
     assert ["X-Project-Key", EGRESS_SECRET] in got["headers"]
     assert all(k.lower() != "authorization" for k, _ in got["headers"])
     assert bob.get(api + "hub/egress/rules").json()["rules"] == []  # he owns none

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .ca import DeploymentCA
-from .proxy import EgressProxy, Limits, ProxyConfig
+from .proxy import Limits, ProxyConfig
 
 # the stdout of the process is the pipe of acknowledgements: nothing else may write there
 _OUT = sys.stdout
@@ -57,7 +57,10 @@ def _apply(proxy: Any, line: bytes) -> None:
 
 async def _main(args: argparse.Namespace) -> int:
     ca = DeploymentCA.load_or_create(Path(args.ca_dir))
-    limits = Limits(max_connections=args.max_connections,
+    limits = Limits(client_connections=args.client_connections,
+                    client_requests=args.client_requests,
+                    client_lookups=args.client_lookups,
+                    client_handshakes=args.client_handshakes,
                     connect_timeout=args.connect_timeout,
                     response_timeout=args.response_timeout,
                     idle_timeout=args.idle_timeout,
@@ -68,17 +71,12 @@ async def _main(args: argparse.Namespace) -> int:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
                                                         else max(soft, 65536), hard))
-    proxy: Any
-    if args.engine == "mitmproxy":
-        from .mitm import MitmEgressProxy
+    from .mitm import MitmEgressProxy
 
-        proxy = MitmEgressProxy(ca, host=args.host, port=args.port,
-                                upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
-    else:
-        proxy = EgressProxy(ca, host=args.host, port=args.port,
+    proxy = MitmEgressProxy(ca, host=args.host, port=args.port,
                             upstream_ca_bundle=args.upstream_ca_bundle, limits=limits)
     port = await proxy.start()
-    log.info("egress proxy (%s) listening on %s:%d", args.engine, args.host, port)
+    log.info("egress proxy listening on %s:%d", args.host, port)
     _emit({"port": port, "ca_cert": str(ca.cert_path)})
 
     loop = asyncio.get_running_loop()
@@ -114,14 +112,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--ca-dir", required=True, help="folder of the deployment CA")
     p.add_argument("--upstream-ca-bundle", default=None,
                    help="CA file to verify intercepted upstreams (default: system trust)")
-    p.add_argument("--max-connections", type=int, default=Limits.max_connections)
+    p.add_argument("--client-connections", type=int, default=Limits.client_connections,
+                   help="open connections per client")
+    p.add_argument("--client-requests", type=int, default=Limits.client_requests,
+                   help="requests served at once per client (more wait their turn)")
+    p.add_argument("--client-lookups", type=int, default=Limits.client_lookups,
+                   help="name look-ups at once per client (more wait their turn)")
+    p.add_argument("--client-handshakes", type=int, default=Limits.client_handshakes,
+                   help="TLS set-ups at once per client (more wait their turn)")
     p.add_argument("--connect-timeout", type=float, default=Limits.connect_timeout)
     p.add_argument("--response-timeout", type=float, default=Limits.response_timeout)
     p.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)
     p.add_argument("--handshake-timeout", type=float, default=Limits.handshake_timeout,
                    help="seconds a connection may take to authenticate")
-    p.add_argument("--engine", choices=("mitmproxy", "builtin"), default="mitmproxy",
-                   help="mitmproxy (default) or the old built-in HTTP/1.1 proxy")
     p.add_argument("--log-level", default="INFO")
     args = p.parse_args(argv)
     sys.stdout = sys.stderr  # a stray print of a library must not break the pipe protocol

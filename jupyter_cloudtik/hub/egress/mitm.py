@@ -45,7 +45,8 @@ from mitmproxy.tls import ClientHelloData
 
 from .ca import DeploymentCA
 from .proxy import EGRESS_HEADER, Identity, Limits, ProxyConfig
-from .rules import Rule, normalize_host
+from .rules import Decision, Rule, normalize_host
+from .scrub import REFLECTING_METHODS, BodyScrubber, decoder_for, needles, scrub
 
 __all__ = ["EgressAddon", "MitmEgressProxy", "system_ca_file"]
 
@@ -389,20 +390,44 @@ class EgressAddon:
         if not tls:
             # the upstream routes by Host: it names the host the rules were matched for
             req.headers["Host"] = _authority(host, port, 80)
-        matched = self.config.rules.match(ident.user, ident.groups, host, port, req.path)
+        flow.metadata["egress_url"] = self._url(tls, host, port, req.path)
+        try:
+            rules, skipped = self._rules_for(req, ident, tls, host, port)
+        except Refused as e:
+            flow.response = _error(e.status, e.text)
+            self._log(ident, req.method[:20], flow.metadata["egress_url"], e.status, (),
+                      started, mode=flow.metadata["egress_mode"], note="refused")
+            return
+        for r in rules:
+            req.headers[r.header] = r.value
+        if rules:
+            # an encoded body could carry a value back past the scrubber: ask for none
+            req.headers["Accept-Encoding"] = "identity"
+        flow.metadata["egress_rules"] = rules
+        flow.metadata["egress_skipped"] = skipped
+        # bodies are streamed: bounded memory, and a body never delays a decision
+        req.stream = True
+
+    def _rules_for(self, req: http.Request, ident: Identity, tls: bool, host: str,
+                   port: int) -> tuple[list[Rule], list[Rule]]:
+        """(rules to apply, rules not applied because the client sent the header)."""
+        decision = self.config.rules.decide(ident.user, ident.groups, host, port, req.path)
+        refused = list(decision.refused_by)
+        matched = list(decision.rules)
         if not tls:
             # a secret never goes in cleartext to a rule meant for TLS (its port is 443, or
             # it names no port at all: then it is for https only)
             matched = [r for r in matched if r.port is not None and r.port != TLS_PORT]
+            refused = [r for r in refused if r.port is not None and r.port != TLS_PORT]
+        if refused:
+            raise Refused(400, Decision(refused_by=tuple(refused),
+                                        why=decision.why).refusal())
+        if matched and req.method.upper() in REFLECTING_METHODS:
+            raise Refused(405, f"{req.method.upper()} sends the request back to the client; "
+                          f"it is refused where rule(s) {', '.join(r.id for r in matched)} "
+                          "would add a credential")
         rules = [r for r in matched if r.header not in req.headers]
-        skipped = [r for r in matched if r not in rules]
-        for r in rules:
-            req.headers[r.header] = r.value
-        flow.metadata["egress_rules"] = rules
-        flow.metadata["egress_skipped"] = skipped
-        flow.metadata["egress_url"] = self._url(tls, host, port, req.path)
-        # bodies are streamed: bounded memory, and a body never delays a decision
-        req.stream = True
+        return rules, [r for r in matched if r not in rules]
 
     @staticmethod
     def _check_head(req: http.Request) -> None:
@@ -427,17 +452,96 @@ class EgressAddon:
         resp.stream = True
         if EGRESS_HEADER in resp.headers:
             del resp.headers[EGRESS_HEADER]
+        rules = flow.metadata.get("egress_rules", ())
+        if rules:
+            self._scrub_response(flow, rules)
         for r in flow.metadata.get("egress_skipped", ()):
             resp.headers.add(EGRESS_HEADER, f"not-applied rule={r.id} reason=client-sent-header")
         for r in flow.metadata.get("egress_rules", ()):
             resp.headers.add(EGRESS_HEADER, f"applied rule={r.id}")
 
+    def _scrub_response(self, flow: http.HTTPFlow, rules: list[Rule]) -> None:
+        """No injected value reaches the client in any form an echo takes (scrub.py)."""
+        resp = flow.response
+        assert resp is not None
+        forms = needles(r.value for r in rules)
+        flow.metadata["egress_forms"] = forms
+        masked = 0
+        fields = []
+        for name, value in resp.headers.fields:
+            value, n = scrub(value, forms)
+            masked += n
+            fields.append((name, value))
+        if masked:
+            resp.headers.fields = tuple(fields)
+        try:
+            decoder = decoder_for(resp.headers.get("content-encoding", ""))
+        except (ValueError, ImportError):
+            # a body the proxy cannot read is a body it cannot check
+            body = (f"502 Bad Gateway: the upstream answered a request that carried rule "
+                    f"{rules[0].id}'s credential in a content coding the proxy cannot check "
+                    f"({resp.headers.get('content-encoding', '')[:40]!r})\n").encode()
+            status = 502
+            flow.response = http.Response.make(status, b"", {
+                "Content-Type": "text/plain; charset=utf-8",
+                "Content-Length": str(len(body)), "Connection": "close"})
+            sent = [False]
+
+            def refuse(_data: bytes) -> list[bytes]:
+                if sent[0]:
+                    return []
+                sent[0] = True
+                return [body]
+
+            flow.response.stream = refuse
+            flow.metadata["egress_note"] = "refused: unreadable content coding"
+            return
+        if decoder is not None:
+            for h in ("content-encoding", "content-length"):
+                if h in resp.headers:
+                    del resp.headers[h]
+            if flow.request.http_version == "HTTP/1.1":
+                resp.headers["transfer-encoding"] = "chunked"
+        scrubber = BodyScrubber(forms, decoder)
+        flow.metadata["egress_scrubber"] = scrubber
+        flow.metadata["egress_header_masks"] = masked
+        resp.stream = scrubber
+
     def response(self, flow: http.HTTPFlow) -> None:
         if "egress_url" not in flow.metadata or flow.response is None:
             return
+        forms = flow.metadata.get("egress_forms")
+        masked = flow.metadata.get("egress_header_masks", 0)
+        if forms and flow.response.trailers:
+            fields = []
+            for name, value in flow.response.trailers.fields:
+                value, n = scrub(value, forms)
+                masked += n
+                fields.append((name, value))
+            flow.response.trailers.fields = tuple(fields)
+        scrubber = flow.metadata.get("egress_scrubber")
+        masked += scrubber.count if scrubber is not None else 0
         skipped = flow.metadata.get("egress_skipped", ())
-        note = " ".join(f"not-applied={r.id}(client-sent-header)" for r in skipped)
-        self._log_flow(flow, flow.response.status_code, note)
+        notes = [f"not-applied={r.id}(client-sent-header)" for r in skipped]
+        if masked:
+            notes.append(f"masked {masked} echo(es) of an injected value")
+        if flow.metadata.get("egress_note"):
+            notes.append(flow.metadata["egress_note"])
+        self._log_flow(flow, flow.response.status_code, " ".join(notes))
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        forms = flow.metadata.get("egress_forms")
+        if not forms or flow.websocket is None:
+            return
+        message = flow.websocket.messages[-1]
+        if message.from_client:
+            return
+        content, n = scrub(message.content, forms)
+        if n:
+            message.content = content
+            log.info("user=%s websocket %s masked %d echo(es) of an injected value",
+                     flow.metadata.get("egress_user", "-"),
+                     self._clean(flow.metadata["egress_url"]), n)
 
     def error(self, flow: http.HTTPFlow) -> None:
         if "egress_url" not in flow.metadata:

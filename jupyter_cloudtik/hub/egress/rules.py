@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["EVERYONE", "Rule", "RuleSet", "normalize_host", "normalize_path"]
+__all__ = ["EVERYONE", "Decision", "PathReading", "Rule", "RuleSet", "normalize_host",
+           "read_path"]
 
 EVERYONE = "*"
 
@@ -36,33 +38,106 @@ def normalize_host(host: str) -> str:
     return host
 
 
-def normalize_path(path: str) -> tuple[str, bool]:
-    """The path a server will see (query dropped, dot segments removed), and whether it is
-    ambiguous (an encoded slash or dot segment).  Ambiguous paths match only ``/`` rules, so
-    ``/public/..%2Fprivate`` cannot carry the credential of a ``/public`` rule elsewhere."""
-    path = path.split("?", 1)[0].split("#", 1)[0] or "/"
-    lowered = path.lower()
-    ambiguous = "%2f" in lowered or "%5c" in lowered or "\\" in path
-    decoded = re.sub("%2e", ".", path, flags=re.IGNORECASE)
+# How servers read the bytes of a request path differently from a plain RFC 3986 reading.
+# Each is a way a path our matcher reads as inside a rule's prefix could be served from
+# outside it (the sources are in docs/hub-egress.md, "Path rules: the readings considered"):
+#   dot segments, literal or encoded (%2e, %2E): RFC 3986 5.2.4; CVE-2021-41773 (Apache
+#       httpd 2.4.49, ".%2e/"); nginx decodes before it resolves them;
+#   double encoding (%25xx) and malformed escapes: CVE-2021-42013 (Apache 2.4.50,
+#       "%%32%65"), CVE-2001-0333 (IIS decodes twice);
+#   encoded slash and backslash (%2f, %5c) and literal backslash: Tomcat's
+#       ALLOW_ENCODED_SLASH / ALLOW_BACKSLASH, Apache's AllowEncodedSlashes, IIS and every
+#       Windows file system (CVE-2007-0450: Tomcat's "\", "%2F", "%5C");
+#   path parameters (";"): the Servlet spec's path parameters, stripped by Tomcat and Jetty
+#       before mapping ("/api/..;/admin" is "/admin": CVE-2020-1957 and Orange Tsai,
+#       "Breaking Parser Logic", Black Hat USA 2018);
+#   overlong or invalid UTF-8 and %u escapes: CVE-2008-2938 (Tomcat), CVE-2000-0884 (IIS
+#       "%c0%af"), IIS's %uXXXX; compatibility forms (U+FF0E, U+FF0F) that NFKC turns into
+#       "." and "/" (frameworks that normalize Unicode);
+#   segments of dots and spaces ("...", ".. "): Windows drops trailing dots and spaces;
+#   a "#" in the request target: not part of it (RFC 9112 3.2); some servers keep it in
+#       the path (nginx), others cut there;
+#   NUL and other control bytes, encoded: C string ends (truncation).
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+_OVERLONG = re.compile(r"%(?:c[01]|e0%[89][0-9a-f]|f0%8[0-9a-f])", re.IGNORECASE)
+_PREFIX = re.compile(r"^/[A-Za-z0-9\-._~!$&'()*+,=:@/]*$")
+_CONTROL_ESCAPE = re.compile(r"%(?:[01][0-9a-f]|7f)", re.IGNORECASE)
+_DOUBLE_ESCAPE = re.compile(r"%25", re.IGNORECASE)
+
+
+def _decode(text: str) -> str:
+    """One round of percent-decoding, the bytes read as UTF-8 (latin-1 where that fails)."""
+    raw = re.sub(rb"%([0-9A-Fa-f]{2})", lambda m: bytes([int(m.group(1), 16)]),
+                 text.encode("utf-8", "surrogateescape"))
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _dot_like(segment: str) -> bool:
+    # ".", "..", and what Windows makes of "...", ".. " and friends
+    return "." in segment and not segment.strip(". ")
+
+
+def _resolve(path: str) -> str:
+    """RFC 3986 5.2.4 on a path (dot-like segments count as dots)."""
     segments: list[str] = []
-    parts = decoded.split("/")
+    parts = path.split("/")
     for i, seg in enumerate(parts):
-        if seg == ".":
-            ambiguous = True
-            if i == len(parts) - 1:
-                segments.append("")
-        elif seg == "..":
-            ambiguous = True
-            if len(segments) > 1:
+        if _dot_like(seg):
+            if seg.strip() == ".." and len(segments) > 1:
                 segments.pop()
             if i == len(parts) - 1:
                 segments.append("")
         else:
             segments.append(seg)
     out = "/".join(segments)
-    if not out.startswith("/"):
-        out = "/" + out
-    return out, ambiguous
+    return out if out.startswith("/") else "/" + out
+
+
+@dataclass(frozen=True)
+class PathReading:
+    """A request path as servers may read it: ``path`` (what an RFC 3986 server serves),
+    ``why`` another server family could serve other bytes (None: no reading we know
+    differs) and ``readings``, the paths those servers could serve."""
+
+    path: str
+    why: str | None
+    readings: tuple[str, ...]
+
+
+def read_path(path: str) -> PathReading:
+    # with a "#", one server cuts the path there and another keeps it: both are readings
+    target = path.split("?", 1)[0] or "/"
+    cut = target.split("#", 1)[0] or "/"
+    why: str | None = None
+    if "#" in path:
+        why = "a '#' in the request target"
+    elif _BAD_ESCAPE.search(target):
+        why = "a malformed percent escape (or an IIS %u escape)"
+    elif _OVERLONG.search(target):
+        why = "an overlong UTF-8 escape"
+    elif _CONTROL_ESCAPE.search(target):
+        why = "an encoded control character"
+    elif _DOUBLE_ESCAPE.search(target):
+        why = "a double-encoded escape (%25)"
+    once = _decode(target)
+    twice = _decode(once)
+    variants: list[tuple[str, str]] = []
+    for reading in dict.fromkeys((cut, target, once, twice)):
+        flat = reading.replace("\\", "/")
+        no_params = "/".join(seg.split(";", 1)[0] for seg in flat.split("/"))
+        variants += [(reading, "a dot segment (literal or percent-encoded)"),
+                     (flat, "a backslash (literal or %5c) next to a dot segment"),
+                     (no_params, "a dot segment behind a path parameter (';')"),
+                     (unicodedata.normalize("NFKC", no_params),
+                      "a dot or slash in Unicode compatibility form")]
+    if why is None:
+        why = next((cause for v, cause in variants
+                    if any(_dot_like(seg) for seg in v.split("/"))), None)
+    readings = tuple(dict.fromkeys(_resolve(v) for v, _ in variants))
+    return PathReading(_resolve(cut), why, readings)
 
 
 def _names(value: Any, field_name: str, rule_id: str) -> tuple[str, ...]:
@@ -133,11 +208,12 @@ class Rule:
         if not isinstance(self.path_prefix, str) or not self.path_prefix.startswith("/"):
             raise ValueError(f"rule {rid!r}: field 'path_prefix' is {self.path_prefix!r}; "
                              "expected a path starting with '/'")
-        prefix, ambiguous = normalize_path(self.path_prefix)
-        if ambiguous or "?" in self.path_prefix:
+        if not _PREFIX.match(self.path_prefix) or read_path(self.path_prefix).why or \
+                "//" in self.path_prefix:
             raise ValueError(f"rule {rid!r}: field 'path_prefix' is {self.path_prefix!r}; "
-                             "dot segments, encoded slashes and queries are not allowed")
-        object.__setattr__(self, "path_prefix", prefix)
+                             "expected a plain path: '/' then letters, digits and "
+                             "-._~!$&'()*+,=:@/ (no dot segments, '//', '%' escapes, ';', "
+                             "'\\', '?' or '#': servers read those differently)")
         h = self.header
         if not isinstance(h, str) or not _TOKEN.match(h):
             raise ValueError(f"rule {rid!r}: field 'header' is {h!r}; expected an HTTP "
@@ -218,17 +294,32 @@ class Rule:
             return host.endswith(self.host[1:]) and len(host) > len(self.host) - 1
         return host == self.host
 
-    def matches_path(self, path: str, ambiguous: bool = False) -> bool:
+    def matches_path(self, path: str) -> bool:
         """Prefixes match whole segments: ``/api`` covers ``/api`` and ``/api/x``, not
-        ``/apix``; a prefix ending in ``/`` covers what starts with it."""
+        ``/apix``; a prefix ending in ``/`` covers what starts with it; byte for byte
+        (case counts)."""
         p = self.path_prefix
         if p == "/":
             return True
-        if ambiguous:
-            return False
         if p.endswith("/"):
             return path.startswith(p)
         return path == p or path.startswith(p + "/")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What a request gets: ``rules`` to apply, or ``refused_by`` (rules some server's
+    reading of the path falls under while another's does not) with ``why``."""
+
+    rules: tuple[Rule, ...] = ()
+    refused_by: tuple[Rule, ...] = ()
+    why: str | None = None
+
+    def refusal(self) -> str:
+        ids = ", ".join(r.id for r in self.refused_by)
+        return (f"the path has {self.why}: servers read it differently, so rule(s) {ids} "
+                "(which cover only part of this host) cannot be applied; send the path "
+                "without it")
 
 
 class RuleSet:
@@ -261,15 +352,29 @@ class RuleSet:
         groups = tuple(groups)
         return [r for r in self.rules if r.matches_host(host, port) and r.allows(user, groups)]
 
-    def match(self, user: str | None, groups: Iterable[str], host: str, port: int,
-              path: str) -> list[Rule]:
-        """Rules to apply to one request, one per header name: the longest path prefix wins,
-        then the earlier rule."""
-        norm, ambiguous = normalize_path(path)
-        found = [r for r in self.for_host(user, groups, host, port)
-                 if r.matches_path(norm, ambiguous)]
+    def decide(self, user: str | None, groups: Iterable[str], host: str, port: int,
+               path: str) -> Decision:
+        """Rules to apply to one request, one per header name: the longest path prefix
+        wins, then the earlier rule.  A path that some server family could serve from
+        elsewhere gets only rules for the whole host (``/``); if a narrower rule covers any
+        reading of it, the request is refused rather than sent without its credential."""
+        reading = read_path(path)
+        candidates = self.for_host(user, groups, host, port)
+        if reading.why is not None:
+            narrow = tuple(r for r in candidates if r.path_prefix != "/" and any(
+                r.matches_path(p) for p in reading.readings))
+            if narrow:
+                return Decision(refused_by=narrow, why=reading.why)
+            found = [r for r in candidates if r.path_prefix == "/"]
+        else:
+            found = [r for r in candidates if r.matches_path(reading.path)]
         found.sort(key=lambda r: -len(r.path_prefix))
         chosen: dict[str, Rule] = {}
         for r in found:
             chosen.setdefault(r.header.lower(), r)
-        return list(chosen.values())
+        return Decision(rules=tuple(chosen.values()))
+
+    def match(self, user: str | None, groups: Iterable[str], host: str, port: int,
+              path: str) -> list[Rule]:
+        """The rules of ``decide`` (none for a refused request)."""
+        return list(self.decide(user, groups, host, port, path).rules)

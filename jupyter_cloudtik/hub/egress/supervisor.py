@@ -28,7 +28,9 @@ from .rules import Rule, RuleSet
 
 __all__ = ["DEFAULT_NO_PROXY", "ENGINES", "EgressSupervisor", "egress_python"]
 
-ENGINES = ("mitmproxy", "builtin")
+# the built-in HTTP/1.1 proxy was removed (issue 27): it failed 11 of the attack cases
+# mitmproxy holds, and two engines are two sets of guarantees to keep
+ENGINES = ("mitmproxy",)
 # the package root: the proxy's interpreter may be another environment's (mitmproxy's pins)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[3])
 
@@ -49,8 +51,7 @@ def egress_python() -> str:
         return sys.executable
     raise RuntimeError("egress engine 'mitmproxy' needs mitmproxy in an environment of its "
                        f"own: none at {own} and CLOUDTIK_EGRESS_PYTHON is not set; run "
-                       "`make install` (it creates that environment) or set the hub "
-                       "setting egress_engine to 'builtin'")
+                       "`make install` (it creates that environment)")
 
 log = logging.getLogger("jupyter_cloudtik.egress.supervisor")
 
@@ -103,8 +104,7 @@ class EgressSupervisor:
         self.deny_networks = list(DEFAULT_DENY_NETWORKS if deny_networks is None
                                   else deny_networks)
         self.allow_anonymous = allow_anonymous
-        self.python = python or (egress_python() if engine == "mitmproxy"
-                                 else sys.executable)
+        self.python = python or egress_python()
         self.extra_args = list(extra_args)
         self.restarts = 0
         self.port: int | None = None
@@ -165,7 +165,7 @@ class EgressSupervisor:
         boot = (f"import sys; sys.path.append({_PACKAGE_ROOT!r}); "
                 "from jupyter_cloudtik.hub.egress.__main__ import main; sys.exit(main())")
         args = [self.python, "-c", boot, "--port", str(port),
-                "--ca-dir", str(self.dir / "ca"), "--engine", self.engine, *self.extra_args]
+                "--ca-dir", str(self.dir / "ca"), *self.extra_args]
         if self.upstream_ca_bundle:
             args += ["--upstream-ca-bundle", str(self.upstream_ca_bundle)]
         self._ready.clear()
