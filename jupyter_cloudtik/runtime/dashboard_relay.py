@@ -60,6 +60,8 @@ def dashboard_relay(host, port, routes, tls_dir, *pids, cert="cert.pem", key="ke
     import ssl
 
     table, default = _route_table(routes)
+    # the node's loopback, where the UIs listen (an emulated server has one of its own)
+    loopback = os.environ.get("NODE_LOOPBACK") or "127.0.0.1"
     ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH,
                                      cafile=os.path.join(tls_dir, "ca.pem"))
     ctx.verify_mode = ssl.CERT_REQUIRED
@@ -84,7 +86,7 @@ def dashboard_relay(host, port, routes, tls_dir, *pids, cert="cert.pem", key="ke
         tls = writer.get_extra_info("ssl_object")
         target = table.get(tls.selected_alpn_protocol() if tls else None, default)
         try:
-            r2, w2 = await asyncio.open_connection("127.0.0.1", int(target))
+            r2, w2 = await asyncio.open_connection(loopback, int(target))
         except OSError:
             writer.close()
             return

@@ -176,7 +176,8 @@ def node_shell_start(role: str, runtime: dict[str, Any]) -> str:
     if role == "head":
         args = ["--host", "$NODE_IP", "--port", str(NODE_MASTER_PORT), "--webui-port",
                 str(NODE_UI_PORT)]
-        cls, local_ip = MASTER_CLASS, "127.0.0.1"  # the UI binds to SPARK_LOCAL_IP
+        # the UI binds to SPARK_LOCAL_IP: the node's loopback (userdata.py NODE_LOOPBACK)
+        cls, local_ip = MASTER_CLASS, "${NODE_LOOPBACK:-127.0.0.1}"
     else:
         res = runtime.get("resources") or {}
         cores = max(int(res.get("CPU") or 1), 1)

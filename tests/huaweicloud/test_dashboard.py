@@ -157,6 +157,14 @@ def test_dashboard_through_the_server_with_the_clusters_client_certificate(
         scheduler = psutil.Process(int(relay_proc.cmdline()[-1]))  # the pid it watches
         # (its title is Dask's: setproctitle writes over its /proc environ)
         assert scheduler.name().startswith("dask scheduler"), scheduler.name()
+        # the dashboard is on the head's own loopback: in the emulator's fast mode an
+        # address of its own, not this machine's 127.0.0.1, where another test's head
+        # would meet it (CI: a relay served the other cluster's dashboard)
+        listening = {(c.laddr.ip, c.laddr.port) for c in scheduler.net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN}
+        dash = [a for a in listening if a[1] == 8787]
+        assert len(dash) == 1 and dash[0][0].startswith("127.") and \
+            dash[0][0] != "127.0.0.1", listening
         assert relay_proc.is_running()
         scheduler.kill()
         relay_proc.wait(15)

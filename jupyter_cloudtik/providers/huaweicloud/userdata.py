@@ -70,6 +70,9 @@ export PYTHONPATH="$CLOUDTIK_SITE${{PYTHONPATH:+:$PYTHONPATH}}" PATH="$CLOUDTIK_
 read -r NODE_ID NODE_IP < <("$PY" "$NODE_DIR/cloudtik_node.py" whoami "$META")
 [ -n "${{NODE_IP:-}}" ] || {{ echo "[cloudtik] no metadata service at $META"; exit 1; }}
 echo "[cloudtik] node $NODE_ID at $NODE_IP"
+# the node's own loopback for what only the node may reach (the dashboard, the Spark UI);
+# an emulated server sharing its host's loopback gets an address of its own
+export NODE_LOOPBACK="${{CLOUDTIK_NODE_LOOPBACK:-127.0.0.1}}"
 export CLOUDTIK_NODE_ID="$NODE_ID" CLOUDTIK_CLUSTER={cluster_q} CLOUDTIK_NODE_ROLE={role}
 
 # 2. the runtime: the client's Python and exact package versions (installed from the
@@ -447,7 +450,7 @@ def _start_command(role: str, runtime: dict[str, Any]) -> str:
         # the dashboard has no authentication of its own: the head's loopback only, and
         # from outside only through the mutual-TLS relay in front of it (relay_command)
         args = ["-m", "distributed.cli.dask_scheduler", "--host", "$NODE_IP", "--port",
-                str(SCHEDULER_PORT), "--dashboard-address", f"127.0.0.1:{DASHBOARD_PORT}",
+                str(SCHEDULER_PORT), "--dashboard-address", f'"$NODE_LOOPBACK:{DASHBOARD_PORT}"',
                 '"${TLS_ARGS[@]}"',
                 *[shlex.quote(o) for o in dask_opts.get("scheduler_options", [])]]
     else:
@@ -455,7 +458,8 @@ def _start_command(role: str, runtime: dict[str, Any]) -> str:
                 "--name", "$NODE_ID", "--host", "$NODE_IP",
                 "--nthreads", str(max(int(runtime.get("nthreads") or 1), 1)),
                 "--memory-limit", str(int(runtime.get("memory_limit") or 0)),
-                "--local-directory", '"$NODE_DIR/work"', "--dashboard-address", "127.0.0.1:0",
+                "--local-directory", '"$NODE_DIR/work"',
+                "--dashboard-address", '"$NODE_LOOPBACK:0"',
                 "--death-timeout", "120", '"${TLS_ARGS[@]}"',
                 *(["--nanny"] if dask_opts.get("nanny") else ["--no-nanny"]),
                 *[shlex.quote(o) for o in dask_opts.get("worker_options", [])]]

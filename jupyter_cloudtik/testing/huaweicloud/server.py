@@ -174,6 +174,15 @@ def pick_networks() -> tuple[ipaddress.IPv4Network, ipaddress.IPv4Network]:
             ipaddress.ip_network(f"127.{a}.{b + 8}.0/24"))
 
 
+def server_loopbacks(private: ipaddress.IPv4Network) -> list[str]:
+    """Fast mode: an address of its own for each server's loopback, from the seven /24s
+    of the /20 that pick_networks leaves unused.  A real server's 127.0.0.1 is its own;
+    emulated servers share this machine's, and two heads' dashboards on 127.0.0.1:8787
+    would meet there (one bind fails and its relay serves the other's dashboard)."""
+    first = ipaddress.ip_address(private.network_address) + 9 * 256
+    return [str(first + n * 256 + h) for n in range(7) for h in range(1, 255)]
+
+
 class Emulator:
     """The emulator: call ``start()`` (background thread) or ``run()`` (foreground)."""
 
@@ -199,6 +208,9 @@ class Emulator:
         self.machines: Machines | None = None
         self.forwarders: dict[str, list[asyncio.AbstractServer]] = {}
         self.booted: set[str] = set()
+        #: fast mode: server id -> its loopback address (server_loopbacks; freed at delete)
+        self.loopbacks: dict[str, str] = {}
+        self._free_loopbacks = server_loopbacks(private)
         self.loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
@@ -351,11 +363,17 @@ class Emulator:
                         srv["fault"] = {"code": 500, "message": f"host: {e}",
                                         "created": now_iso()}
             else:
-                self.machines.boot(srv)
+                self.machines.boot(srv, env=self._loopback_env(sid))
         if srv.get("eip_id"):
             task = asyncio.ensure_future(self._open_forwarders(srv))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
+
+    def _loopback_env(self, sid: str) -> dict[str, str]:
+        if sid not in self.loopbacks and self._free_loopbacks:
+            self.loopbacks[sid] = self._free_loopbacks.pop(0)
+        lo = self.loopbacks.get(sid)
+        return {"CLOUDTIK_NODE_LOOPBACK": lo} if lo else {}
 
     def _watch_machines(self) -> None:
         if self.machines is None:
@@ -400,6 +418,8 @@ class Emulator:
                 self.machines.stop(sid)
             if self.realistic is not None:
                 self.realistic.deleted(sid)
+            if (lo := self.loopbacks.pop(sid, None)) is not None:
+                self._free_loopbacks.append(lo)
 
     async def _open_forwarders(self, srv: dict[str, Any]) -> None:
         """DNAT from the server's EIP to its private IP, for ports its security groups open
