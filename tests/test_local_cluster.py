@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -121,8 +122,13 @@ def test_refusals_change_nothing(backend, state_dir, settings):
     assert backend.list(include_stopped=True) == [] and node_pids(state_dir) == {}
 
     Cluster.up(workers=1, progress=False, backend=backend)
-    with pytest.raises(ConflictError, match="exists with a different config"):
+    with pytest.raises(ConflictError) as clash:
         Cluster.up(workers=2, progress=False, backend=backend)
+    # the fix first, in one line; sizes as people write them, not raw bytes
+    said = str(clash.value)
+    assert said.startswith("a local cluster 'default' exists with another config: pass "
+                           "another name (--name / name=)"), said
+    assert "\n" not in said and not re.search(r"\d{7,}", said), said
     with pytest.raises(NotFoundError, match="no cluster named 'nope'; clusters: default"):
         Cluster.get("nope", backend=backend)
     with pytest.raises(Exception, match="more than max_workers"):
@@ -175,11 +181,19 @@ def test_several_clusters_oversubscribe_with_a_warning(backend, state_dir, capsy
     assert [e.message for e in events if e.level == "warning"] == warnings
     assert backend.get("second").last_operation["warnings"] == warnings  # the panel row's
     assert backend.get("second").state == "running" and first.refresh().state == "running"
-    # the API (and so the magics) print it; scale warns again
+    # the API (and so the magics) print it, once per cluster: first's scale says it for
+    # first, its next scale does not repeat it
     first.scale(5, progress=False)
     err = capsys.readouterr().err
     assert "WARNING: cluster 'first': oversubscribed: with 1 x worker" in err
+    assert len(err.strip().splitlines()) == 1, err  # one line
     assert first.refresh().running_workers == 5
+    first.scale(6, progress=False)
+    assert "oversubscribed" not in capsys.readouterr().err
+    # a cluster that went down and comes up again is a new one: said again
+    first.down(progress=False)
+    Cluster.up(workers=6, name="first", progress=False, backend=backend)
+    assert "WARNING: cluster 'first': oversubscribed" in capsys.readouterr().err
 
 
 def test_capacity_counts_other_clusters(backend, settings):

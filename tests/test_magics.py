@@ -97,12 +97,13 @@ def test_magics_end_to_end_with_kernel_restart(kernel, state_dir):
     out = kernel.run("%cluster status nope", allow_error=True)
     assert "UsageError: no cluster named 'nope'; clusters: nb" in text_of(out)
     out = kernel.run("%cluster up --workers 3 --name nb", allow_error=True)
-    assert "exists with a different config" in text_of(out)
+    assert "cluster 'nb' exists with another config: pass another name" in text_of(out)
     out = kernel.run("%cluster up --name nb --memory 'a lot'  # it's a size", allow_error=True)
     assert "UsageError: memory: 'a lot' is not a size" in text_of(out)
     out = kernel.run(f"%cluster up --name nb --workers 2 --cores {machine_cpus() + 1}",
                      allow_error=True)
-    assert "exists with a different config" in text_of(out)  # --cores reached the config
+    # --cores reached the config
+    assert "cluster 'nb' exists with another config: pass another name" in text_of(out)
 
     pids = find_marked_processes(state_dir, cluster="nb")
     assert len(pids) == 3

@@ -312,10 +312,11 @@ class ClusterManager(ActsForUser):
             raise ConflictError(f"cluster name '{name}' is in use; choose another name",
                                 field="name", value=name)
         if existing and row["config_hash"] != chash:
-            diff = "; ".join(cfgmod.config_diff(loads(row["config"], {}), cfg))
+            diff = "; ".join(cfgmod.config_diff(loads(row["config"], {}), cfg, limit=3))
             raise ConflictError(
-                f"cluster '{name}' exists with a different config ({diff}); use `scale` "
-                f"to change its size, `down` it first, or choose another name",
+                f"a {row['provider']} cluster '{name}' exists with another config: pass "
+                f"another name (--name / name=) for a new cluster, `scale` it to change its "
+                f"size, or `down` it first (differences: {diff})",
                 field="cluster_name",
                 value=name,
             )
@@ -618,8 +619,22 @@ class ClusterManager(ActsForUser):
                        if too_big and len(problems) == len(too_big) else "workers"),
             )
         warning = prov.oversubscription(need["CPU"], int(need["memory"]))
+        if not warning or self._warned_of_oversubscription(name):
+            return []
         adds = [p for p in parts if "(0 CPU, 0 B)" not in p]
-        return [f"oversubscribed: with {', '.join(adds)} more, {warning}"] if warning else []
+        return [f"oversubscribed: with {', '.join(adds)} more, {warning}"]
+
+    def _warned_of_oversubscription(self, name: str) -> bool:
+        """Once per cluster: an up or scale of it since it last went down already said so
+        (every later up of other clusters and scale would repeat it; the store remembers
+        across kernels and the server)."""
+        target = _target(name)
+        row = self.store.query_one(
+            "SELECT 1 FROM operations WHERE target = ? AND kind IN ('cluster.up', "
+            "'cluster.scale') AND params LIKE '%\"oversubscribed: %' AND created_at > "
+            "COALESCE((SELECT MAX(created_at) FROM operations WHERE target = ? AND "
+            "kind = 'cluster.down'), 0) LIMIT 1", (target, target))
+        return row is not None
 
     def _missing(self, prov: NodeProvider, cfg: dict[str, Any],
                  target: dict[str, int]) -> dict[str, int]:

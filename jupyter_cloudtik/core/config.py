@@ -406,11 +406,20 @@ def worker_types(cfg: dict[str, Any]) -> list[str]:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:
     """Readable differences between two normalised configs: ``path: old -> new``."""
+    from .units import format_bytes
+
     a, b = _flatten(old), _flatten(new)
+
+    def shown(key: str, value: Any) -> str:
+        if key.endswith(".memory") and isinstance(value, int) and not isinstance(value, bool):
+            return format_bytes(value)  # 12637995008 says nothing to a person
+        return repr(value)
+
     out = []
     for key in sorted(set(a) | set(b)):
         if a.get(key, "<unset>") != b.get(key, "<unset>"):
-            out.append(f"{key}: {a.get(key, '<unset>')!r} -> {b.get(key, '<unset>')!r}")
+            out.append(f"{key}: {shown(key, a.get(key, '<unset>'))} -> "
+                       f"{shown(key, b.get(key, '<unset>'))}")
     return out[:limit] + ([f"... and {len(out) - limit} more"] if len(out) > limit else [])
 
 

@@ -351,12 +351,11 @@ class LocalNodeProvider(NodeProvider):
         if total_cpu <= cores * factor + 1e-9 and total_mem <= mem * factor:
             return None
         return (
-            f"the local nodes would declare {total_cpu:g} CPU cores (threads) and "
-            f"{format_bytes(total_mem)} of memory limits on this machine's {cores} cores and "
-            f"{format_bytes(mem)} ({total_cpu / cores:.1f}x the cores, {total_mem / mem:.1f}x "
-            "the memory): they share it, run slower and may run out of memory before their "
-            "limits. Fewer or smaller workers, or fewer clusters, avoid this warning, which "
-            f"comes past {factor:g}x (c.LocalProvider.oversubscription_warning)."
+            f"the local nodes would declare {total_cpu:g} cores and {format_bytes(total_mem)}"
+            f" on this machine's {cores} cores and {format_bytes(mem)} "
+            f"({total_cpu / cores:.1f}x, {total_mem / mem:.1f}x): they share it and run "
+            "slower; fewer or smaller workers avoid it "
+            f"(c.LocalProvider.oversubscription_warning = {factor:g})"
         )
 
     def offers(self, query=None):
