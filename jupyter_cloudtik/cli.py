@@ -75,7 +75,26 @@ def _dashboard_url(info, backend=None) -> str:
 
         parts = urlsplit(url)
         return f"{parts.scheme}://{parts.netloc}{link}"
-    return link
+    served = getattr(getattr(backend, "manager", None), "dashboard_prefix", None)
+    if served and link.startswith(served):  # through the server of this terminal
+        return link
+    return link + _reach_note(link, info)
+
+
+def _reach_note(link: str, info) -> str:
+    """A node's own address (no Jupyter server serves this state folder's dashboards):
+    say who can open it, so nobody pastes it into a remote browser and wonders."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(link)
+    host = parts.hostname or ""
+    extra = (getattr(info, "connect_info", None) or {}).get("extra") or {}
+    if link == extra.get("dashboard_tls_address"):
+        return ("  (the head's mutual-TLS relay: open it through a Jupyter server with "
+                "jupyter_cloudtik, docs/huaweicloud.md)")
+    if host == "localhost" or host.startswith("127.") or host == "::1":
+        return "  (this machine only)"
+    return ""
 
 
 def _usage(info, backend) -> dict | None:

@@ -9,6 +9,7 @@ picks one from the environment, so magics, widgets and the ``Cluster`` API never
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -46,6 +47,36 @@ class Backend(Protocol):
     def providers(self) -> list[dict[str, Any]]: ...
 
 
+def links_through_server(manager: Any) -> bool:
+    """In a terminal of a Jupyter server that serves this state folder's dashboards
+    (``CLOUDTIK_SERVER_LINKS``, server/extension.py), show them through that server as
+    its magics and panel do: ``JUPYTER_SERVER_URL``'s origin (the hub's public URL on
+    JupyterHub, whose single-user server's own address a browser cannot open) and the
+    server's path.  Returns whether it applies."""
+    import json
+    from urllib.parse import urlsplit
+
+    try:
+        spec = json.loads(os.environ.get(env.SERVER_LINKS) or "null")
+        paths = str(spec["dashboard"]), str(spec["spark"])
+        same = os.path.realpath(spec["state_dir"]) == os.path.realpath(
+            manager.settings.state_dir)
+    except (ValueError, TypeError, KeyError):
+        return False
+    if not same:
+        return False
+    origin = ""
+    for var in ("JUPYTERHUB_PUBLIC_URL", env.JUPYTER_SERVER_URL):
+        parts = urlsplit(os.environ.get(var) or "")
+        if parts.scheme in ("http", "https") and parts.netloc:
+            origin = f"{parts.scheme}://{parts.netloc}"
+            break
+        if var == "JUPYTERHUB_PUBLIC_URL" and os.environ.get("JUPYTERHUB_SERVICE_PREFIX"):
+            break  # on a hub without a public URL: the path, on the hub's address
+    manager.dashboard_prefix, manager.spark_ui_prefix = (origin + p for p in paths)
+    return True
+
+
 class CoreBackend:
     """The core in this process."""
 
@@ -55,7 +86,10 @@ class CoreBackend:
         from .clusters.manager import ClusterManager
 
         self.runner = bridge()  # the process's one loop thread
-        self.manager = manager or ClusterManager(settings=settings)
+        if manager is None:
+            manager = ClusterManager(settings=settings)
+            links_through_server(manager)
+        self.manager = manager
 
     def _start(self, coro) -> StartedOperation:
         return StartedOperation(self.runner.run(coro).info)

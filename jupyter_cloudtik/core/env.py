@@ -17,6 +17,11 @@ API_URL = "CLOUDTIK_API_URL"
 API_TOKEN = "CLOUDTIK_API_TOKEN"
 API_CA_BUNDLE = "CLOUDTIK_API_CA_BUNDLE"
 HUB_SERVICE_URL = "CLOUDTIK_HUB_SERVICE_URL"
+# ...and in its own environment, so its terminals see it: the state folder whose dashboards
+# and Spark UIs it serves, and their paths ({"state_dir", "dashboard", "spark"}, JSON)
+SERVER_LINKS = "CLOUDTIK_SERVER_LINKS"
+# set by jupyter_server_terminals in its terminals (the server's own URL, base URL included)
+JUPYTER_SERVER_URL = "JUPYTER_SERVER_URL"
 
 # secrets
 SECRET_KEY = "CLOUDTIK_SECRET_KEY"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hmac
 import json
 import logging
+import os
 import secrets
 import time
 from collections.abc import Callable
@@ -195,6 +196,8 @@ class CloudTikExtension(ExtensionApp):
                 hook(self.ctx)
             except Exception:  # a feature that cannot start must not take the server down
                 self.log.exception("jupyter_cloudtik: %s failed", hook.__module__)
+        if not target:
+            _tell_terminals(self.ctx, self.serverapp.base_url)
         if not target:  # clusters live here: the first `%cluster up` finds Dask imported
             from ..providers.local.provider import prewarm_in_background
 
@@ -220,3 +223,17 @@ class CloudTikExtension(ExtensionApp):
 
 def _jupyter_server_extension_points() -> list[dict[str, Any]]:
     return [{"module": __name__, "app": CloudTikExtension}]
+
+
+def _tell_terminals(ctx: ServerContext, base_url: str) -> None:
+    """The CLI in a terminal of this server (its processes inherit the server's
+    environment) shows dashboards and Spark UIs through this server, as the magics do: a
+    browser of a remote JupyterLab reaches only the server, not a node's own port."""
+    from ..api.dashboard import dashboard_prefix
+    from ..api.spark_ui import spark_ui_prefix
+    from ..core import env
+
+    os.environ[env.SERVER_LINKS] = json.dumps({
+        "state_dir": str(ctx.settings.state_dir), "dashboard": dashboard_prefix(base_url),
+        "spark": spark_ui_prefix(base_url)})
+
