@@ -41,6 +41,21 @@ def check_notebook(path: str | Path, field: str = "notebook") -> dict[str, Any]:
     return nb
 
 
+class ParametersNotInspectable(LookupError):
+    """papermill has no inspection of parameters for the notebook's language (only Python
+    has one): the names cannot be known here, and that is no fault of the notebook."""
+
+    def __init__(self, language: str) -> None:
+        super().__init__(f"papermill cannot inspect {language} code; it inspects Python")
+        self.language = language
+
+
+class ParameterCheckFailed(Exception):
+    """The parameter names could not be read for another reason (no translator for the
+    kernel, a notebook papermill cannot read, an error in the inspection): not a reason
+    to skip the check, so the submission is refused unless the caller opts out."""
+
+
 def check_parameters(nb: dict[str, Any], parameters: dict[str, Any], *, notebook: str,
                      kernel: str | None = None, allow_unknown: bool = False,
                      option: str = "--allow-unknown-parameters (allow_unknown_parameters: true)",
@@ -53,17 +68,35 @@ def check_parameters(nb: dict[str, Any], parameters: dict[str, Any], *, notebook
     notebook's defaults — a silent wrong result.  The names are the ones papermill's own
     inspection (``papermill --help-notebook``) reads from the parameters cell.  Returns
     the warnings to show (empty when every parameter has a place).
+
+    The check never passes by failing: a notebook in a language papermill cannot inspect
+    (R, Julia, ...) is submitted with a warning that its names were not checked; any
+    other reason the names cannot be read refuses the submission (``ConfigError`` naming
+    ``parameters.<first>`` and the cause), or, with ``allow_unknown``, warns.
     """
     if not parameters:
         return []
+    given = list(parameters)
+    first = given[0]
     try:
         names = notebook_parameters(nb, kernel)
-    except LookupError as e:  # e.g. an R notebook: it has the cell, papermill fills it
+    except ParametersNotInspectable as e:  # it has the cell, papermill fills it
         log.info("%s: parameter names not checked (%s)", notebook, e)
-        return []
-    given = list(parameters)
+        one = len(given) == 1
+        return [f"parameters: the parameter names of {_a(e.language)} notebook are not "
+                f"checked ({e}): {', '.join(given)} {'is' if one else 'are'} injected into "
+                f"{notebook!r} after its cell tagged `parameters`, whether that cell "
+                f"assigns {'it' if one else 'them'} or not"]
+    except ParameterCheckFailed as e:
+        cause = _one_line(str(e))
+        if not allow_unknown:
+            raise ConfigError(
+                f"parameters.{first}: the parameters of {notebook!r} could not be checked: "
+                f"{cause}; pass {option} to submit them unchecked",
+                field=f"parameters.{first}") from None
+        return [f"parameters: the parameters of {notebook!r} could not be checked ({cause}); "
+                "submitted unchecked (allow_unknown_parameters)"]
     if names is None:
-        first = given[0]
         problem = (f"{notebook!r} has no cell tagged 'parameters', so papermill would "
                    f"inject {', '.join(given)} in a cell at the top, where any assignment "
                    "in the notebook overrides it")
@@ -91,33 +124,87 @@ def check_parameters(nb: dict[str, Any], parameters: dict[str, Any], *, notebook
             f"`parameters` assigns: {allowed}); papermill injects it after that cell anyway"]
 
 
+def parameters_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
+    """The cell papermill injects after: the first whose ``metadata.tags`` holds
+    ``parameters``; None without one.
+
+    Read from the notebook as saved, whatever wrote it: JupyterLab, VS Code and nbformat
+    write ``"metadata": {}`` on untagged cells (papermill's own helper,
+    ``find_first_tagged_cell_index``, only works on notebooks papermill loaded itself,
+    which gives every cell a ``tags`` list), and a cell may have no metadata at all.
+    """
+    for cell in nb.get("cells") or []:
+        if not isinstance(cell, dict):
+            continue
+        metadata = cell.get("metadata")
+        tags = metadata.get("tags") if isinstance(metadata, dict) else None
+        if isinstance(tags, (list, tuple)) and "parameters" in tags:
+            return cell
+    return None
+
+
 def notebook_parameters(nb: dict[str, Any], kernel: str | None = None) -> list[str] | None:
     """The names the cell tagged ``parameters`` assigns; None without such a cell.
 
-    Read with papermill's own inspection (the translator of the notebook's language, as
-    ``papermill.inspection.inspect_notebook`` does; that one only takes a path, and a
-    notebook sent as content has none).  Raises ``LookupError`` when papermill cannot
-    inspect the language (only Python can): the names are then not known here.
+    Read with papermill's own inspection (the translator papermill would inject with, for
+    the job's kernel and the notebook's language, as ``papermill --help-notebook`` does;
+    ``papermill.inspection.inspect_notebook`` only takes a path, and a notebook sent as
+    content has none).  Raises ``ParametersNotInspectable`` when papermill has no
+    inspection for the language (only Python has one), ``ParameterCheckFailed`` when the
+    names cannot be read for any other reason (papermill could not inject either, or the
+    inspection itself failed): never an empty answer for an error.
     """
-    if not any("parameters" in ((c.get("metadata") or {}).get("tags") or [])
-               for c in nb.get("cells", [])):
+    cell = parameters_cell(nb)
+    if cell is None:
         return None
-    import nbformat
+    from papermill.exceptions import PapermillException
     from papermill.translators import papermill_translators
-    from papermill.utils import find_first_tagged_cell_index, nb_kernel_name, nb_language
+
+    metadata = nb.get("metadata") if isinstance(nb.get("metadata"), dict) else {}
+    kernelspec = metadata.get("kernelspec") if isinstance(metadata.get("kernelspec"),
+                                                          dict) else {}
+    language_info = metadata.get("language_info") if isinstance(
+        metadata.get("language_info"), dict) else {}
+    name = kernel or kernelspec.get("name") or ""
+    # papermill's nb_language: language_info.name, else the kernelspec's language
+    language = language_info.get("name") or kernelspec.get("language") or ""
+    if not language and str(name).startswith("python"):
+        language = "python"  # no language in the metadata: the kernel's, as it says
+    if not name and not language:
+        raise ParameterCheckFailed("the notebook names no kernel and no language (no "
+                                   "metadata.kernelspec or metadata.language_info)")
+    try:
+        translator = papermill_translators.find_translator(name, language)
+    except PapermillException as e:
+        raise ParameterCheckFailed(f"papermill cannot inject parameters into it ({e})") \
+            from None
+    source = cell.get("source")
+    if isinstance(source, list):  # as saved on disk: one string per line
+        source = "".join(str(s) for s in source)
+    if not isinstance(source, str):
+        raise ParameterCheckFailed(f"its cell tagged `parameters` has no source text "
+                                   f"({type(source).__name__})")
+    import nbformat
 
     try:
-        node = nbformat.from_dict(nb)
-        cell = node.cells[find_first_tagged_cell_index(node, "parameters")]
-        name = nb_kernel_name(node, kernel or None)
-        try:
-            language = nb_language(node)
-        except ValueError:  # no language in the metadata: the kernel's, if it says
-            language = "python" if name.startswith("python") else ""
-        translator = papermill_translators.find_translator(name, language)
-        return [p.name for p in translator.inspect(cell)]
-    except Exception as e:  # no language, no translator, no introspection for it
-        raise LookupError(str(e) or type(e).__name__) from None
+        params = translator.inspect(nbformat.from_dict({**cell, "source": source}))
+    except NotImplementedError:
+        raise ParametersNotInspectable(language or name) from None
+    except Exception as e:  # the inspection itself broke: say so, never "no names"
+        raise ParameterCheckFailed(
+            f"papermill's inspection of its cell tagged `parameters` failed "
+            f"({type(e).__name__}: {e})") from None
+    return [p.name for p in params]
+
+
+def _a(word: str) -> str:
+    """``an R``, ``a Julia``, ``an OCaml``: the article as the word is said."""
+    vowel = word[:1].upper() in ("AEFHILMNORSX" if len(word) == 1 else "AEIOU")
+    return f"{'an' if vowel else 'a'} {word}"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
 
 
 def notebook_from_cell(source: str, parameters: dict[str, Any] | None = None,

@@ -144,10 +144,14 @@ def test_notebook_parameters_are_read_the_way_papermill_reads_them():
     bare["metadata"] = {}  # no kernelspec, no language: the job's kernel (python3) says
     assert notebook_parameters(bare, "python3") == ["n"]
     # papermill inspects only Python: an R notebook's names are not known here, so only
-    # the missing cell is refused (papermill fills a cell that exists)
+    # the missing cell is refused (papermill fills a cell that exists), and the job says
+    # that its names were not checked
     r_nb = nb("alpha <- 1", ["parameters"])
     r_nb["metadata"] = {"kernelspec": {"name": "ir", "language": "R", "display_name": "R"}}
-    assert check_parameters(r_nb, {"beta": 2}, notebook="r.ipynb", kernel="ir") == []
+    assert check_parameters(r_nb, {"beta": 2}, notebook="r.ipynb", kernel="ir") == [
+        "parameters: the parameter names of an R notebook are not checked (papermill "
+        "cannot inspect R code; it inspects Python): beta is injected into 'r.ipynb' after "
+        "its cell tagged `parameters`, whether that cell assigns it or not"]
     r_nb["cells"][0]["metadata"]["tags"] = []
     with pytest.raises(ConfigError, match="no cell tagged 'parameters'"):
         check_parameters(r_nb, {"beta": 2}, notebook="r.ipynb", kernel="ir")
