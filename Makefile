@@ -18,7 +18,7 @@ LAB_BUILT := jupyter_cloudtik/labextension/static/style.js
 LAB_SRC   := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
              labextension/package.json labextension/tsconfig.json
 
-.PHONY: all install system-deps demo test lint format bench clean labextension js-test
+.PHONY: all install system-deps demo lab test lint format bench clean labextension js-test
 
 all: install
 
@@ -32,7 +32,7 @@ $(VENV)/.installed: pyproject.toml
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite . >/dev/null
 	@touch $@
 
-$(LAB_DEPS): labextension/package.json labextension/yarn.lock | $(VENV)/.installed
+$(LAB_DEPS): labextension/package.json labextension/yarn.lock | $(VENV)/.lab-installed
 	cd labextension && $(JLPM) install
 	@touch $@
 
@@ -62,8 +62,27 @@ $(EGRESS_VENV)/.installed: | $(VENV)/.installed
 
 install: system-deps $(VENV)/.installed $(CHP) $(EGRESS_VENV)/.installed
 
-demo: install
+# the demo runs a notebook on the embedded local provider: the package (no side panel
+# build: SKIP_JUPYTER_BUILDER), a kernel and nbclient; no Debian packages beyond a venv
+DEMO_PKGS := ipykernel nbclient nbformat
+$(VENV)/.demo-installed: pyproject.toml
+	@scripts/install-system-deps.sh demo
+	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
+	SKIP_JUPYTER_BUILDER=1 $(PIP) install --quiet -e . $(DEMO_PKGS)
+	@touch $@
+
+demo: $(VENV)/.demo-installed
 	$(BIN)/python examples/run_demo.py
+
+# JupyterLab with the side panel, for the browser after the demo (make test installs it too)
+$(VENV)/.lab-installed: $(VENV)/.demo-installed
+	@scripts/install-system-deps.sh lab
+	SKIP_JUPYTER_BUILDER=1 $(PIP) install --quiet jupyterlab
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite . >/dev/null
+	@touch $@
+
+lab: $(VENV)/.lab-installed labextension
+	$(BIN)/jupyter lab examples/
 
 lint: $(VENV)/.installed
 	$(BIN)/ruff check .

@@ -34,7 +34,8 @@ def main() -> int:
     try:
         client.execute()
     finally:
-        nbformat.write(nb, HERE / "quickstart.out.ipynb")
+        # the executed notebook goes with the demo's state, not into the source tree
+        nbformat.write(nb, state / "quickstart.out.ipynb")
     took = time.perf_counter() - started
 
     lines = []
@@ -61,7 +62,7 @@ def main() -> int:
         kill_all(left)
         return 1
     print(f"demo OK in {took:.1f}s: result checked, no process left behind "
-          f"(executed notebook: {HERE / 'quickstart.out.ipynb'})")
+          f"(executed notebook: {state / 'quickstart.out.ipynb'})")
     return 0
 
 

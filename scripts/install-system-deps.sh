@@ -47,6 +47,20 @@ declare -A PACKAGES=(
   [openjdk-17-jre-headless]=/usr/lib/jvm/java-17-openjdk-amd64/bin/java
 )
 
+# `install-system-deps.sh demo` (make demo): only what the demo runs, a Python venv;
+# `... lab` (make lab): that and Node.js to build the side panel
+case "${1:-all}" in
+  demo) keep=" python3-venv " ;;
+  lab) keep=" python3-venv nodejs " ;;
+  all) keep="" ;;
+  *) echo "usage: $0 [all|demo|lab]" >&2; exit 2 ;;
+esac
+if [ -n "$keep" ]; then
+  for pkg in "${!PACKAGES[@]}"; do
+    [[ "$keep" == *" $pkg "* ]] || unset "PACKAGES[$pkg]"
+  done
+fi
+
 missing=()
 for pkg in "${!PACKAGES[@]}"; do
   dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")

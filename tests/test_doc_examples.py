@@ -247,13 +247,18 @@ def test_hpc_md_backends_config_and_secrets(site, tmp_path):
 
 
 def test_readme_quick_start_demo(site):
-    """``make demo`` is ``make install`` (this environment) and examples/run_demo.py."""
+    """``make demo`` is the light install (the package, a kernel, nbclient; no Debian
+    package but a venv) and examples/run_demo.py, which writes nothing into the tree."""
     make = (ROOT / "Makefile").read_text()
-    assert re.search(r"^demo: install\n\t\$\(BIN\)/python examples/run_demo.py$", make, re.M)
+    assert re.search(r"^demo: \$\(VENV\)/\.demo-installed\n\t\$\(BIN\)/python "
+                     r"examples/run_demo.py$", make, re.M)
+    assert re.search(r"^\t@scripts/install-system-deps.sh demo$", make, re.M)
+    before = sorted(p.name for p in (ROOT / "examples").iterdir())
     r = subprocess.run([sys.executable, ROOT / "examples" / "run_demo.py"], env=site["env"],
                        capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "result" in r.stdout.lower(), r.stdout
+    assert sorted(p.name for p in (ROOT / "examples").iterdir()) == before
 
 
 # --- docs/panel.md, dashboards.md, placement.md ----------------------------------------------
