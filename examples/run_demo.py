@@ -29,11 +29,17 @@ def main() -> int:
     nb = nbformat.read(HERE / "quickstart.ipynb", as_version=4)
     print(f"running {HERE / 'quickstart.ipynb'} (state folder {state})", flush=True)
     started = time.perf_counter()
-    client = NotebookClient(nb, kernel_name="python3", timeout=300, resources={
+    # the kernel over Unix sockets in the state folder: nothing listens on a TCP port
+    from jupyter_client.manager import KernelManager
+
+    km = KernelManager(kernel_name="python3", transport="ipc", ip=str(state / "kernel"))
+    client = NotebookClient(nb, km=km, timeout=300, resources={
         "metadata": {"path": str(HERE)}})
     try:
         client.execute()
     finally:
+        if km.has_kernel:  # a kernel manager given to nbclient is the caller's to stop
+            km.shutdown_kernel()
         # the executed notebook goes with the demo's state, not into the source tree
         nbformat.write(nb, state / "quickstart.out.ipynb")
     took = time.perf_counter() - started
