@@ -453,7 +453,16 @@ class RedactingFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         try:
             message = record.getMessage()
-        except Exception:
+        except Exception as e:
+            # a message whose arguments do not fit: left as it is, the handler would print
+            # its format and arguments unredacted ("--- Logging error ---"), so the record
+            # is made into redacted text here
+            try:
+                message = (f"{record.msg} (log arguments {record.args!r} do not fit: "
+                           f"{type(e).__name__})")
+            except Exception:
+                message = "(a log record that cannot be shown)"
+            record.msg, record.args = self.redactor(message), ()
             return True
         cleaned = self.redactor(message)
         if cleaned != message:

@@ -44,8 +44,14 @@ class StorageStager:
             return False
         try:
             return self.manager.catalog.exists(head)
-        except Exception:
-            return False
+        except Exception as e:
+            # never "not a storage": NAME:path would then be read as a local file of that
+            # name (staged instead), or refused as "no storage named" for the wrong reason
+            detail = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+            raise ConfigError(
+                f"storage {head!r}: cannot tell whether '{head}:...' names a storage: the "
+                f"storages here cannot be read ({detail})", field="storage",
+                value=head) from None
 
     async def _entry(self, location: str) -> tuple[Any, dict[str, Any] | None]:
         loc = self.manager.location(location)

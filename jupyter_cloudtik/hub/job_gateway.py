@@ -280,8 +280,11 @@ class JobGateway:
         name = backend or self.default_backend
         try:
             btype = self.manager.hpc.backend_configs().get(name, {}).get("type")
-        except CloudTikError:
-            btype = None
+        except CloudTikError as e:  # never "not local" for a config that cannot be read
+            return (f"backend: cannot tell whether '{name}' runs jobs on the hub's own "
+                    f"machine, which this hub does not allow "
+                    f"(c.CloudTikHub.allow_local_execution): the backends' configuration "
+                    f"cannot be read ({e.message})")
         if btype not in LOCAL_TYPES and not name.startswith("dask:"):
             return None
         remote = sorted(n for n, c in self.manager.hpc.backend_configs().items()

@@ -16,6 +16,7 @@ import asyncio
 import copy
 import logging
 import re
+import sqlite3
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -33,7 +34,7 @@ from ..core.operations import OperationContext, OperationInfo, Operations, Targe
 from ..core.runner import OperationHandle, OperationRunner
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik, default_settings
-from ..core.store import Store, dumps, loads
+from ..core.store import Store, StoreError, dumps, loads
 from ..providers.base import ProviderContext, WorkspaceProvider
 
 log = logging.getLogger("jupyter_cloudtik")
@@ -161,13 +162,30 @@ class WorkspaceManager(ActsForUser):
             last_operation=dict(last) if last else None)
 
     def _clusters_using(self, name: str) -> list[str]:
+        """The clusters (not stopped) whose provider config names this workspace.
+
+        It guards ``delete``: a store that cannot be read, or a cluster whose recorded
+        config cannot, is an error that says so (``StoreError``), never "no clusters"
+        (the clusters table is the core's, made with the store: it is always there)."""
         try:
             rows = self.store.query("SELECT name, config FROM clusters WHERE state != 'stopped'")
-        except Exception:  # the clusters table belongs to the cluster manager
-            return []
-        return sorted(r["name"] for r in rows
-                      if (loads(r["config"], {}).get("provider") or {}).get("workspace_name")
-                      == name)
+        except sqlite3.Error as e:
+            raise StoreError(f"workspace '{name}': cannot tell which clusters use it (the "
+                             f"state database's clusters could not be read: {e})") from None
+        using = []
+        for r in rows:
+            try:
+                cfg = loads(r["config"], {})
+                provider = cfg.get("provider") or {}
+                workspace = provider.get("workspace_name")
+            except (ValueError, AttributeError) as e:
+                raise StoreError(
+                    f"workspace '{name}': cannot tell whether cluster '{r['name']}' uses it "
+                    f"(its recorded config cannot be read: {type(e).__name__}: {e})"
+                ) from None
+            if workspace == name:
+                using.append(r["name"])
+        return sorted(using)
 
     def provider_for(self, name: str, cfg: dict[str, Any]) -> WorkspaceProvider:
         prov = cfg["provider"]
