@@ -194,3 +194,23 @@ def test_notebook_output_is_plain_json(kernel, state_dir):
     kernel.run("%cluster list")
     text = nbformat.writes(kernel.client.nb)
     assert json.loads(text)["cells"]
+
+
+def test_a_mistyped_magic_of_ours_gets_a_suggestion(kernel):
+    """IPython says only "not found"; ours add the magic meant, in one UsageError line,
+    and leave every other unknown magic to IPython (issue 28.4)."""
+    kernel.run("%load_ext jupyter_cloudtik")
+    out = text_of(kernel.run("%clsuter status", allow_error=True))
+    assert "UsageError: Line magic function `%clsuter` not found. Did you mean `%cluster`?" \
+        in out, out
+    out = text_of(kernel.run("%%hpcc\nprint('never run')", allow_error=True))
+    assert "Did you mean `%%hpc`?" in out and "never run" not in out, out
+    out = text_of(kernel.run("x = 1\n%storag list", allow_error=True))
+    assert "Did you mean `%storage`?" in out, out
+    out = text_of(kernel.run("%unheardof", allow_error=True))
+    assert "not found" in out and "Did you mean" not in out, out
+    # a second %load_ext adds no second transformer; a right magic is untouched
+    kernel.run("%load_ext jupyter_cloudtik")
+    out = text_of(kernel.run("%cluster --help"))
+    assert "usage: %cluster" in out and "Did you mean" not in out, out
+

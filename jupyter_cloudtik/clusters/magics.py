@@ -126,8 +126,13 @@ def register(ipython) -> None:
     _prewarm()  # first: the launcher's start overlaps the magics' imports
     from ..core.features import magics_classes
 
+    ours = []
     for cls in magics_classes():
         ipython.register_magics(cls)
+        ours += [*cls.magics.get("line", {}), *cls.magics.get("cell", {})]
+    from ..magic_typos import install
+
+    install(ipython, ours)  # %clsuter: "did you mean %cluster?"
 
 
 def _prewarm() -> None:
