@@ -40,6 +40,9 @@ def test_credentials_come_from_env_then_file_and_say_how_when_missing(tmp_path, 
     with pytest.raises(ConfigError) as e:
         resolve({}, HuaweiCloud())
     assert "HUAWEICLOUD_SDK_AK" in e.value.message and "credentials" in e.value.message
+    # ...the variable that names another file, and who must have them under JupyterLab
+    assert "HUAWEICLOUD_CREDENTIALS_FILE names another file" in e.value.message
+    assert "the Jupyter server" in e.value.message and "\n" not in e.value.message
     f = tmp_path / "creds"
     f.write_text("[default]\naccess_key = AKFILE\nsecret_key = SKFILE\nproject_id = p1\n"
                  "[other]\naccess_key = AK2\nsecret_key = SK2\n")

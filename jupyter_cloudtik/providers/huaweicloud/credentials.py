@@ -144,6 +144,9 @@ def resolve(provider_config: dict[str, Any], settings: HuaweiCloud,
     raise ConfigError(
         "provider: no Huawei Cloud credentials found; set HUAWEICLOUD_SDK_AK and "
         f"HUAWEICLOUD_SDK_SK, write them to {credentials_file()} ([default] access_key = ..., "
-        "secret_key = ...), or give them once to `workspace create` (kept in the secret store)",
+        f"secret_key = ...; {ENV_FILE} names another file), or give them once to "
+        "`workspace create` (kept in the secret store). The process that runs clusters reads "
+        "them: under JupyterLab that is the Jupyter server, so set them where it starts (a "
+        "kernel's environment does not reach it)",
         field="provider",
     )
