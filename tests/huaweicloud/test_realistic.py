@@ -28,6 +28,26 @@ pytestmark = [pytest.mark.realistic, pytest.mark.slow, pytest.mark.timeout(900),
                                  reason=network.available() or image.available() or "")]
 
 
+def test_the_docs_realistic_command_is_what_this_module_runs():
+    """docs/huaweicloud.md's "Realistic mode" command, read by the emulator's own argument
+    parser, asks for what the fixture below starts (realistic, image bookworm)."""
+    import argparse
+    import shlex
+
+    import doc_examples
+
+    from jupyter_cloudtik.testing.huaweicloud.cli import add_arguments
+
+    (command,) = doc_examples.code(doc_examples.block("docs/huaweicloud.md",
+                                                      "Realistic mode").text)
+    words = shlex.split(command)
+    assert words[:4] == ["jupyter", "cloudtik", "emulator", "huaweicloud"], words
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(words[4:])
+    assert args.realistic and args.image == "bookworm", args
+
+
 @pytest.fixture(scope="module")
 def hwc(tmp_path_factory):
     """This module's own emulator, in realistic mode, servers booting the stock image."""
