@@ -187,6 +187,7 @@ class Cluster:
         return self.backend.adapt(self.name, minimum, maximum, interval, wait_count)
 
     def down(self, *, wait: bool = True, progress: str | bool = "auto") -> None:
+        self._end_sessions()
         op_id = self.backend.start_down(self.name)
         if wait:
             follow(self.backend, op_id, make_view(f"cluster {self.name}: down", progress))
@@ -194,6 +195,42 @@ class Cluster:
 
     def logs(self, node_id: str | None = None, tail: int = 200) -> dict[str, str]:
         return self.backend.logs(self.name, node_id, tail)
+
+    def _end_sessions(self) -> None:
+        """This process's clients of the cluster end before it does: a live SparkSession's
+        driver and a Dask client would otherwise print lost-executor and lost-connection
+        errors into the notebook while the nodes go.  A client that cannot be ended is
+        left to its own errors: the down itself goes on and reports."""
+        import logging
+
+        log = logging.getLogger(__name__)
+        try:
+            info = self.info
+        except Exception:  # no cluster to look at: the down says why
+            return
+        extra = (info.connect_info or {}).get("extra") or {}
+        master = (extra.get("spark") or {}).get("master_url")
+        if master and "pyspark" in sys.modules:
+            try:
+                from pyspark.sql import SparkSession
+
+                active = SparkSession.getActiveSession()
+                if active is not None and active.sparkContext.master == master:
+                    active.stop()
+            except Exception as e:
+                log.info("cluster %s: the Spark session was not stopped first: %s",
+                         self.name, e)
+        address = info.scheduler_address
+        if address and "distributed" in sys.modules:
+            from distributed.client import _global_clients
+
+            for client in list(_global_clients.values()):
+                try:
+                    if client.scheduler is not None and client.scheduler.address == address:
+                        client.close()
+                except Exception as e:
+                    log.info("cluster %s: a Dask client was not closed first: %s",
+                             self.name, e)
 
     def widget(self):
         """An interactive view: status table, scale, shut down, dashboard link."""

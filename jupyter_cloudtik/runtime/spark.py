@@ -18,6 +18,7 @@ both versions named: the driver and the executors must run the same Spark.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -211,6 +213,42 @@ def node_shell_start(role: str, runtime: dict[str, Any]) -> str:
         # the head's mutual-TLS relay in front of the master UI watches it
         *(['echo $! > "$NODE_DIR/spark.pid"'] if role == "head" else []),
     ])
+
+
+def driver_log_path() -> Path:
+    """Where the driver JVM of this process writes what it prints: the state folder's
+    ``spark/driver-<pid>.log``, not the notebook (its warnings, stage progress bars and
+    executor errors at shutdown are noise to a notebook's reader)."""
+    from ..core.settings import default_settings
+
+    folder = Path(default_settings().state_dir) / "spark"
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return folder / f"driver-{os.getpid()}.log"
+
+
+@contextlib.contextmanager
+def jvm_output_to(path: Path) -> Iterator[None]:
+    """File descriptors 1 and 2 point at ``path`` while the driver's JVM is started: the
+    JVM inherits them (pyspark starts it without redirecting its output, and ipykernel
+    forwards this process's descriptors into the notebook), then this process gets its
+    own back.  Python-level output of other threads (sys.stdout of a kernel) is not a
+    descriptor write and is unaffected."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (AttributeError, ValueError, OSError):
+            pass
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    saved = [os.dup(1), os.dup(2)]
+    try:
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.close(fd)
+        for target, old in zip((1, 2), saved, strict=True):
+            os.dup2(old, target)
+            os.close(old)
 
 
 def release_storage_mounts(state_dir: str | os.PathLike[str], cluster: str) -> int:
@@ -541,7 +579,12 @@ class SparkRuntime(Runtime):
                 "spark.driver.bindAddress", host)
         for k, v in conf.items():
             builder = builder.config(k, str(v))
-        return builder.getOrCreate()
+        from pyspark import SparkContext
+
+        if SparkContext._gateway is not None:  # the driver's JVM runs already
+            return builder.getOrCreate()
+        with jvm_output_to(driver_log_path()):
+            return builder.getOrCreate()
 
     @staticmethod
     def _connect_session(url: str, conf: dict[str, Any]) -> Any:
