@@ -86,10 +86,25 @@ export function runtimeChoices(runtimes: string[]): string[] {
   return runtimes.length > 1 ? [...runtimes, runtimes.join(',')] : [...runtimes];
 }
 
+/** `base`, or `base-2`, `base-3`, ... : the first name no listed cluster has (the New
+ * form must not offer a name whose `up` would be refused as a clash). */
+export function freeName(base: string, taken: string[]): string {
+  const used = new Set(taken);
+  if (!used.has(base)) {
+    return base;
+  }
+  let n = 2;
+  while (used.has(`${base}-${n}`)) {
+    n += 1;
+  }
+  return `${base}-${n}`;
+}
+
 export function clusterFields(
   provider: ProviderInfo,
   defaultWorkers: number,
-  runtimes: string[] = []
+  runtimes: string[] = [],
+  takenNames: string[] = []
 ): FieldSpec[] {
   const worker = workerType(provider);
   const maxWorkers = worker ? Number(worker[1].max_workers ?? 10000) : 10000;
@@ -99,7 +114,7 @@ export function clusterFields(
       title: 'Name',
       kind: 'string',
       section: 'cluster',
-      default: 'default',
+      default: freeName('default', takenNames),
       description: "lower-case letters, digits and '-'"
     },
     {

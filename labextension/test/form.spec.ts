@@ -43,6 +43,11 @@ describe('form from a provider schema', () => {
     const values = initialValues(clusterFields(local, 8));
     expect(values.workers).toBe(2);
     expect(values.name).toBe('default');
+    // a listed cluster's name is not offered: its `up` would be refused as a clash
+    expect(initialValues(clusterFields(local, 8, [], ['default'])).name).toBe('default-2');
+    expect(initialValues(clusterFields(local, 8, [], ['default', 'default-2'])).name).toBe(
+      'default-3'
+    );
     expect(values['worker.CPU']).toBe(1);
   });
 

@@ -393,9 +393,12 @@ function NewClusterForm(props: {
     available[0];
   const [providerName, setProviderName] = React.useState(preferred?.name ?? '');
   const provider: ProviderInfo | undefined = available.find(p => p.name === providerName);
+  // the names listed when the form opened (a later refresh must not reset what is typed)
+  const [taken] = React.useState(() => model.clusters.map(c => c.name));
   const fields = React.useMemo(
-    () => (provider ? clusterFields(provider, preferences.defaultWorkers, model.runtimes) : []),
-    [provider, preferences.defaultWorkers, model.runtimes]
+    () =>
+      provider ? clusterFields(provider, preferences.defaultWorkers, model.runtimes, taken) : [],
+    [provider, preferences.defaultWorkers, model.runtimes, taken]
   );
   const [values, setValues] = React.useState<FormValues>(() => initialValues(fields));
   React.useEffect(() => setValues(initialValues(fields)), [fields]);
