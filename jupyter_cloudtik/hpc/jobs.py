@@ -9,7 +9,10 @@ Submitting is idempotent.  The client token and the attempt are recorded *before
 backend is called; if the call's fate is unknown (the process died, the backend did not
 answer), the next attempt first asks the backend for a job carrying that token and adopts
 it, so no job ever runs twice.  A backend that is down leaves its jobs ``unknown`` with the
-reason, and they recover by themselves when it answers again.
+reason (one event when it stops answering, one when it answers again), and they recover by
+themselves when it answers again.  Each job is kept apart: an unexpected error while
+submitting, staging in, polling or staging out one job fails that job alone, with the
+stage and the cause in one line, and the others go on.
 
 One background poller per state folder (a lease in the database decides which process
 runs it) asks each backend about all of its active jobs in one call per interval; the
@@ -56,6 +59,7 @@ from .base import (
     FINAL_STATES,
     QUEUED,
     RUNNING,
+    STATES,
     SUBMITTING,
     SUCCEEDED,
     UNKNOWN,
@@ -76,6 +80,7 @@ from .settings import HPC, BackendRegistry, hpc_settings
 from .staging import (
     LocalStager,
     Stagers,
+    check_output_folder,
     default_name,
     normalize,
     split_named,
@@ -119,7 +124,16 @@ HPC_MIGRATIONS = [
         heartbeat REAL NOT NULL
     );
     """,
+    # since when the job's backend has not answered (NULL: it answers): one event when
+    # it stops answering and one when it answers again, not one per poll
+    "ALTER TABLE hpc_jobs ADD COLUMN unavailable_since REAL;",
 ]
+
+# hpc_jobs.cancel_requested: nobody asked; asked, not yet carried out (the backend did
+# not answer, or the job was not submitted yet); sent to the backend
+CANCEL_ASKED, CANCEL_SENT = 1, 2
+# the steps of a job the poller keeps apart: an unexpected error in one fails that job
+STAGE_SUBMIT, STAGE_IN, STAGE_POLL, STAGE_OUT = "submit", "stage-in", "poll", "stage-out"
 
 LEASE_STALE_SECONDS = 30.0
 
@@ -160,6 +174,8 @@ class JobManager(ActsForUser):
         self._interval: dict[str, float] = {}
         self._retry: dict[str, float] = {}
         self._last_error: dict[str, str] = {}
+        # jobs whose failure could not even be recorded: left alone by this process
+        self._broken: dict[str, str] = {}
         self._backend_locks: dict[str, asyncio.Lock] = {}
         self._poller: asyncio.Task | None = None
         self._wakeup: asyncio.Event | None = None
@@ -231,7 +247,7 @@ class JobManager(ActsForUser):
                     "as arguments or --env instead", field=f"parameters.{first}")
             spec.inputs = [self._locate_input(item, policy) for item in spec.inputs]
             if spec.output:
-                spec.output = self._locate(spec.output, "output", policy, write=True).text
+                spec.output = self._locate_output(spec.output, policy)
             if not spec.name:
                 spec.name = Path(spec.notebook).stem if spec.notebook else Path(
                     str(spec.command[0])).name
@@ -265,7 +281,7 @@ class JobManager(ActsForUser):
             log.warning("job %s: %s", job_id, text)
             self.ops.emit(op.id, "warning", text, level="warning", data={"job": job_id})
         if wait_submitted:
-            await self._submit(job_id)
+            await self._isolated(job_id, STAGE_SUBMIT, self._submit(job_id))
             self._wake(name)
         else:
             task = asyncio.get_running_loop().create_task(self._submit_then_wake(job_id, name))
@@ -296,6 +312,15 @@ class JobManager(ActsForUser):
                 raise NotFoundError(f"inputs: {loc!r} does not exist", field="inputs")
             policy.check_tree(path, "inputs")
         return f"{given}={where.text}" if given else where.text
+
+    def _locate_output(self, text: str, policy: locs.LocationPolicy) -> str:
+        """Where results land, resolved like the inputs (the caller's policy, for
+        writing); a local folder must be one results can be written into: not under a
+        system folder (``/proc``, ``/sys``, ``/dev``) or a file, not read-only."""
+        where = self._locate(text, "output", policy, write=True)
+        if where.is_local:
+            check_output_folder(Path(where.text), where.given, "output")
+        return where.text
 
     @staticmethod
     def _content_entries(files: dict[str, bytes] | None) -> dict[str, Any]:
@@ -346,7 +371,7 @@ class JobManager(ActsForUser):
 
     async def _submit_then_wake(self, job_id: str, backend: str) -> None:
         try:
-            await self._submit(job_id)
+            await self._isolated(job_id, STAGE_SUBMIT, self._submit(job_id))
         finally:
             self._wake(backend)
 
@@ -456,9 +481,12 @@ class JobManager(ActsForUser):
         attempts = self._record_attempt(job_id)
         token, plan = row["client_token"], loads(row["plan"], {})
         nid = None
+        stage = STAGE_SUBMIT
         try:
             if attempts > 1:
                 nid = await asyncio.to_thread(be.find, token, job_id)
+                self._came_back(row)
+                row = self._row(job_id)
                 if nid:
                     ctx.progress("submit", f"found the job a previous attempt submitted: {nid}",
                                  native_id=nid)
@@ -468,22 +496,20 @@ class JobManager(ActsForUser):
                 self._finish(job_id, CANCELLED, "cancelled before it started", native_id=nid)
                 return
             if nid is None:
+                stage = STAGE_IN
                 sub = await self._stage_inputs(job_id, row, plan, ctx)
+                stage = STAGE_SUBMIT
                 ctx.progress("submit", f"submitting to '{name}' ({be.kind})", 0.5)
                 nid = await asyncio.to_thread(be.submit, sub)
+                self._came_back(row)
         except BackendUnavailable as e:
             reason = (f"backend '{name}' did not answer ({e.message}); the job will be "
                       "submitted when it does")
-            self._update(job_id, state=UNKNOWN, reason=reason)
-            ctx.progress("unavailable", reason, level="warning", state=UNKNOWN)
+            self._went_unavailable(self._row(job_id), reason)
             self._backoff(name)
             return
-        except CloudTikError as e:
-            self._finish(job_id, FAILED, f"submission failed: {e.message}")
-            return
-        except Exception as e:  # a bug or an SDK surprise: fail the job, keep the record
-            log.exception("job %s: submission failed", job_id)
-            self._finish(job_id, FAILED, f"submission failed: {type(e).__name__}: {e}")
+        except Exception as e:  # a refusal, a bug or an SDK surprise: fail this job only
+            self._fail(job_id, stage, e)
             return
         finally:
             staging = self._staging_dir(job_id)
@@ -494,8 +520,9 @@ class JobManager(ActsForUser):
         self._update(job_id, native_id=str(nid), state=QUEUED, reason=None, submitted_at=now)
         ctx.progress("submitted", f"submitted to '{name}' as job {nid}", 0.6,
                      native_id=str(nid), state=QUEUED)
-        if self._row(job_id)["cancel_requested"]:
-            await self._cancel_native(job_id)
+        row = self._row(job_id)
+        if row["cancel_requested"] == CANCEL_ASKED:  # asked while it was being submitted
+            await self._deliver_cancel(row)
 
     def _record_attempt(self, job_id: str) -> int:
         with self.store.transaction() as conn:
@@ -510,6 +537,10 @@ class JobManager(ActsForUser):
     async def _stage_inputs(self, job_id: str, row, plan: dict[str, Any],
                             ctx: OperationContext) -> Submission:
         spec = JobSpec.from_dict(loads(row["spec"]))
+        for nb_name, local in (plan.get("files") or {}).items():
+            if not Path(local).is_file():  # checked at submit; a retry may come much later
+                raise NotFoundError(f"notebook {nb_name!r}: {local} no longer exists",
+                                    field="notebook")
         inputs = []
         items = [_stage_in(i) for i in plan.get("inputs", [])]
         to_stage = [i for i in items if i.mode == "upload"]
@@ -534,6 +565,9 @@ class JobManager(ActsForUser):
             else:
                 ctx.progress("stage-in", f"{item.name}: {item.source}", base)
                 local = await asyncio.to_thread(stager.download, item.source, dest, progress)
+            if not Path(local).exists():  # it was there at submit
+                raise NotFoundError(f"input {item.name!r}: {item.source} no longer exists",
+                                    field="inputs")
             size = _size(local)
             inputs.append(StageIn(item.name, str(local), "upload", size))
         env = Environment(**plan["environment"])
@@ -615,30 +649,51 @@ class JobManager(ActsForUser):
 
     # actions ------------------------------------------------------------------------------
     async def cancel(self, job_id: str) -> JobInfo:
+        """Cancel the job.  While its backend does not answer, the request is recorded
+        (an event says so at once) and carried out by the poller when it answers."""
         row = self._row(job_id)
         job_id = row["id"]
         if row["state"] in FINAL_STATES:
             return self._info(row)
-        self._update(job_id, cancel_requested=1)
+        if row["cancel_requested"] != CANCEL_SENT:
+            self._update(job_id, cancel_requested=CANCEL_ASKED)
         self.ops.emit(row["op_id"], "cancel", "cancellation requested")
+        down = row["unavailable_since"] is not None  # not asked again: the poller retries
         if not row["native_id"]:
-            if job_id not in self._submitting and not self._owned_elsewhere(row):
-                await self._submit(job_id)  # finds a half-submitted job, or records cancel
-            return self.get(job_id)
-        await self._cancel_native(job_id)
+            if not down and job_id not in self._submitting and not self._owned_elsewhere(row):
+                # finds a half-submitted job and cancels it, or records the cancel
+                await self._isolated(job_id, STAGE_SUBMIT, self._submit(job_id))
+                row = self._row(job_id)
+                if row["cancel_requested"] == CANCEL_SENT and row["state"] not in FINAL_STATES:
+                    await self._poll_backend(row["backend"], force=True)
+        elif not down:
+            await self._cancel_native(job_id)
+        row = self._row(job_id)
+        if row["state"] not in FINAL_STATES and row["cancel_requested"] == CANCEL_ASKED \
+                and row["unavailable_since"] is not None:
+            self.ops.emit(row["op_id"], "cancel",
+                          f"cancel requested; backend '{row['backend']}' is unavailable, the "
+                          "job will be cancelled when it answers", level="warning",
+                          data={"pending": True})
         return self.get(job_id)
 
     async def _cancel_native(self, job_id: str) -> None:
         row = self._row(job_id)
+        if await self._send_cancel(row):
+            await self._poll_backend(row["backend"], force=True)
+
+    async def _send_cancel(self, row) -> bool:
+        """Ask the backend to cancel a submitted job; False if it did not answer (the
+        request stays recorded and the poller carries it out when it answers).  A refusal
+        is raised."""
         be = self.registry.get(row["backend"])
         try:
             await asyncio.to_thread(be.cancel, _ref(row))
         except BackendUnavailable as e:
-            self.ops.emit(row["op_id"], "cancel",
-                          f"the backend did not answer ({e.message}); will ask again",
-                          level="warning")
-            return
-        await self._poll_backend(row["backend"], force=True)
+            self._mark_unreachable([row], row["backend"], e.message)
+            return False
+        self._update(row["id"], cancel_requested=CANCEL_SENT)
+        return True
 
     async def logs(self, job_id: str, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         row = self._row(job_id)
@@ -867,57 +922,167 @@ class JobManager(ActsForUser):
             await self._poll_backend_locked(name)
 
     async def _poll_backend_locked(self, name: str) -> None:
-        rows = self.store.query(
+        """One round for one backend.  Each job is kept apart from the others: an
+        unexpected error while submitting, staging in, polling or staging out one job
+        fails that job (``_isolated``) and the others go on in the same round; a backend
+        that does not answer leaves its jobs ``unknown`` and is asked again later."""
+        rows = [r for r in self.store.query(
             f"SELECT * FROM hpc_jobs WHERE backend = ? AND state IN "
             f"({','.join('?' * len(ACTIVE_STATES))})", (name, *ACTIVE_STATES))
+            if r["id"] not in self._broken]
         if not rows:
             return
         # jobs not submitted yet (the backend was down, or a submit was interrupted)
         pending = [r for r in rows if not r["native_id"]]
         for r in pending:
-            if r["id"] in self._submitting or self._owned_elsewhere(r):
-                continue
-            await self._submit(r["id"])
+            await self._isolated(r["id"], STAGE_SUBMIT, self._submit_pending(r))
         rows = [self._row(r["id"]) for r in rows]
-        submitted = [r for r in rows if r["native_id"] and r["state"] not in FINAL_STATES]
+        submitted = [r for r in rows if r["native_id"] and r["state"] not in FINAL_STATES
+                     and r["id"] not in self._broken]
         if not submitted:
             self._schedule(name, changed=bool(pending))
             return
+        be = None
         try:
             be = self.registry.get(name)
-            statuses = await asyncio.to_thread(be.poll, [_ref(r) for r in submitted])
+            statuses = _statuses(await asyncio.to_thread(be.poll,
+                                                         [_ref(r) for r in submitted]), name)
         except BackendUnavailable as e:
             self._mark_unreachable(submitted, name, e.message)
             self._backoff(name)
             return
-        except CloudTikError as e:
-            self._mark_unreachable(submitted, name, e.message)
-            self._backoff(name)
-            return
-        except Exception as e:  # an SDK surprise: say it once with its traceback
-            message = f"{type(e).__name__}: {e}"
-            if self._last_error.get(name) != message:
-                log.exception("backend %s: poll failed", name)
-            self._last_error[name] = message
-            self._mark_unreachable(submitted, name, message)
-            self._backoff(name)
-            return
+        except Exception as e:  # a refusal or an SDK surprise: one job's, or the backend's?
+            found = await self._poll_apart(name, be, submitted) if be is not None else None
+            if found is None:  # no job answers alone either: the backend's; say it once
+                message = describe_error(e)
+                if not isinstance(e, CloudTikError) and self._last_error.get(name) != message:
+                    log.warning("backend %s: poll failed", name, exc_info=e)
+                self._last_error[name] = message
+                self._mark_unreachable(submitted, name, message)
+                self._backoff(name)
+                return
+            statuses = found
         self._retry.pop(name, None)
         self._last_error.pop(name, None)
         changed = False
         for r in submitted:
             st = statuses.get(r["native_id"])
-            if st is None:
+            if st is None or r["id"] in self._broken:
                 continue
-            try:
-                changed |= await self._apply(r, st)
-            except BackendUnavailable as e:
-                self._mark_unreachable([r], name, e.message)
+            self._came_back(r)
+            final = isinstance(st, JobStatus) and st.final
+            changed |= bool(await self._isolated(r["id"], STAGE_OUT if final else STAGE_POLL,
+                                                 self._apply(r, st), cancel=not final))
+            if r["cancel_requested"] == CANCEL_ASKED and \
+                    self._row(r["id"])["state"] not in FINAL_STATES:
+                changed |= await self._deliver_cancel(
+                    r, f"backend '{name}' answers: the cancel asked for meanwhile is "
+                       "carried out")
         now = time.time()
         fresh = any(st.state == QUEUED and now - (r["submitted_at"] or now) <
                     self.hpc.fresh_seconds for r in submitted
-                    if (st := statuses.get(r["native_id"])) is not None)
+                    if isinstance(st := statuses.get(r["native_id"]), JobStatus))
         self._schedule(name, changed, fresh)
+
+    async def _submit_pending(self, row) -> None:
+        if row["id"] in self._submitting or self._owned_elsewhere(row):
+            return
+        await self._submit(row["id"])
+
+    async def _poll_apart(self, name: str, be: HPCBackend,
+                          rows: list) -> dict[str, JobStatus] | None:
+        """After a poll of all jobs failed (not an outage): each job alone.  A job whose
+        own poll fails while others answer is the culprit and fails (``poll failed:
+        ...``); None if no job answers (then it is the backend's fault, not a job's)."""
+        if len(rows) < 2:
+            return None
+        found: dict[str, JobStatus] = {}
+        broken: list[tuple[Any, Exception]] = []
+        silent: list[tuple[Any, str]] = []
+        for r in rows:
+            try:
+                got = _statuses(await asyncio.to_thread(be.poll, [_ref(r)]), name)
+            except BackendUnavailable as e:
+                silent.append((r, e.message))
+                continue
+            except Exception as e:
+                broken.append((r, e))
+                continue
+            if r["native_id"] in got:
+                found[r["native_id"]] = got[r["native_id"]]
+        if not found:
+            return None
+        for r, e in broken:
+            await self._cancel_quietly(r["id"], STAGE_POLL)
+            self._fail(r["id"], STAGE_POLL, e)
+        for r, message in silent:
+            self._mark_unreachable([r], name, message)
+        return found
+
+    async def _isolated(self, job_id: str, stage: str, step: Any, *,
+                        cancel: bool = False) -> Any:
+        """Run one job's ``step`` (a coroutine) so that nothing it raises reaches the
+        other jobs.  A backend that does not answer leaves the job ``unknown`` (asked
+        again later); anything else fails this job with the stage and the cause in one
+        line (the traceback goes to the log), and with ``cancel`` the backend is asked to
+        cancel it (its state can no longer be followed).  Returns what ``step`` returned;
+        True if the job failed, False if the backend did not answer."""
+        try:
+            return await step
+        except BackendUnavailable as e:
+            try:
+                row = self._row(job_id)
+                self._mark_unreachable([row], row["backend"], e.message)
+            except Exception:
+                log.exception("job %s: cannot record that its backend did not answer",
+                              job_id)
+            return False
+        except Exception as e:
+            if cancel:
+                await self._cancel_quietly(job_id, stage)
+            self._fail(job_id, stage, e)
+            return True
+
+    def _fail(self, job_id: str, stage: str, error: BaseException) -> None:
+        """End one job ``failed`` with ``<stage> failed: <cause>``; if even that cannot be
+        recorded, this process leaves the job alone (no error every round)."""
+        reason = f"{stage} failed: {describe_error(error)}"
+        if isinstance(error, CloudTikError):
+            log.info("job %s: %s", job_id, reason)
+        else:  # a bug or a library's surprise: its traceback belongs in the log
+            log.warning("job %s: %s", job_id, reason, exc_info=error)
+        try:
+            self._finish(job_id, FAILED, reason)
+        except Exception:
+            log.exception("job %s: cannot record that it failed; left alone from now on",
+                          job_id)
+            self._broken[job_id] = reason
+
+    async def _cancel_quietly(self, job_id: str, stage: str) -> None:
+        try:
+            row = self._row(job_id)
+            if not row["native_id"]:
+                return
+            await asyncio.to_thread(self.registry.get(row["backend"]).cancel, _ref(row))
+            self.ops.emit(row["op_id"], "cancel", f"asked the backend to cancel the job: its "
+                          f"{stage} failed, so it can no longer be followed", level="warning")
+        except Exception as e:
+            log.info("job %s: cannot cancel it after its %s failed: %s", job_id, stage,
+                     describe_error(e))
+
+    async def _deliver_cancel(self, row, announce: str | None = None) -> bool:
+        """Carry out a cancel asked for earlier (while the backend did not answer, or
+        while the job was being submitted); a refusal is said once, not retried."""
+        try:
+            sent = await self._send_cancel(row)
+        except Exception as e:  # the backend refuses (the job is ending): say it, once
+            self._update(row["id"], cancel_requested=CANCEL_SENT)
+            self.ops.emit(row["op_id"], "cancel", f"the backend did not cancel the job: "
+                          f"{describe_error(e)}", level="warning")
+            return True
+        if sent and announce:
+            self.ops.emit(row["op_id"], "cancel", announce)
+        return sent
 
     def _schedule(self, name: str, changed: bool, fresh: bool = False) -> None:
         """The next poll of a backend: soon after a change, backing off while nothing
@@ -940,15 +1105,44 @@ class JobManager(ActsForUser):
     def _mark_unreachable(self, rows, name: str, message: str) -> None:
         reason = f"backend '{name}' did not answer: {message}"
         for r in rows:
-            if r["state"] == UNKNOWN and r["reason"] == reason:
-                continue
-            self._update(r["id"], state=UNKNOWN, reason=reason)
-            self.ops.emit(r["op_id"], "unavailable", reason, level="warning",
+            self._went_unavailable(r, reason)
+
+    def _went_unavailable(self, row, reason: str) -> None:
+        """The job's backend does not answer: the job is ``unknown`` with the reason; one
+        ``unavailable`` event when it stops answering, none for the polls after."""
+        fields: dict[str, Any] = {}
+        if row["state"] != UNKNOWN:
+            fields["state"] = UNKNOWN
+        if row["reason"] != reason:
+            fields["reason"] = reason
+        first = row["unavailable_since"] is None
+        if first:
+            fields["unavailable_since"] = time.time()
+        if fields:
+            self._update(row["id"], **fields)
+        if first:
+            self.ops.emit(row["op_id"], "unavailable", reason, level="warning",
                           data={"state": UNKNOWN})
+
+    def _came_back(self, row) -> None:
+        """The job's backend answers again: one event, saying for how long it did not."""
+        since = row["unavailable_since"]
+        if since is None:
+            return
+        seconds = max(0.0, time.time() - since)
+        self._update(row["id"], unavailable_since=None)
+        self.ops.emit(row["op_id"], "available",
+                      f"backend '{row['backend']}' answers again (it did not for "
+                      f"{_how_long(seconds)})", data={"unavailable_seconds": round(seconds, 1)})
 
     async def _apply(self, row, st: JobStatus) -> bool:
         """Record what the backend said; returns whether anything changed."""
         job_id = row["id"]
+        if not isinstance(st, JobStatus) or st.state not in STATES:
+            got = st.state if isinstance(st, JobStatus) else st
+            raise ProviderError(f"backend '{row['backend']}' reported {got!r} for job "
+                                f"{row['native_id']}, which is not a job state "
+                                f"({', '.join(STATES)})")
         if st.final:
             with self._as_owner(row):
                 await self._finalize(row, st)
@@ -966,9 +1160,8 @@ class JobManager(ActsForUser):
             return False
         self._update(job_id, **fields)
         if "state" in fields or "native_state" in fields:
-            recovered = row["state"] == UNKNOWN and st.state != UNKNOWN
             label = f"{st.state} ({st.native_state})" if st.native_state else st.state
-            msg = ("backend answers again; " if recovered else "") + label
+            msg = label
             if st.message:
                 msg += f": {st.message}"
             fraction = {QUEUED: 0.65, RUNNING: 0.75}.get(st.state)
@@ -1002,14 +1195,19 @@ class JobManager(ActsForUser):
         elif state == FAILED and not error:
             reason = (reason or "failed") + await self._log_tail(be, row)
         if state == SUCCEEDED and plan.get("output_via_session"):
+            location = plan["output_via_session"]
             try:
                 await self._stage_out(row, be, plan, ctx)
             except BackendUnavailable:
                 raise
-            except CloudTikError as e:
+            except Exception as e:  # the job ran, but its results are not where asked
+                cause = describe_error(e)
+                if location not in cause:
+                    cause = f"copying results to {location}: {cause}"
+                if not isinstance(e, CloudTikError):
+                    log.warning("job %s: stage-out failed", job_id, exc_info=e)
                 state = FAILED
-                reason = (f"the job ran, but copying its results to "
-                          f"{plan['output_via_session']} failed: {e.message}")
+                reason = f"{STAGE_OUT} failed: {cause}"
         fields = {"native_state": st.native_state, "exit_code": st.exit_code}
         if error:
             fields["error"] = dumps(error)
@@ -1102,6 +1300,38 @@ def _notebook_json(data: bytes) -> dict[str, Any]:
 
 def _ref(row) -> JobRef:
     return JobRef(row["id"], row["native_id"])
+
+
+def _statuses(got: Any, backend: str) -> dict[str, Any]:
+    if not isinstance(got, dict):
+        raise ProviderError(f"backend '{backend}' answered a poll with {type(got).__name__}, "
+                            "not the jobs' states")
+    return got
+
+
+def describe_error(error: BaseException, limit: int = 500) -> str:
+    """The cause of a failure in one line, for a job's reason: a CloudTik error's own
+    words, an OS error's (``Not a directory: '/x/y'``), else the exception's type and
+    text; never a traceback."""
+    if isinstance(error, CloudTikError):
+        text = error.message
+    elif isinstance(error, OSError) and error.strerror:
+        text = error.strerror + (f": {str(error.filename)!r}" if error.filename else "")
+    else:
+        text = f"{type(error).__name__}: {error}" if str(error) else type(error).__name__
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _how_long(seconds: float) -> str:
+    s = round(seconds)
+    if s < 60:
+        return f"{s} s"
+    m, s = divmod(s, 60)
+    if m < 60:
+        return f"{m} min {s} s" if s else f"{m} min"
+    h, m = divmod(m, 60)
+    return f"{h} h {m} min" if m else f"{h} h"
 
 
 def _size(path: Path) -> int | None:

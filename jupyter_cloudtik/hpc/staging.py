@@ -11,6 +11,7 @@ way.  A location nobody can reach is refused before anything is submitted.
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 from collections.abc import Callable
@@ -18,8 +19,13 @@ from pathlib import Path
 from typing import Protocol
 from urllib.parse import urlparse
 
-from ..core.errors import ConfigError, NotFoundError
-from ..core.locations import split_named  # noqa: F401  (re-exported: one rule)
+from ..core.errors import ConfigError, NotFoundError, ProviderError
+from ..core.locations import (
+    ALWAYS_REFUSED,
+    is_within,
+    nearest_real,
+    split_named,  # noqa: F401  (re-exported: one rule)
+)
 from ..core.paths import user_path
 
 Progress = Callable[[float, str], None]
@@ -65,6 +71,35 @@ def normalize(location: str) -> str:
 
 
 
+def check_output_folder(path: Path, shown: str, field: str = "output") -> None:
+    """Refuse a local results folder nothing could write into, before the job runs:
+    one inside ``/proc``, ``/sys`` or ``/dev``, an existing file, one under a file, one
+    whose nearest existing folder is read-only, or one two levels below a folder that
+    does not exist.  (The folder itself is created when results are copied.)"""
+    allowed = "give a folder you can write (it is created if missing)"
+    real = nearest_real(path)
+    for system in ALWAYS_REFUSED:
+        if is_within(real, system):
+            raise ConfigError(f"{field}: {shown!r} is inside the system folder {system}, "
+                              f"where no results can be written; {allowed}", field=field,
+                              value=shown)
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{field}: {shown!r} exists and is not a folder; {allowed}",
+                          field=field, value=shown)
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError(f"{field}: {shown!r} is under {str(existing)!r}, which is a file, "
+                          f"not a folder; {allowed}", field=field, value=shown)
+    if existing != path and existing not in (path.parent, path.parent.parent):
+        raise ConfigError(f"{field}: the folder above {shown!r} does not exist; {allowed}",
+                          field=field, value=shown)
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(f"{field}: {shown!r} cannot be written: {str(existing)!r} is "
+                          f"read-only for this session; {allowed}", field=field, value=shown)
+
+
 def default_name(location: str) -> str:
     if is_local(location):
         return local_path(location).name
@@ -82,13 +117,7 @@ class LocalStager:
     def check(self, location: str, *, for_output: bool = False) -> None:
         path = local_path(location)
         if for_output:
-            parent = path if path.exists() else path.parent
-            if path.exists() and not path.is_dir():
-                raise ConfigError(f"output: {location!r} exists and is not a folder",
-                                  field="output")
-            if not parent.exists() and not parent.parent.exists():
-                raise ConfigError(f"output: the folder above {location!r} does not exist",
-                                  field="output")
+            check_output_folder(path, location, "output")
             return
         if not path.exists():
             raise NotFoundError(f"inputs: {location!r} does not exist", field="inputs")
@@ -98,12 +127,20 @@ class LocalStager:
 
     def upload(self, src: Path, location: str, progress: Progress) -> None:
         target = local_path(location)
-        target.mkdir(parents=True, exist_ok=True)
         dest = target / src.name
-        if src.is_dir():
-            shutil.copytree(src, dest, dirs_exist_ok=True)
-        else:
-            shutil.copyfile(src, dest)
+        try:
+            target.mkdir(parents=True, exist_ok=True)
+            if src.is_dir():
+                shutil.copytree(src, dest, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(src, dest)
+        except shutil.Error as e:  # copytree's: the files it could not copy
+            first = e.args[0][0] if e.args and e.args[0] else None
+            why = first[2] if isinstance(first, tuple) and len(first) == 3 else str(e)
+            raise ProviderError(f"cannot write output {location!r}: {why}") from e
+        except OSError as e:
+            raise ProviderError(f"cannot write output {location!r}: "
+                                f"{e.strerror or e}") from e
         progress(1.0, f"copied {src.name} to {target}")
 
 
