@@ -341,6 +341,7 @@ class ClusterManager(ActsForUser):
             else {t: cfg["available_node_types"][t]["min_workers"]
                   for t in cfgmod.worker_types(cfg)}
         )
+        await asyncio.to_thread(prov.check_node_types, cfg)  # a flavor not on sale: one line
         warnings = await asyncio.to_thread(self._check_capacity, prov, cfg, target)
         reservation = await asyncio.to_thread(self._reserve, prov, cfg, target)
 

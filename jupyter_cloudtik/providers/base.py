@@ -182,6 +182,11 @@ class NodeProvider:
         """What can still be placed; ``Capacity()`` means "no limit known"."""
         return Capacity()
 
+    def check_node_types(self, cfg: dict[str, Any]) -> None:
+        """Refuse, before placement and before anything starts, node types whose
+        configured machine the provider cannot give now (a flavor not on sale): placement
+        alone would only say that no offer matched.  The default checks nothing."""
+
     def oversubscription(self, cpus: float, memory: int) -> str | None:
         """A warning when adding nodes that declare ``cpus`` cores and ``memory`` bytes
         is allowed but oversubscribes what the provider has by much (the local provider:

@@ -11,7 +11,7 @@ import json
 import pytest
 from hwc_helpers import cluster_config, workspace_config
 
-from jupyter_cloudtik.core.errors import CapacityError, NodeLaunchError
+from jupyter_cloudtik.core.errors import CapacityError, ConfigError, NodeLaunchError
 
 WS = "nodefaults"
 
@@ -132,3 +132,25 @@ def test_refusals_everywhere_reach_the_user_as_one_line(hwc, core, ws, faults, o
     assert len(tried) == 3, tried  # failed over through every zone before giving up
     core.run(core.clusters.down("refused"))
     assert _servers(hwc, ws, "refused") == []
+
+
+@pytest.mark.parametrize("sale, said", [
+    ({"status": "normal", "charge": "period"}, "sold only monthly/yearly"),
+    ({"status": "sellout", "az": {}}, "is not sold now (sellout in"),
+])
+def test_a_configured_flavor_not_sold_is_refused_before_any_server(hwc, core, ws, faults,
+                                                                    sale, said):
+    """A flavor the config names that the region sells only monthly, or has sold out
+    everywhere (the region-level status: no zone is named), is refused in one line naming
+    the field before anything is created (it used to be offered and its create failed)."""
+    faults.set_options(flavor_sale={"s6.medium.2": sale})
+    mark = hwc.ctl.last_request()
+    try:
+        with pytest.raises(ConfigError) as e:
+            core.run(core.clusters.up(cluster_config("unsold", ws, workers=1)))
+    finally:
+        faults.set_options(flavor_sale={})
+    assert said in e.value.message and "\n" not in e.value.message, e.value.message
+    assert e.value.field.endswith(".node_config.flavor"), e.value.field
+    assert _creates(hwc, mark) == []
+    assert _servers(hwc, ws, "unsold") == []

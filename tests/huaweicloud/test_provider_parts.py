@@ -109,6 +109,43 @@ def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     assert flavor_resources("odd") is None
 
 
+def test_offers_follow_the_flavors_sale_status_zone_then_region_and_charge(emu):
+    """ECS's sale fields (FlavorExtraSpec docstrings): a zone cond:operation:az does not
+    name takes the region-level cond:operation:status; promotion is sold; obt, sellout and
+    abandon are not; cond:operation:charge without demand is monthly-only."""
+    emu.cloud.set_options({"flavor_sale": {
+        # sold out region-wide except in 4a
+        "s6.large.2": {"status": "sellout", "az": {"cn-north-4a": "normal"}},
+        "c7.large.2": {"status": "promotion"},                   # recommended: sold
+        "c7.xlarge.2": {"status": "normal", "charge": "period"},  # monthly only
+        "s6.xlarge.2": {"status": "normal", "az": {"cn-north-4b": "obt"}},  # beta in 4b
+        "m7.xlarge.8": {"status": "abandon"},                    # withdrawn
+    }})
+    try:
+        got = offer_set(_clients(emu), spot=True)
+        where: dict[tuple[str, bool], set[str]] = {}
+        for o in got.offers:
+            where.setdefault((o.flavor, o.spot), set()).add(o.availability_zone)
+        zones = {"cn-north-4a", "cn-north-4b", "cn-north-4c"}
+        assert where[("s6.large.2", False)] == {"cn-north-4a"}
+        assert where[("c7.large.2", False)] == zones
+        assert ("c7.xlarge.2", False) not in where and ("m7.xlarge.8", False) not in where
+        assert where[("s6.xlarge.2", False)] == zones - {"cn-north-4b"}
+        assert where[("s6.small.1", False)] == zones  # no sale entry: normal everywhere
+        # the emulator refuses what is not offered, as the real create would
+        from jupyter_cloudtik.testing.huaweicloud.errors import ApiError
+
+        with emu.cloud.lock:
+            for fid, zone in (("c7.xlarge.2", "cn-north-4a"), ("m7.xlarge.8", "cn-north-4a"),
+                              ("s6.xlarge.2", "cn-north-4b")):
+                with pytest.raises(ApiError) as e:
+                    emu.cloud._check_sale(fid, zone)
+                assert e.value.status == 400, (fid, zone)
+            emu.cloud._check_sale("c7.large.2", "cn-north-4c")  # promotion: sold
+    finally:
+        emu.cloud.set_options({"flavor_sale": {}})
+
+
 def test_gpu_and_kunpeng_flavors_are_offers_with_their_hardware(emu):
     """GPUs from info:gpus or pci_passthrough:alias, arm64 from ecs:instance_architecture,
     read through the official SDK's FlavorExtraSpec (what the real ListFlavors returns)."""

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import ConfigError
 from .account import names
 from .credentials import SECRET_SCOPE
-from .offers import zone_status
+from .offers import list_zones, sale_status, sold, sold_pay_per_use
 
 if TYPE_CHECKING:
     from .nodes import HuaweiCloudNodeProvider
@@ -82,6 +82,45 @@ def ensure_keypair(provider: HuaweiCloudNodeProvider, workspace: str) -> str:
     return name
 
 
+def check_flavor(tname: str, f: Any, where: list[str]) -> None:
+    """Refuse node type ``tname``'s flavor ``f`` when a pay-per-use server of it cannot be
+    bought in any zone of ``where`` (offers.py ``sold``), naming the field."""
+    field = f"available_node_types.{tname}.node_config.flavor"
+    specs = f.os_extra_specs
+    if not sold_pay_per_use(specs):
+        raise ConfigError(
+            f"{field}: '{f.id}' is sold only monthly/yearly ({specs.condoperationcharge}), "
+            "not pay-per-use; choose another flavor", field=field, value=f.id)
+    if not any(sold(specs, z) for z in where):
+        said = ", ".join(f"{sale_status(specs, z)} in {z}" for z in where)
+        raise ConfigError(f"{field}: '{f.id}' is not sold now ({said}); choose another "
+                          "flavor or zone", field=field, value=f.id)
+
+
+def check_node_types(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> None:
+    """Each node type's configured flavor exists and is sold pay-per-use in the
+    configured zone (or some zone of the region): before placement, which would only
+    find no matching offer, and before any server is created."""
+    configured = {t: (nc.get("flavor")) for t, spec in cfg["available_node_types"].items()
+                  if (nc := spec.get("node_config") or {}).get("flavor")}
+    if not configured:
+        return
+    p = provider.provider_config
+    ws = provider.workspace()
+    zone = p.get("availability_zone") or ws["config"]["provider"].get("availability_zone")
+    flavors = {f.id: f for f in provider.flavors(zone)}
+    where = [zone] if zone else list_zones(provider.clients)
+    for tname, flavor in configured.items():
+        f = flavors.get(flavor)
+        if f is None:
+            raise ConfigError(
+                f"available_node_types.{tname}.node_config.flavor: '{flavor}' is not sold in "
+                f"{zone or provider.clients.region}; flavors: "
+                f"{', '.join(sorted(flavors)[:12])}",
+                field=f"available_node_types.{tname}.node_config.flavor", value=flavor)
+        check_flavor(tname, f, where)
+
+
 def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[str, Any]:
     cfg = copy.deepcopy(cfg)
     p = provider.provider_config
@@ -103,6 +142,7 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
     # f. image, flavors
     image = None
     flavors = {f.id: f for f in provider.flavors(zone)}
+    zones: list[str] = []  # the region's, asked once when no zone is set
     for tname, t in cfg["available_node_types"].items():
         nc = t.setdefault("node_config", {})
         head = tname == cfg["head_node_type"]
@@ -113,13 +153,7 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
                 f"available_node_types.{tname}.node_config.flavor: '{flavor}' is not sold in "
                 f"{zone or c.region}; flavors: {', '.join(sorted(flavors)[:12])}",
                 field=f"available_node_types.{tname}.node_config.flavor", value=flavor)
-        if zone:
-            status = zone_status(f.os_extra_specs.condoperationaz if f.os_extra_specs
-                                 else None).get(zone, "normal")
-            if status != "normal":
-                raise ConfigError(
-                    f"available_node_types.{tname}.node_config.flavor: '{flavor}' is "
-                    f"{status} in {zone}", field=f"available_node_types.{tname}.node_config")
+        check_flavor(tname, f, [zone] if zone else zones or (zones := list_zones(c)))
         t["resources"] = {**t.get("resources", {}), "CPU": int(f.vcpus),
                           "memory": int(int(f.ram) * 2**20 * 0.9), "GPU": 0}
         if not nc.get("image_id"):

@@ -329,6 +329,11 @@ class HuaweiCloudNodeProvider(NodeProvider):
                          spot=bool(self.provider_config.get("use_spot")),
                          currency=self.provider_config.get("currency", "USD"))
 
+    def check_node_types(self, cfg: dict[str, Any]) -> None:
+        from .bootstrap import check_node_types
+
+        check_node_types(self, cfg)
+
     def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
         from .bootstrap import bootstrap
 

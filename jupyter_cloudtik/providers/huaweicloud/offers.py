@@ -103,6 +103,40 @@ def zone_status(spec: str | None) -> dict[str, str]:
     return out
 
 
+#: the sale statuses that mean "sold": ``promotion`` is "recommended, equal to normal"
+#: (huaweicloudsdkecs FlavorExtraSpec.cond_operation_status); ``obt`` (open beta) needs an
+#: application first, ``sellout`` and ``abandon`` are not sold
+SOLD_STATUSES = ("normal", "promotion")
+
+
+def sale_status(specs: Any, zone: str, spot: bool = False) -> str:
+    """A flavor's sale status in ``zone`` as ECS defines it (FlavorExtraSpec docstrings):
+    the zone's entry of ``cond:operation:az`` (``cond:spot:operation:az`` for spot), and
+    for a zone that list does not name, the region-level ``cond:operation:status`` (absent:
+    ``normal``) — for spot ``cond:spot:operation:status``, whose absence means ``abandon``."""
+    if specs is None:
+        return "abandon" if spot else "normal"
+    per_zone = zone_status(getattr(specs, "condspotoperationaz" if spot
+                                   else "condoperationaz", None))
+    if zone in per_zone:
+        return per_zone[zone]
+    region = getattr(specs, "condspotoperationstatus" if spot else "condoperationstatus",
+                     None)
+    return (region or "").strip() or ("abandon" if spot else "normal")
+
+
+def sold_pay_per_use(specs: Any) -> bool:
+    """``cond:operation:charge`` lists the billing modes a flavor is sold in (``period``:
+    monthly/yearly, ``demand``: pay per use); absent, both.  Clusters are pay-per-use."""
+    charge = getattr(specs, "condoperationcharge", None) if specs is not None else None
+    return not charge or "demand" in [c.strip() for c in str(charge).split(",")]
+
+
+def sold(specs: Any, zone: str, spot: bool = False) -> bool:
+    """Whether a pay-per-use (or spot) server of this flavor can be bought in ``zone``."""
+    return sale_status(specs, zone, spot) in SOLD_STATUSES and sold_pay_per_use(specs)
+
+
 def list_flavors(clients: Clients, zone: str | None = None) -> list[Any]:
     from huaweicloudsdkecs.v2 import ListFlavorsRequest
 
@@ -163,11 +197,9 @@ def offer_set(clients: Clients, prices: dict[str, float] | None = None,
             capabilities["gpu_model"] = model
         base_price = table[f.id] if known else estimated_price(vcpus, ram_mib)
         for market in ((False, True) if spot else (False,)):
-            key_spec = "condspotoperationaz" if market else "condoperationaz"
-            status = zone_status(getattr(specs, key_spec, None) if specs else None)
             for z in zones:
-                if status.get(z, "normal") != "normal":
-                    continue  # sold out (or not sold) in this zone now
+                if not sold(specs, z, market):
+                    continue  # sold out, withdrawn, beta or monthly-only in this zone
                 price = round(base_price * SPOT_DISCOUNT, 6) if market else base_price
                 out.offers.append(Offer(
                     key=f"huaweicloud/{clients.region}/{z}/{f.id}" + ("/spot" if market

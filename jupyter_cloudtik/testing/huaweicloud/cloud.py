@@ -164,6 +164,10 @@ class Cloud:
         self.domain_id = domain_id
         self.zones = [f"{region}a", f"{region}b", f"{region}c"]
         self.sold_out: set[tuple[str, str]] = set()  # (flavor, zone) without capacity
+        #: flavor -> {"status": region-level status, "az": {zone: status} (zones it does
+        #: not name take the status), "charge": "period" | "demand" | "period,demand"}:
+        #: its sale as ListFlavors shows it (cond:operation:*; FlavorExtraSpec docstrings)
+        self.flavor_sale: dict[str, dict[str, Any]] = {}
         # (flavor, zone) that the flavor listing still shows as "normal" but whose hosts are
         # full: the cloud's view lags, and only the create call finds out (as it happens)
         self.full_hosts: set[tuple[str, str]] = set()
@@ -1199,21 +1203,48 @@ class Cloud:
             raise bad_request("ecs", f"availability_zone {zone} does not exist")
         out = []
         for fid, vcpus, ram in FLAVORS:
-            az = ",".join(f"{z}({'sellout' if (fid, z) in self.sold_out else 'normal'})"
-                          for z in self.zones)
+            sale = self.flavor_sale.get(fid) or {}
+            per_zone = dict(sale.get("az") or ({} if sale else
+                                               {z: "normal" for z in self.zones}))
+            per_zone.update({z: "sellout" for f, z in self.sold_out if f == fid})
+            az = ",".join(f"{z}({st})" for z, st in per_zone.items())
             if zone and (fid, zone) in self.sold_out:
                 continue
+            sale_specs = {"cond:operation:status": sale.get("status", "normal"),
+                          "cond:operation:az": az,
+                          **({"cond:operation:charge": sale["charge"]}
+                             if sale.get("charge") else {})}
             out.append({"id": fid, "name": fid, "vcpus": str(vcpus), "ram": ram, "disk": "0",
                         "swap": "", "OS-FLV-EXT-DATA:ephemeral": 0,
                         "OS-FLV-DISABLED:disabled": False, "rxtx_factor": 1.0,
                         "os-flavor-access:is_public": True, "links": [],
-                        "os_extra_specs": {"cond:operation:status": "normal",
-                                           "cond:operation:az": az,
+                        "os_extra_specs": {**sale_specs,
                                            "cond:spot:operation:az": az,
                                            "ecs:performancetype": "normal",
                                            "ecs:virtualization_env_types": "CloudCompute",
                                            **FLAVOR_SPECS.get(fid, {})}})
         return 200, {"flavors": out}
+
+    def _check_sale(self, fid: str, zone: str) -> None:
+        """A pay-per-use server of a flavor not sold so in ``zone`` is refused (the
+        status of the zone, else the region's; ``promotion`` is sold; a monthly-only
+        flavor is not sold pay-per-use).  A sold-out flavor is a capacity error, which
+        placement fails over on; the others are the request's fault.  The codes are the
+        emulator's reading: no published source names them (docs/huaweicloud.md)."""
+        sale = self.flavor_sale.get(fid)
+        if not sale:
+            return
+        status = (sale.get("az") or {}).get(zone) or sale.get("status") or "normal"
+        if status == "sellout":
+            raise ApiError(400, CAPACITY_CODE, f"The capacity of flavor {fid} in {zone} is "
+                           "insufficient (sold out).", "ecs")
+        if status not in ("normal", "promotion"):
+            raise bad_request("ecs", f"flavorRef {fid} is not on sale in {zone} ({status})",
+                              "Ecs.0003")
+        charge = [c.strip() for c in str(sale.get("charge") or "").split(",") if c.strip()]
+        if charge and "demand" not in charge:
+            raise bad_request("ecs", f"flavorRef {fid} is sold only as {sale['charge']}, "
+                              "not pay-per-use", "Ecs.0003")
 
     def nova_list_availability_zones(self, call: Call):
         return 200, {"availabilityZoneInfo": [
@@ -1320,6 +1351,7 @@ class Cloud:
         if (fid, zone) in self.sold_out:
             raise ApiError(400, CAPACITY_CODE, f"The capacity of flavor {fid} in {zone} is "
                            "insufficient (sold out).", "ecs")
+        self._check_sale(fid, zone)
         if (fid, zone) in self.full_hosts:
             raise ApiError(400, CAPACITY_CODE, f"The capacity of flavor {fid} in {zone} is "
                            "insufficient.", "ecs")
@@ -1856,6 +1888,9 @@ class Cloud:
                 self.sold_out = {tuple(x) for x in options["sold_out"]}
             if "full_hosts" in options:
                 self.full_hosts = {tuple(x) for x in options["full_hosts"]}
+            if "flavor_sale" in options:
+                self.flavor_sale = {str(k): dict(v) for k, v in
+                                    (options["flavor_sale"] or {}).items()}
             if "credential_seconds" in options:  # agency credentials' lifetime
                 v = float(options["credential_seconds"])
                 if not 1 <= v <= 86400:
