@@ -310,7 +310,7 @@ def _network(emu, name, dns=None):
     return vpc, sub
 
 
-def _server(emu, vpc, sub, count=1, name="t", tags=None):
+def _server(emu, vpc, sub, count=1, name="t", tags=None, image=None):
     from huaweicloudsdkecs.v2 import (
         CreatePostPaidServersRequestBody,
         PostPaidServer,
@@ -320,7 +320,8 @@ def _server(emu, vpc, sub, count=1, name="t", tags=None):
     )
 
     return CreatePostPaidServersRequestBody(server=PostPaidServer(
-        name=name, count=count, flavor_ref="s6.small.1", image_ref=emu.cloud.images[0]["id"],
+        name=name, count=count, flavor_ref="s6.small.1",
+        image_ref=image or emu.cloud.images[0]["id"],
         vpcid=vpc.id, nics=[PostPaidServerNic(subnet_id=sub.id)],
         root_volume=PostPaidServerRootVolume(volumetype="SSD", size=40),
         server_tags=[PostPaidServerTag(key=k, value=v) for k, v in (tags or {}).items()]))
@@ -361,6 +362,9 @@ def test_ecs_create_refuses_what_the_published_api_refuses(emu):
         _refused(create(_server(emu, vpc, sub), token), 400, "Ecs.0124")
     finally:
         ctl.set_options(token_ttl=8 * 3600)
+    # an x86 ECS flavor boots neither a Kunpeng (arm) nor a bare-metal (Ironic) image
+    for other in [i for i in emu.cloud.images if i["arch"] != "x86" or i["env"] != "FusionCompute"]:
+        _refused(create(_server(emu, vpc, sub, image=other["id"])), 400, "Ecs.0007")
     assert "1 to 100" in _refused(create(_server(emu, vpc, sub, count=101)), 400, "Ecs.0005")
     _refused(create(_server(emu, vpc, sub, count=2, name="n" * 60)), 400, "Ecs.0005")
     create(_server(emu, vpc, sub, count=1, name="n" * 64))()          # 64 is fine alone

@@ -284,3 +284,25 @@ def test_the_full_cluster_config_of_docs_huaweicloud_md_is_valid_and_placeable(e
         assert [(o.flavor, o.price_per_hour) for o in got] == [(flavor, price)] * count
         if node_type == "worker":
             assert {o.availability_zone for o in got} == {"cn-north-4a"}
+
+
+def test_the_image_is_the_newest_ubuntu_of_the_flavors_architecture_for_ecs(emu):
+    """IMS lists newer Kunpeng (arm) and bare-metal (Ironic) Ubuntu builds beside the x86
+    ECS ones: the lookup asks IMS's architecture and virtual_env_type filters, and an x86
+    ECS server gets an x86 ECS image (the emulator refuses a mismatch with Ecs.0007, as
+    ECS does: "adjust the flavor or image type")."""
+    from jupyter_cloudtik.providers.huaweicloud.bootstrap import latest_ubuntu
+
+    c = _clients(emu)
+    assert latest_ubuntu(c, "x86").name == "Ubuntu 22.04 server 64bit"
+    assert latest_ubuntu(c, "arm").name == "Ubuntu 24.04 server 64bit for Kunpeng"
+    # the old lookup (platform and type only, highest version) chose a build that an x86
+    # ECS flavor cannot boot
+    from huaweicloudsdkims.v2 import ListImagesRequest
+
+    every = c.call("ims", "list_images", ListImagesRequest(
+        platform="Ubuntu", imagetype="gold", status="active", limit=100)).images
+    newest = max(every, key=lambda i: i.os_version)
+    image = next(i for i in emu.cloud.images if i["name"] == newest.name)
+    assert image["arch"] == "arm" or image["env"] == "Ironic", image
+    # (the create's refusal of such an image: test_emulator.py's create refusals)

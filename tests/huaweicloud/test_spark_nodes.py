@@ -49,7 +49,8 @@ def test_spark_cluster_on_huaweicloud_nodes(hwc, env):
     both = render("head", {"types": ["dask", "spark"], "cluster_name": "x",
                            "spark": {"version": "9.9.9"}}, storage={"bucket": "b"})
     assert "distributed.cli.dask_scheduler" in both and "deploy.master.Master" in both
-    assert 'SPARK_LOCAL_IP="127.0.0.1"' in both  # the master UI: the head's loopback only
+    # the master UI: the head's loopback only (NODE_LOOPBACK: 127.0.0.1 on a real server)
+    assert 'SPARK_LOCAL_IP="${NODE_LOOPBACK:-127.0.0.1}"' in both
 
     backend = CoreBackend(settings=CloudTik(state_dir=str(env), start_reaper=False,
                                             operation_timeout=300))

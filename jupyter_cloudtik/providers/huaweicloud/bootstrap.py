@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import ConfigError
 from .account import names
 from .credentials import SECRET_SCOPE
-from .offers import list_zones, sale_status, sold, sold_pay_per_use
+from .offers import flavor_hardware, list_zones, sale_status, sold, sold_pay_per_use
 
 if TYPE_CHECKING:
     from .nodes import HuaweiCloudNodeProvider
@@ -31,21 +31,33 @@ UBUNTU = re.compile(r"^Ubuntu (\d+)\.(\d+)")
 PRIVATE_KEY_SECRET = "ssh_private_key"
 
 
-def latest_ubuntu(clients) -> Any:
+def latest_ubuntu(clients, arch: str = "x86") -> Any:
+    """The newest public Ubuntu ECS image for ``arch`` (IMS ``architecture``: x86 | arm).
+
+    Asked with IMS's own filters (ListImagesRequest ``architecture``, ``virtual_env_type``
+    FusionCompute = ECS, not Ironic bare metal), and checked again on each answer
+    (``__support_arm``, ``virtual_env_type``): a Kunpeng or bare-metal build is often the
+    newest "Ubuntu" of a region, and an x86 ECS server cannot boot it (Ecs.0007)."""
     from huaweicloudsdkims.v2 import ListImagesRequest
 
     images = clients.call("ims", "list_images", ListImagesRequest(
-        platform="Ubuntu", imagetype="gold", status="active", limit=100)).images or []
+        platform="Ubuntu", imagetype="gold", status="active", limit=100, architecture=arch,
+        virtual_env_type="FusionCompute")).images or []
     # (newest first is IMS's default order; its sort_key takes name, container_format,
     # disk_format, status, id or size, not created_at: ListImagesRequest docstring)
     best = None
     for img in images:
+        is_arm = str(getattr(img, "support_arm", "") or "").lower() == "true"
+        env = getattr(img, "virtual_env_type", None) or "FusionCompute"
+        if is_arm != (arch == "arm") or env != "FusionCompute":
+            continue
         m = UBUNTU.match(img.os_version or img.name or "")
         if m and (best is None or tuple(map(int, m.groups())) > best[0]):
             best = (tuple(map(int, m.groups())), img)
     if best is None:
-        raise ConfigError("node_config.image_id: the region offers no public Ubuntu image; "
-                          "name an image with image_id", field="node_config.image_id")
+        raise ConfigError(f"node_config.image_id: the region offers no public Ubuntu ECS "
+                          f"image for {arch}; name an image with image_id",
+                          field="node_config.image_id")
     return best[1]
 
 
@@ -140,7 +152,7 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
     key_name = p.get("key_name") or ensure_keypair(provider, ws["name"])
 
     # f. image, flavors
-    image = None
+    images: dict[str, Any] = {}  # architecture -> its newest Ubuntu ECS image
     flavors = {f.id: f for f in provider.flavors(zone)}
     zones: list[str] = []  # the region's, asked once when no zone is set
     for tname, t in cfg["available_node_types"].items():
@@ -156,13 +168,14 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
         check_flavor(tname, f, [zone] if zone else zones or (zones := list_zones(c)))
         t["resources"] = {**t.get("resources", {}), "CPU": int(f.vcpus),
                           "memory": int(int(f.ram) * 2**20 * 0.9), "GPU": 0}
-        if not nc.get("image_id"):
-            image = image or latest_ubuntu(c)
+        arch = "arm" if flavor_hardware(f.os_extra_specs)[0] == "aarch64" else "x86"
+        if not nc.get("image_id") and arch not in images:
+            images[arch] = latest_ubuntu(c, arch)  # the flavor's architecture's image
         spot = nc.get("use_spot", p.get("use_spot", False)) and not head
         public = nc.get("public_ip", head and not p.get("use_internal_ips", False))
         nc.update({
             "flavor": flavor,
-            "image_id": nc.get("image_id") or image.id,
+            "image_id": nc.get("image_id") or images[arch].id,
             "availability_zone": zone,
             # d, e: network
             "vpc_id": res["vpc_id"],

@@ -77,11 +77,23 @@ FLAVOR_SPECS = {
                       "pci_passthrough:alias": "nvidia-t4:1"},
 }
 
+# name, platform, os_version, created, architecture (ListImagesRequest.architecture: x86 |
+# arm), virtual_env_type (FusionCompute: ECS, Ironic: bare metal, DataImage).  A region
+# lists Kunpeng (arm) and bare-metal Ubuntu builds beside the x86 ECS ones, often newer: a
+# lookup by platform and version alone picks one an x86 ECS server cannot boot.
 IMAGES = [
-    ("Ubuntu 18.04 server 64bit", "Ubuntu", "Ubuntu 18.04 server 64bit", "2021-03-01T00:00:00Z"),
-    ("Ubuntu 20.04 server 64bit", "Ubuntu", "Ubuntu 20.04 server 64bit", "2023-06-01T00:00:00Z"),
-    ("Ubuntu 22.04 server 64bit", "Ubuntu", "Ubuntu 22.04 server 64bit", "2024-09-01T00:00:00Z"),
-    ("CentOS 7.9 64bit", "CentOS", "CentOS 7.9 64bit", "2022-01-01T00:00:00Z"),
+    ("Ubuntu 18.04 server 64bit", "Ubuntu", "Ubuntu 18.04 server 64bit", "2021-03-01T00:00:00Z",
+     "x86", "FusionCompute"),
+    ("Ubuntu 20.04 server 64bit", "Ubuntu", "Ubuntu 20.04 server 64bit", "2023-06-01T00:00:00Z",
+     "x86", "FusionCompute"),
+    ("Ubuntu 22.04 server 64bit", "Ubuntu", "Ubuntu 22.04 server 64bit", "2024-09-01T00:00:00Z",
+     "x86", "FusionCompute"),
+    ("Ubuntu 24.04 server 64bit for Kunpeng", "Ubuntu", "Ubuntu 24.04 server 64bit",
+     "2025-05-01T00:00:00Z", "arm", "FusionCompute"),
+    ("Ubuntu 24.04 server 64bit for BMS", "Ubuntu", "Ubuntu 24.04 server 64bit",
+     "2025-06-01T00:00:00Z", "x86", "Ironic"),
+    ("CentOS 7.9 64bit", "CentOS", "CentOS 7.9 64bit", "2022-01-01T00:00:00Z", "x86",
+     "FusionCompute"),
 ]
 
 ROLES = [
@@ -209,8 +221,8 @@ class Cloud:
         self._seq = itertools.count(1)
         self.images = [
             {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, name)), "name": name, "platform": plat,
-             "os_version": ver, "created_at": created}
-            for name, plat, ver, created in IMAGES
+             "os_version": ver, "created_at": created, "arch": arch, "env": env}
+            for name, plat, ver, created, arch, env in IMAGES
         ]
         self.roles = [
             {"id": hashlib.md5(n.encode()).hexdigest(), "display_name": d, "name": n,
@@ -1107,6 +1119,12 @@ class Cloud:
             items = [i for i in items if i["id"] == q["id"]]
         if q.get("status") and q["status"] != "active":
             items = []
+        if q.get("architecture"):
+            if q["architecture"] not in ("x86", "arm"):
+                raise bad_request("ims", "architecture must be x86 or arm")
+            items = [i for i in items if i["arch"] == q["architecture"]]
+        if q.get("virtual_env_type"):
+            items = [i for i in items if i["env"] == q["virtual_env_type"]]
         if q.get("__imagetype") and q["__imagetype"] != "gold":
             items = []
         # ListImagesRequest.sort_key: name, container_format, disk_format, status, id or size;
@@ -1128,7 +1146,8 @@ class Cloud:
                 "__isregistered": "true", "__support_kvm": "true", "min_disk": 40,
                 "min_ram": 0, "disk_format": "zvhd2", "container_format": "bare",
                 "protected": True, "created_at": i["created_at"],
-                "updated_at": i["created_at"], "virtual_env_type": "FusionCompute",
+                "updated_at": i["created_at"], "virtual_env_type": i["env"],
+                "__support_arm": "true" if i["arch"] == "arm" else "false",
                 "owner": "public", "size": 0, "tags": []}
                for i in self._page_marker(items, q, default=500)]
         return 200, {"images": out}
@@ -1360,6 +1379,12 @@ class Cloud:
             raise bad_request("ecs", f"imageRef {spec.get('imageRef')!r} does not exist",
                               "Ecs.0004")
         family = (fid or "").split(".")[0]
+        flavor_arch = "arm" if "arm64" in str((FLAVOR_SPECS.get(fid or "") or {}).get(
+            "ecs:instance_architecture", "")) else "x86"
+        if image["env"] != "FusionCompute" or image["arch"] != flavor_arch:
+            # an ECS flavor boots only ECS (FusionCompute) images of its own architecture
+            raise ApiError(400, "Ecs.0007", f"The image {image['name']} cannot be used with "
+                           f"flavor {fid}: adjust the flavor or the image type.", "ecs")
         if (image["name"], family) in self.image_flavor_refusals:
             raise ApiError(400, "Ecs.0007", f"The image {image['name']} cannot be used with "
                            f"flavor {fid}: adjust the flavor or the image type.", "ecs")
