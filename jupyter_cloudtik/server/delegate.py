@@ -37,8 +37,8 @@ from .forward import forward, request_headers
 
 HUB_SERVICE_ENV = env.HUB_SERVICE_URL
 log = logging.getLogger("jupyter_cloudtik.server")
-DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-transfers",
-             "storage-backends", "jobs", "hpc", "hub")
+DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-checks",
+             "storage-transfers", "storage-backends", "jobs", "hpc", "hub")
 
 def hub_service_url(configured: str) -> str | None:
     url = configured or os.environ.get(HUB_SERVICE_ENV, "")

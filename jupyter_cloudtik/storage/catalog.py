@@ -100,6 +100,26 @@ def read_only_scope(name: str) -> str:
     return f"storage-read-only:{name}"
 
 
+class _Asked:
+    """The value of an option that will be asked for (a check's ``ask``): its name is
+    checked like any option's, its value only by the add that has it."""
+
+    def __repr__(self) -> str:
+        return "<asked>"
+
+
+ASKED: Any = _Asked()
+
+
+def check_ask(ask: Any) -> list[str]:
+    """``ask`` of a check: the names of the options whose values will be asked for."""
+    if ask is None:
+        return []
+    if not isinstance(ask, (list, tuple)) or not all(isinstance(k, str) and k for k in ask):
+        raise ConfigError("ask: expected a list of option names", field="ask")
+    return list(dict.fromkeys(ask))
+
+
 def check_name(name: Any, field: str = "name") -> str:
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise ConfigError(f"{field}: {name!r} is not a valid storage name; use {NAME_RULE}",
@@ -247,14 +267,21 @@ class StorageCatalog:
         return "*" in allowed or option in allowed
 
     # validation ------------------------------------------------------------------------
-    def validate(self, backend: str, options: dict[str, Any]
+    def validate(self, backend: str, options: dict[str, Any], ask: list[str] = ()
                  ) -> tuple[dict[str, str], dict[str, str]]:
-        """Check options against rclone's schema; returns (plain options, secret options)."""
+        """Check options against rclone's schema; returns (plain options, secret options).
+
+        ``ask``: options whose values are not known yet (a dry run's; they will be asked
+        for): their names are checked as the add checks them, their values are ``ASKED``."""
         b = self._backend(backend)
         if not isinstance(options, dict):
             raise ConfigError("options: must be a mapping of option names to values",
                               field="options")
+        if ask:  # in the order the add will see them: asked values replace given ones
+            options = {**options, **dict.fromkeys(ask, ASKED)}
         provider = options.get("provider")
+        if provider is ASKED:
+            provider = None
         if provider is not None and "provider" in b.options:
             provider = str(provider)
             valid = b.providers
@@ -279,7 +306,9 @@ class StorageCatalog:
             opt = b.options[key]
             if value is None:
                 continue
-            if is_unsafe_option(key) and _truthy(value) and not self._unsafe_allowed(key):
+            asked = value is ASKED
+            if is_unsafe_option(key) and (asked or _truthy(value)) and (
+                    not self._unsafe_allowed(key)):
                 raise PermissionDeniedError(
                     f"{path}: this option makes rclone read files or run commands on this "
                     "machine and is not allowed here (an admin can allow it with "
@@ -288,7 +317,7 @@ class StorageCatalog:
                 raise ConfigError(
                     f"{path}: not an option of provider {provider!r} (it applies to: "
                     f"{', '.join(opt.providers or ())})", field=path, value=key)
-            text = _check_value(opt, value, path, provider)
+            text = ASKED if asked else _check_value(opt, value, path, provider)
             (secret if opt.sensitive else plain)[key] = text
         for opt in b.options.values():
             if opt.required and opt.applies_to(provider) and opt.name not in options and (
@@ -367,12 +396,22 @@ class StorageCatalog:
             source: str = "", read_only: bool = True, mount_path: str | None = None,
             vfs_cache_mode: str | None = None, description: str = "",
             replace: bool = False,
-            read_only_credentials: dict[str, Any] | None = None) -> StorageInfo:
+            read_only_credentials: dict[str, Any] | None = None,
+            dry_run: bool = False, ask: list[str] | None = None) -> StorageInfo:
         """``read_only_credentials``: options (an access key id, a secret) that give only
         read access, handed to nodes of users who may only read it (None: keep what was
-        there; ``{}``: none)."""
+        there; ``{}``: none).
+
+        ``dry_run``: check everything this add checks and save nothing; the answer is the
+        storage as it would be recorded.  ``ask`` (a dry run's only): options whose values
+        the add will have but the check does not — their names are checked, they count as
+        given, and they are listed in ``secret_options`` when rclone marks them secret."""
         check_name(name)
-        plain, secret = self.validate(backend, dict(options or {}))
+        ask = check_ask(ask)
+        if ask and not dry_run:
+            raise ConfigError("ask: only for a dry run; an add takes the values in options",
+                              field="ask")
+        plain, secret = self.validate(backend, dict(options or {}), ask)
         ro_credentials = None if read_only_credentials is None else \
             self._check_read_only_credentials(backend, read_only_credentials)
         source = _check_source(source)
@@ -384,14 +423,21 @@ class StorageCatalog:
         if not isinstance(read_only, bool):
             raise ConfigError(f"read_only: {read_only!r} is not true or false",
                               field="read_only")
+        if dry_run:
+            if self.exists(name) and not replace:
+                raise _exists(name)
+            return StorageInfo(
+                name=name, backend=backend,
+                options={k: v for k, v in plain.items() if v is not ASKED},
+                secret_options=sorted(secret), source=source, read_only=read_only,
+                mount_path=mount, vfs_cache_mode=vfs_cache_mode,
+                description=description or "", owner=self.user)
         now = time.time()
         with self.store.transaction() as conn:
             row = conn.execute("SELECT created_at FROM storages WHERE name = ?",
                                (name,)).fetchone()
             if row is not None and not replace:
-                raise ConflictError(
-                    f"a storage named {name!r} exists; remove it first or use replace",
-                    field="name", value=name)
+                raise _exists(name)
             conn.execute(
                 "INSERT INTO storages (name, backend, options, secret_options, source,"
                 " read_only, mount_path, vfs_cache_mode, description, owner, created_at,"
@@ -446,6 +492,11 @@ class StorageCatalog:
     # URLs ----------------------------------------------------------------------------------
     def from_url(self, url: str) -> ParsedURL:
         return parse_url(url)
+
+
+def _exists(name: str) -> ConflictError:
+    return ConflictError(f"a storage named {name!r} exists; remove it first or use replace",
+                         field="name", value=name)
 
 
 def _info(row) -> StorageInfo:

@@ -31,6 +31,13 @@ class StorageClient:
             **kw: Any) -> StorageInfo:
         return self.manager.add(name, backend, options, **kw)
 
+    def check_add(self, name: str, backend: str | None = None,
+                  options: dict[str, Any] | None = None, *, ask: list[str] | None = None,
+                  **kw: Any) -> StorageInfo:
+        """What ``add`` would record, checked the same way, saved nowhere; ``ask``: the
+        options whose values are not known yet."""
+        return self.manager.add(name, backend, options, dry_run=True, ask=ask, **kw)
+
     def get(self, name: str) -> StorageInfo:
         return self.manager.get(name)
 

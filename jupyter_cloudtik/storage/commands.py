@@ -175,8 +175,13 @@ def _options_text(schema: dict[str, Any], show_all: bool) -> str:
 
 # --------------------------------------------------------------------------- running
 def run_command(args: argparse.Namespace, client: Any, follow: Callable[[str, str], Any],
-                ask: Callable[[str], str] = getpass.getpass, out=None) -> Any:
-    """Run one parsed storage command; ``follow(op_id, title)`` shows an operation."""
+                ask: Callable[[str], str] = getpass.getpass, out=None,
+                add_by_user: Callable[..., Any] | None = None) -> Any:
+    """Run one parsed storage command; ``follow(op_id, title)`` shows an operation.
+
+    ``add_by_user(client, args, request, checked)``: how an add this face may not make
+    itself is made by the user (a notebook's kernel: the form in the cell); it is called
+    once the request has been checked, and returns the storage."""
     out = out or sys.stdout
     cmd = args.storage_command
     if cmd == "add":
@@ -186,15 +191,25 @@ def run_command(args: argparse.Namespace, client: Any, follow: Callable[[str, st
                 raise ConfigError(f"--from-env {key}={var}: the environment variable {var} "
                                   "is not set", field=f"options.{key}")
             options[key] = os.environ[var]
-        for key in args.ask:
-            options[key] = ask(f"{key} for storage {args.name}: ")
         if not args.url and not args.backend:
             raise ConfigError("add: give a URL (s3://bucket, webdav+https://...) or --backend",
                               field="backend")
-        info = client.add(args.name, args.backend, options, url=args.url, source=args.source,
-                          read_only=not args.read_write, mount_path=args.mount_path,
-                          vfs_cache_mode=args.vfs_cache_mode, description=args.description,
-                          replace=args.replace)
+        kw = {"url": args.url, "source": args.source, "read_only": not args.read_write,
+              "mount_path": args.mount_path, "vfs_cache_mode": args.vfs_cache_mode,
+              "description": args.description, "replace": args.replace}
+        if args.ask or add_by_user is not None:
+            # the add's own checks, nothing saved, before anyone types a secret: a typo is
+            # answered now (and a kernel, which may not add, is answered at all)
+            checked = client.check_add(args.name, args.backend, options, ask=args.ask, **kw)
+        if add_by_user is not None:
+            from .rest import add_body
+
+            given = {k: v for k, v in options.items() if k not in args.ask}
+            request = add_body(args.name, args.backend, given, **kw)
+            return ("shown", add_by_user(client, args, request, checked))
+        for key in args.ask:
+            options[key] = ask(f"{key} for storage {args.name}: ")
+        info = client.add(args.name, args.backend, options, **kw)
         return ("storage", info)
     if cmd == "list":
         return ("list", StorageList(client.list()))

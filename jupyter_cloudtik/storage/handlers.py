@@ -15,6 +15,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..api.base import CloudTikHandler
+from ..core.errors import ConfigError
 from ..core.locations import check_text
 from ..core.operations import OperationInfo
 
@@ -68,14 +69,47 @@ class StoragesHandler(_StorageHandler):
     @authorized
     async def post(self) -> None:
         """Add a storage; options are checked against rclone's schema of the backend."""
-        body = self.json_body("StorageCreate")
-        info = self.storage.add(
-            body["name"], body.get("backend"), body.get("options") or {}, url=body.get("url"),
-            source=body.get("source"), read_only=body.get("read_only", True),
-            mount_path=body.get("mount_path"), vfs_cache_mode=body.get("vfs_cache_mode"),
-            description=body.get("description") or "", replace=bool(body.get("replace")))
+        info = _add(self.storage, self.json_body("StorageCreate"))
         self.set_header("Location", self.api_path("storages", info.name))
         self.write_json(info.to_dict(), status=201)
+
+
+def _add(storage: Any, body: dict[str, Any], *, dry_run: bool = False,
+         ask: list[str] | None = None) -> Any:
+    """A StorageCreate body, added (or, with ``dry_run``, checked the same way)."""
+    extra = {"dry_run": True, "ask": ask} if dry_run else {}
+    return storage.add(
+        body["name"], body.get("backend"), body.get("options") or {}, url=body.get("url"),
+        source=body.get("source"), read_only=body.get("read_only", True),
+        mount_path=body.get("mount_path"), vfs_cache_mode=body.get("vfs_cache_mode"),
+        description=body.get("description") or "", replace=bool(body.get("replace")),
+        **extra)
+
+
+class StorageChecksHandler(_StorageHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Check an add without making it: everything ``POST storages`` checks, by the same
+        code, and nothing is saved.  It takes no secret values, only the names of the
+        options that will be asked for (``ask``), so the kernel token may call it:
+        ``%storage add`` in a notebook reports a typo before it shows the form in which
+        the user types the secrets (which then go from the browser to ``POST storages``)."""
+        body = self.json_body("StorageCheck")
+        ask = body.get("ask") or []
+        both = [k for k in ask if k in (body["storage"].get("options") or {})]
+        if both:
+            raise ConfigError(f"options.{both[0]}: asked for, so it takes no value here",
+                              field=f"options.{both[0]}", value=both[0])
+        info = _add(self.storage, body["storage"], dry_run=True, ask=ask)
+        given = [k for k in info.secret_options if k not in ask]
+        if given:
+            key = given[0]
+            raise ConfigError(
+                f"options.{key}: a secret option; a check takes no secret values, only the "
+                f"names of the options that will be asked for (in a notebook: --ask {key})",
+                field=f"options.{key}", value=key)
+        self.write_json({"storage": info.to_dict(), "ask": ask})
 
 
 class StorageHandler(_StorageHandler):
@@ -170,6 +204,7 @@ class StorageBackendHandler(_StorageHandler):
 
 ROUTES = [
     (r"/storages", StoragesHandler),
+    (r"/storage-checks", StorageChecksHandler),
     (rf"/storages/{NAME}", StorageHandler),
     (rf"/storages/{NAME}/test", StorageTestHandler),
     (rf"/storages/{NAME}/ls", StorageListHandler),

@@ -3,7 +3,10 @@
 Transfers and mounts show a progress bar (bytes, files, rate, ETA); "interrupt kernel"
 cancels them.  Errors are one-line ``UsageError``s.  Keep credentials out of the notebook:
 ``%storage add NAME s3://bucket --ask secret_access_key`` asks for the value without
-echoing it (IPython's ``$var`` expansion also works: ``-o secret_access_key=$sk``).
+echoing it (IPython's ``$var`` expansion also works: ``-o secret_access_key=$sk``).  In a
+kernel of a Jupyter server (whose token may not add storages) the server checks the
+request first, then the cell shows a form in which the user types the asked values and
+presses Add, in the browser (``notebook_add``).
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ class StorageMagics(Magics):
         try:
             client = get_storage_client()
             kind, value = run_command(
-                args, client, lambda op_id, title: follow(client, op_id, make_view(title)))
+                args, client, lambda op_id, title: follow(client, op_id, make_view(title)),
+                add_by_user=_add_by_user(client))
         except OperationCancelled as e:
             print(f"cancelled: {e.message}")
             return None
@@ -58,5 +62,16 @@ class StorageMagics(Magics):
             raise UsageError(e.message) from None
         if kind in ("list", "ls", "storage"):
             return value
+        if kind == "shown":  # the cell's output already shows the result line
+            return None
         print(describe(kind, value))
         return None
+
+
+def _add_by_user(client: Any) -> Any:
+    """A kernel of a Jupyter server (the REST client) adds through the user's browser."""
+    if getattr(client, "kind", None) != "rest":
+        return None
+    from .notebook_add import add_in_notebook
+
+    return add_in_notebook

@@ -160,11 +160,16 @@ class StorageManager(ActsForUser):
             *, url: str | None = None, source: str | None = None, read_only: bool = True,
             mount_path: str | None = None, vfs_cache_mode: str | None = None,
             description: str = "", replace: bool = False,
-            read_only_credentials: dict[str, Any] | None = None) -> StorageInfo:
+            read_only_credentials: dict[str, Any] | None = None,
+            dry_run: bool = False, ask: list[str] | None = None) -> StorageInfo:
         """Record a storage.  ``url`` is a short form (s3://bucket/path, obs://bucket,
         webdav+https://host/path, sftp://user@host/path); ``options`` add to or override it.
         ``read_only_credentials``: options that can only read it, for nodes of users who
         may only read it (the hub catalogue's; None keeps what there was).
+
+        ``dry_run=True`` checks all of it and saves nothing (the storage as it would be
+        recorded); ``ask`` names the options whose values it does not have yet
+        (``StorageCatalog.add``): what ``%storage add --ask`` checks before asking.
         """
         check_name(name)
         options = dict(options or {})
@@ -189,7 +194,8 @@ class StorageManager(ActsForUser):
                                 read_only=read_only, mount_path=mount_path,
                                 vfs_cache_mode=vfs_cache_mode, description=description,
                                 replace=replace,
-                                read_only_credentials=read_only_credentials)
+                                read_only_credentials=read_only_credentials,
+                                dry_run=dry_run, ask=ask)
 
     def get(self, name: str) -> StorageInfo:
         info = self.catalog.get(name)

@@ -13,7 +13,7 @@ from typing import Any
 
 from ..core.errors import error_from_dict
 from ..rest_client import RestBackend, _seg
-from .catalog import NAME_RE, StorageInfo
+from .catalog import NAME_RE, StorageInfo, check_name
 from .manager import Location
 
 
@@ -26,18 +26,35 @@ def _where(where: str | Location) -> str:
     return os.path.abspath(os.path.expanduser(where))
 
 
+def add_body(name: str, backend: str | None = None, options: dict[str, Any] | None = None,
+             *, url: str | None = None, source: str | None = None, read_only: bool = True,
+             mount_path: str | None = None, vfs_cache_mode: str | None = None,
+             description: str = "", replace: bool = False) -> dict[str, Any]:
+    """The body of ``POST storages`` (openapi.yaml's StorageCreate)."""
+    return {"name": name, "backend": backend, "options": options or {}, "url": url,
+            "source": source, "read_only": read_only, "mount_path": mount_path,
+            "vfs_cache_mode": vfs_cache_mode, "description": description, "replace": replace}
+
+
 class RestStorageClient(RestBackend):
     """StorageClient's calls, answered by a Jupyter server with the extension."""
 
     def add(self, name: str, backend: str | None = None, options: dict[str, Any] | None = None,
-            *, url: str | None = None, source: str | None = None, read_only: bool = True,
-            mount_path: str | None = None, vfs_cache_mode: str | None = None,
-            description: str = "", replace: bool = False) -> StorageInfo:
-        body = {"name": name, "backend": backend, "options": options or {}, "url": url,
-                "source": source, "read_only": read_only, "mount_path": mount_path,
-                "vfs_cache_mode": vfs_cache_mode, "description": description,
-                "replace": replace}
+            **kw: Any) -> StorageInfo:
+        body = add_body(name, backend, options, **kw)
         return StorageInfo.from_dict(self._json("POST", "storages", body=body))
+
+    def check_add(self, name: str, backend: str | None = None,
+                  options: dict[str, Any] | None = None, *, ask: list[str] | None = None,
+                  **kw: Any) -> StorageInfo:
+        """``POST storage-checks``: what ``add`` would record, checked by the server the
+        same way and saved nowhere.  Values of asked options are not sent (the add has
+        them); secret values given are refused by the server (a notebook asks for them)."""
+        check_name(name)  # the core's message (the server's schema has its own wording)
+        ask = list(dict.fromkeys(ask or []))
+        given = {k: v for k, v in (options or {}).items() if k not in ask}
+        body = {"storage": add_body(name, backend, given, **kw), "ask": ask}
+        return StorageInfo.from_dict(self._json("POST", "storage-checks", body=body)["storage"])
 
     def get(self, name: str) -> StorageInfo:
         return StorageInfo.from_dict(self._json("GET", f"storages/{_seg(name)}"))
