@@ -82,7 +82,8 @@ def test_peering_with_a_vpc_of_the_same_region(hwc, core):
     try:
         core.run(core.workspaces.create("peer", workspace_config(hwc, peer_vpc_id=mine.id)))
         state = hwc.ctl.state()
-        assert [p["name"] for p in state["peerings"]] == ["cloudtik-peer-peering"]
+        assert [(p["name"], p["routes"]) for p in state["peerings"]] == [
+            ("cloudtik-peer-peering", True)]
         st = core.run(core.workspaces.status("peer"))
         assert st["integrity"]["peering"] == "ok"
         core.run(core.workspaces.delete("peer"))
@@ -90,6 +91,57 @@ def test_peering_with_a_vpc_of_the_same_region(hwc, core):
         assert leftovers(hwc, "peer") == {}
     finally:
         clients.call("vpc", "delete_vpc", DeleteVpcRequest(vpc_id=mine.id), missing_ok=True)
+
+
+def test_a_peer_vpc_whose_cidr_overlaps_is_refused_before_anything_is_made(hwc, core):
+    """Huawei Cloud peers overlapping VPCs (ACTIVE) and the peering silently does not
+    route; the emulator does the same (it accepts and marks it), and the provider refuses
+    the overlap itself, in one line naming provider.vpc_cidr, before any resource."""
+    from huaweicloudsdkvpc.v2 import (
+        CreateVpcOption,
+        CreateVpcPeeringOption,
+        CreateVpcPeeringRequest,
+        CreateVpcPeeringRequestBody,
+        CreateVpcRequest,
+        CreateVpcRequestBody,
+        DeleteVpcPeeringRequest,
+        DeleteVpcRequest,
+        VpcInfo,
+    )
+    from hwc_helpers import workspace_config
+
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.providers.huaweicloud.account import make_clients
+
+    clients = make_clients({"region": hwc.info["region"], "endpoint": hwc.info["endpoint"]},
+                           core.workspaces.context, None)
+    # the console's default VPC CIDR, which is also our default vpc_cidr
+    console = clients.call("vpc", "create_vpc", CreateVpcRequest(CreateVpcRequestBody(
+        vpc=CreateVpcOption(name="console-default", cidr="192.168.0.0/16")))).vpc
+    other = clients.call("vpc", "create_vpc", CreateVpcRequest(CreateVpcRequestBody(
+        vpc=CreateVpcOption(name="other", cidr="192.168.0.0/20")))).vpc
+    try:
+        mark = hwc.ctl.last_request()
+        with pytest.raises(ConfigError) as e:
+            core.run(core.workspaces.create("overlap", workspace_config(
+                hwc, peer_vpc_id=console.id)))
+        assert e.value.field == "provider.vpc_cidr" and "would not route" in e.value.message
+        assert "\n" not in e.value.message and "10.0.0.0/16" in e.value.message
+        made = [r for r in hwc.ctl.requests(mark) if r["method"] not in ("GET", "HEAD")]
+        assert made == [], made  # refused before anything was made
+        assert leftovers(hwc, "overlap") == {}
+        # the emulator itself, like the cloud, accepts the overlapping peering
+        got = clients.call("vpc", "create_vpc_peering", CreateVpcPeeringRequest(
+            CreateVpcPeeringRequestBody(peering=CreateVpcPeeringOption(
+                name="overlapping", request_vpc_info=VpcInfo(vpc_id=console.id),
+                accept_vpc_info=VpcInfo(vpc_id=other.id))))).peering
+        assert got.status == "ACTIVE"
+        listed = {p["name"]: p for p in hwc.ctl.state()["peerings"]}
+        assert listed["overlapping"]["routes"] is False
+        clients.call("vpc", "delete_vpc_peering", DeleteVpcPeeringRequest(peering_id=got.id))
+    finally:
+        for v in (console, other):
+            clients.call("vpc", "delete_vpc", DeleteVpcRequest(vpc_id=v.id), missing_ok=True)
 
 
 def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):

@@ -301,6 +301,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         res: dict[str, Any] = {"region": c.region}
         self.on_resource("region", c.region)
         steps = 7 if p.get("peer_vpc_id") else 6
+        if p.get("peer_vpc_id"):  # before anything is made: an overlap is a config error
+            self._check_peer_cidr()
 
         # 1. VPC
         self._progress("vpc", f"VPC {n['vpc']}", 0.05)
@@ -582,6 +584,37 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
                 recover=lambda sid=sid: True if sid in networks() else None,
                 what="add a SNAT rule")
 
+    def _peer_vpc(self):
+        from huaweicloudsdkvpc.v2 import ShowVpcRequest
+
+        c = self.clients
+        peer_id = self.provider_config["peer_vpc_id"]
+        got = c.call("vpc", "show_vpc", ShowVpcRequest(vpc_id=peer_id), missing_ok=True)
+        if got is None:
+            raise ConfigError(f"provider.peer_vpc_id: no VPC {peer_id} in region {c.region} "
+                              "(peering works within one region only)",
+                              field="provider.peer_vpc_id")
+        return got.vpc
+
+    def _check_peer_cidr(self) -> None:
+        """Refuse a workspace CIDR that overlaps the peer VPC's.  Huawei Cloud creates a
+        peering between overlapping VPCs and reports it ACTIVE, but no route can be added
+        for an overlapping destination, so it silently does not route (VPC peering docs:
+        "VPC peering connections between VPCs with overlapping CIDR blocks ... routes
+        cannot take effect"); the workspace would look healthy.  192.168.0.0/16, our
+        default, is also the console's default VPC CIDR: the likely clash."""
+        peer = self._peer_vpc()
+        ours = ipaddress.ip_network(self.provider_config["vpc_cidr"])
+        theirs = ipaddress.ip_network(peer.cidr)
+        if ours.overlaps(theirs):
+            free = next(c for c in ("10.0.0.0/16", "172.16.0.0/16", "10.100.0.0/16")
+                        if not theirs.overlaps(ipaddress.ip_network(c)))
+            raise ConfigError(
+                f"provider.vpc_cidr: {ours} overlaps the peer VPC {peer.id}'s {theirs}: a "
+                "peering between them would not route (Huawei Cloud creates it anyway); "
+                f"choose a vpc_cidr that does not overlap, e.g. {free}",
+                field="provider.vpc_cidr", value=str(ours))
+
     def _ensure_peering(self, vpc) -> str:
         from huaweicloudsdkvpc.v2 import (
             AddRouteTableRoute,
@@ -591,7 +624,6 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             ListRouteTablesRequest,
             RouteTableRouteAction,
             ShowRouteTableRequest,
-            ShowVpcRequest,
             UpdateRouteTableReq,
             UpdateRoutetableReqBody,
             UpdateRouteTableRequest,
@@ -599,13 +631,7 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         )
 
         c = self.clients
-        peer_id = self.provider_config["peer_vpc_id"]
-        got = c.call("vpc", "show_vpc", ShowVpcRequest(vpc_id=peer_id), missing_ok=True)
-        if got is None:
-            raise ConfigError(f"provider.peer_vpc_id: no VPC {peer_id} in region {c.region} "
-                              "(peering works within one region only)",
-                              field="provider.peer_vpc_id")
-        peer = got.vpc
+        peer = self._peer_vpc()
         peering = self.find_peering()
         if peering is None:
             got = c.call("vpc", "create_vpc_peering", CreateVpcPeeringRequest(

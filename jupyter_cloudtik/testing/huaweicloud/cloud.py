@@ -873,10 +873,13 @@ class Cloud:
         b = self._get("vpc", acc.get("vpc_id") or "-", "vpc", "vpc")
         if a["id"] == b["id"]:
             raise bad_request("vpc", "a VPC cannot peer with itself")
-        if ipaddress.ip_network(a["cidr"]).overlaps(ipaddress.ip_network(b["cidr"])):
-            raise bad_request("vpc", f"the CIDR blocks {a['cidr']} and {b['cidr']} overlap",
-                              "VPC.0403")
+        # Overlapping CIDRs: the real service creates the peering (ACTIVE) and it does not
+        # route (VPC peering docs: routes to an overlapping destination cannot take
+        # effect); the emulator does the same and marks it, so a test can see the real
+        # failure (update_route_table refuses such a route; the state lists it)
+        overlapping = ipaddress.ip_network(a["cidr"]).overlaps(ipaddress.ip_network(b["cidr"]))
         p = {"id": new_id(), "name": opt.get("name") or "", "status": "ACTIVE",
+             "routes": not overlapping,
              "request_vpc_info": {"vpc_id": a["id"], "tenant_id": self.project_id},
              "accept_vpc_info": {"vpc_id": b["id"], "tenant_id": self.project_id},
              "created_at": now_iso(), "description": opt.get("description") or ""}
@@ -1874,7 +1877,7 @@ class Cloud:
                                  for n in self.r["nat"].values()],
                 "snat_rules": [{"id": r["id"], "nat_gateway_id": r["nat_gateway_id"]}
                                for r in self.r["snat"].values()],
-                "peerings": [{"id": p["id"], "name": p["name"]}
+                "peerings": [{"id": p["id"], "name": p["name"], "routes": p.get("routes", True)}
                              for p in self.r["peering"].values()],
                 "agencies": [{"id": a["id"], "name": a["name"], "roles": sorted(
                     [r["display_name"] for r in self.roles
