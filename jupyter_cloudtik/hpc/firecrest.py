@@ -17,7 +17,12 @@ docs/hpc.md): the default work folder is ``<defaultWorkDir mount>/<user name>`` 
 mount itself is not writable by users; partitions carry no default and no time limit
 (``{name, cpus (all of the partition's), totalNodes, partition (its state)}``), so time
 limits come from the config and a job Slurm will never start (``PartitionTimeLimit``...)
-is cancelled and failed with Slurm's reason instead of waiting forever; Slurm's refusals
+is cancelled and failed with Slurm's reason instead of waiting forever — but only on a
+reason that is final: the first answers may be provisional (``PartitionConfig`` before
+``PartitionTimeLimit``), and those keep the job queued with the reason shown as such;
+system names match in any case there (our calls use the server's spelling); an account
+the user may not charge is a 500 (said in one line naming the account); ``view`` of a
+whole file over the direct limit is a 413 (read through the transfer path); Slurm's refusals
 (sbatch, scancel) come back as HTTP 500 with Slurm's own text — a refused submit is a
 permanent failure, not "backend down" — and Slurm's accounting records a refused
 submission as a FAILED job that never got a node, which ``find`` must not adopt.
@@ -56,12 +61,12 @@ LIMITS_TTL = 60.0
 # renew before that, with a margin for the request itself
 MIN_TOKEN_VALIDITY = 45
 # pending reasons for which Slurm will never start the job (the request exceeds what the
-# partition, account or QOS allows); FirecREST cannot tell before submitting
+# partition, account or QOS allows; squeue(1) "JOB REASON CODES", Slurm 22.05);
+# FirecREST cannot tell before submitting
 NEVER_STARTS = {
     "PartitionTimeLimit": "the time limit is longer than the partition allows",
-    "PartitionNodeLimit": "more nodes than the partition allows",
-    "PartitionConfig": "the partition cannot run it (nodes, CPUs or memory)",
     "BadConstraints": "no node has the requested features",
+    "DependencyNeverSatisfied": "a job it depends on will never end as asked",
     "InvalidAccount": "the account is not valid",
     "InvalidQOS": "the QOS is not valid",
     "AssocMaxWallDurationPerJobLimit": "the time limit is longer than the account allows",
@@ -70,6 +75,15 @@ NEVER_STARTS = {
     "QOSMaxNodePerJobLimit": "more nodes than the QOS allows",
     "AssocMaxCpuPerJobLimit": "more CPUs than the account allows",
     "QOSMaxCpuPerJobLimit": "more CPUs than the QOS allows",
+}
+# pending reasons that are not final: the real server answered PartitionConfig first for
+# a job over the partition's time limit and PartitionTimeLimit a moment later (issue 29's
+# outside check); PartitionConfig is not among squeue(1)'s reason codes, and
+# PartitionNodeLimit "can also indicate that required nodes are DOWN or DRAINED" there.
+# Such a job stays queued, its reason shown as provisional, until Slurm says more
+PROVISIONAL = {
+    "PartitionConfig": "the partition may not fit the job's nodes, CPUs or memory",
+    "PartitionNodeLimit": "more nodes than the partition has up now",
 }
 
 
@@ -135,7 +149,9 @@ class FirecrestBackend(HPCBackend):
     # the client ------------------------------------------------------------------------------
     @property
     def system(self) -> str:
-        return self.config["system"]
+        """The system's name as the server spells it: FirecREST matches system names in any
+        case (issue 29's outside check), so ``TestSys`` in the config is its ``testsys``."""
+        return self.system_info().get("name") or self.config["system"]
 
     def client(self):
         if self._client is None:
@@ -186,6 +202,14 @@ class FirecrestBackend(HPCBackend):
                     "secret") from None
             except f7t.FirecrestException as e:
                 status, message = _status(e), _message(e)
+                if "Invalid account" in message:
+                    # sbatch (of the job, or of a transfer job) refused the account: the
+                    # real server answers 500, which is no outage
+                    account = kwargs.get("account") or self.config.get("account")
+                    raise ProviderError(
+                        f"Slurm on '{self.config['system']}' refused account '{account}': "
+                        f"{_slurm_text(message).split('failed: ')[-1]}; check the job's "
+                        f"account or backends.{self.name}.account") from None
                 if status == 401 and attempt == 1:
                     self._auth._access_token = None  # rotated or revoked: fetch a new one
                     continue
@@ -199,8 +223,8 @@ class FirecrestBackend(HPCBackend):
                 if status in (401, 403):
                     raise ProviderError(f"FirecREST refused the request ({status}): "
                                         f"{message}") from None
-                raise ProviderError(f"FirecREST refused the request ({status}): {message}") \
-                    from None
+                raise ProviderError(f"FirecREST refused the request ({status}): {message}",
+                                    status=status) from None
             except MultipartUploadException:
                 # a part's PUT to the stage broke off: the submit is done again from the
                 # start.  Not str(e): it holds the presigned URLs
@@ -219,11 +243,12 @@ class FirecrestBackend(HPCBackend):
         """The system's entry of ``GET /status/systems`` (file systems, data operations)."""
         if self._system_info is None:
             systems = self._call("systems")
-            mine = next((s for s in systems if s.get("name") == self.system), None)
+            wanted = str(self.config["system"]).lower()  # matched in any case, as FirecREST does
+            mine = next((s for s in systems if str(s.get("name")).lower() == wanted), None)
             if mine is None:
                 names = ", ".join(sorted(str(s.get("name")) for s in systems)) or "none"
                 raise ConfigError(f"backends.{self.name}.system: FirecREST has no system "
-                                  f"'{self.system}' (it has: {names})",
+                                  f"'{self.config['system']}' (it has: {names})",
                                   field=f"backends.{self.name}.system")
             self._system_info = mine
             self._apply_direct_limit()
@@ -281,7 +306,7 @@ class FirecrestBackend(HPCBackend):
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
-        d["where"] = f"{self.config['url']} ({self.system})"
+        d["where"] = f"{self.config['url']} ({self.config['system']})"
         return d
 
     # limits ------------------------------------------------------------------------------------
@@ -445,6 +470,9 @@ class FirecrestBackend(HPCBackend):
         message = None if reason in (None, "None", "", "(null)") else reason
         if native == "PENDING" and reason in NEVER_STARTS:
             return self._never_starts(job, reason)
+        if native == "PENDING" and reason in PROVISIONAL:
+            return JobStatus(state, native, f"pending: {reason} (may change; "
+                                            f"{PROVISIONAL[reason]})")
         if state == FAILED:
             message = FAILURE_TEXT.get(native, message or native.lower())
         status = JobStatus(state, native, message)
@@ -480,7 +508,22 @@ class FirecrestBackend(HPCBackend):
         return JobStatus(FAILED, "FAILED", f"exit code {rc}", exit_code=rc)
 
     def _view(self, path: str) -> str:
-        out = self._call("view", self.system, path)
+        """A whole (small) file.  Over the server's direct limit ``view`` answers 413: such
+        a file is read through the transfer path instead."""
+        try:
+            out = self._call("view", self.system, path)
+        except ProviderError as e:
+            if isinstance(e, BackendUnavailable) or e.details.get("status") != 413:
+                raise
+            if not self.staged_transfers:
+                raise ProviderError(
+                    f"cannot read {path}: it is over FirecREST's direct limit "
+                    f"({self.max_direct_size} bytes) and '{self.system}' offers no staged "
+                    "transfer") from None
+            with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
+                target = Path(tmp) / "file"
+                self._download(path, target)
+                return target.read_bytes().decode(errors="replace")
         return out if isinstance(out, str) else (out or {}).get("content", "")
 
     def cancel(self, job: JobRef) -> None:

@@ -24,9 +24,15 @@ Slurm as FirecREST shows it: job ids are strings; an sbatch refusal (unknown par
 memory no node has, an unknown ``#SBATCH`` option) is HTTP 500 with FirecREST's
 "Unexpected Slurm command response. exit_status:1 std_err:sbatch: error: ..." text, and
 a memory refusal is recorded by accounting as a FAILED job that never had a node; a job
-over the partition's time or node limit is accepted and stays PENDING
-(``PartitionTimeLimit``/``PartitionConfig``) forever, as with Slurm's default
-``EnforcePartLimits=NO``; a missing working folder is accepted and the job then FAILS
+over the partition's time or node limit is accepted and stays PENDING forever, as with
+Slurm's default ``EnforcePartLimits=NO`` — over the time limit it reads ``PartitionConfig``
+first (for the first answer and the first second) and ``PartitionTimeLimit`` after, as the
+real server did (a provisional answer, then Slurm's settled one); more CPUs per node than
+a node has stays PENDING (``PartitionConfig``) too; an account the user has no
+association with (``--accounts``) is a 500 with sbatch's "Invalid account" words, for
+jobs and transfer jobs alike; system names match in any case (the URL's spelling is
+accepted, answers carry the server's); ``view`` without ``size`` of a file over
+``max_ops_file_size`` is a 413; a missing working folder is accepted and the job then FAILS
 (exit 0, signal 53); cancelling a finished or unknown job is a 500 with scancel's words;
 states read ``CANCELLED by <uid>``; time limits are seconds; the partition model is
 ``{name, cpus (of the whole partition), totalNodes, partition (the state)}``.
@@ -80,6 +86,16 @@ OPS_SIZE_LIMIT = 5 * 1024 * 1024  # FirecREST's data_operation.max_ops_file_size
 MAX_PART_SIZE = 5 * 1024 * 1024  # the stage's multipart part size
 MIN_PART_SIZE = 5 * 1024 * 1024  # S3: every part but the last (EntityTooSmall)
 MIN_TOKEN_TTL = 30  # FirecREST's OIDCTokenAuth.min_token_ttl
+# a job over the partition's time limit: the real server (FirecREST v2 beside Slurm 22.05
+# with accounting, issue 29's outside check) answered PartitionConfig first, Slurm's settled
+# PartitionTimeLimit a moment later; we answer PartitionConfig until it has been shown
+# once and this long has passed since the submit
+PROVISIONAL_SECONDS = 1.0
+# the accounts the user has an association with (the outside check: an unknown account is
+# a 500 on the real server, Slurm with accounting enforced); --accounts replaces them
+DEFAULT_ACCOUNTS = ("default",)
+INVALID_ACCOUNT = ("sbatch: error: Batch job submission failed: Invalid account or "
+                   "account/partition combination specified\n")
 HISTORY_WINDOW = 24 * 3600  # GET /jobs lists finished jobs of the last 24 h (time_window)
 FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
 SLURM_ERROR = "Unexpected Slurm command response. exit_status:{rc} std_err:{err}"
@@ -137,8 +153,10 @@ def sbatch_directives(script: str) -> dict[str, str]:
 class FirecrestService:
     def __init__(self, root: Path, system: str, clients: dict[str, str], admin_token: str,
                  partitions: dict[str, dict[str, Any]] | None = None,
-                 base_url: str = "", staging: bool = True) -> None:
+                 base_url: str = "", staging: bool = True,
+                 accounts: list[str] | None = None) -> None:
         self.root = root.resolve()
+        self.accounts = set(DEFAULT_ACCOUNTS if accounts is None else accounts)
         self.system = system
         self.state_dir = self.root / ".f7t"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -223,13 +241,22 @@ class FirecrestService:
             raise SlurmRefusal(f"sbatch: error: invalid partition specified: {part}\n"
                                "sbatch: error: Batch job submission failed: Invalid partition"
                                " name specified\n")
+        account = desc.get("account") or d.get("account")
+        if account and account not in self.accounts:  # accounting enforces associations
+            raise SlurmRefusal(INVALID_ACCOUNT)
         plim = self.partitions[part]
         limit = _duration(d["time"]) if d.get("time") else None
         nodes = int(d.get("nodes", 1) or 1)
+        cpus = int(d.get("ntasks-per-node") or 1) * int(d.get("cpus-per-task") or 1)
         pending_reason = None  # EnforcePartLimits=NO: accepted, and never started
         if limit and plim.get("max_time") and limit > plim["max_time"]:
-            pending_reason = "PartitionTimeLimit"
+            pending_reason = "PartitionTimeLimit"  # after PartitionConfig: see job_model
         elif nodes > int(plim.get("nodes", 1)):
+            pending_reason = "PartitionConfig"
+        elif plim.get("cpus") and cpus > int(plim["cpus"]):
+            # more CPUs per node than a node has: the real server left it pending (the
+            # outside check); the reason is our reading (Slurm has no CPU-limit reason:
+            # "nodes, CPUs or memory" is PartitionConfig)
             pending_reason = "PartitionConfig"
         mem = _memory_mb(d["mem"]) if d.get("mem") else None
         refused = mem is not None and plim.get("memory_mb") and mem > plim["memory_mb"]
@@ -249,7 +276,7 @@ class FirecrestService:
                                    "SLURM_SUBMIT_DIR": str(wd_path)})
             self.jobs[str(jid)] = {
                 "jobId": jid, "name": name, "user": user, "partition": part,
-                "account": desc.get("account") or d.get("account"),
+                "account": account,
                 "workingDirectory": str(wd_path), "standardOutput": str(out_p),
                 "standardError": str(err_p), "standardInput": "/dev/null", "script": script,
                 "limit": limit or (plim.get("max_time") or 3600), "submitted": time.time(),
@@ -292,8 +319,9 @@ class FirecrestService:
     def _rel(self, wd: Path, p: str) -> Path:
         return self.path(p if p.startswith("/") else str(wd / p))
 
-    def job_model(self, jid: str) -> dict[str, Any]:
-        """A job as FirecREST shows it (sacct merged with squeue)."""
+    def job_model(self, jid: str, shown: bool = False) -> dict[str, Any]:
+        """A job as FirecREST shows it (sacct merged with squeue); ``shown``: the answer
+        goes to a client (a provisional reason then counts as seen)."""
         j = self.jobs[jid]
         now = time.time()
         limit = int(j["limit"]) if j.get("limit") else None  # seconds
@@ -313,6 +341,12 @@ class FirecrestService:
                 nodes, alloc = "None assigned", 0
             else:
                 state, reason, rc, ended, nodes = "PENDING", j["pending"], None, None, ""
+                if reason == "PartitionTimeLimit" and not (
+                        j.get("provisional_shown")
+                        and now - j["submitted"] >= PROVISIONAL_SECONDS):
+                    reason = "PartitionConfig"  # not settled yet (see PROVISIONAL_SECONDS)
+                    if shown:
+                        j["provisional_shown"] = True
         else:
             state, rc = self.runner.state(jid)
             reason = "None"
@@ -422,7 +456,9 @@ class Handler(BaseHandler):
         super().fail(status, message, **extra)
 
     def system_ok(self, system: str) -> bool:
-        if system != self.svc.system:
+        # the real server matches system names in any case (issue 29's outside check:
+        # "TestSys" reached "testsys"); answers carry its own spelling
+        if system.lower() != self.svc.system.lower():
             self.fail(404, "System not found")
             return False
         return True
@@ -536,7 +572,7 @@ class JobsHandler(Handler):
             return
         s = self.svc
         if jid is None:
-            self.reply({"jobs": [s.job_model(k) for k in sorted(s.jobs, key=int)
+            self.reply({"jobs": [s.job_model(k, shown=True) for k in sorted(s.jobs, key=int)
                                  if s.visible(k, self.user) and s.listed(k)]})
             return
         if not jid.isdigit():  # sacct: fatal: Bad job/step specified
@@ -554,7 +590,7 @@ class JobsHandler(Handler):
                                   "standardOutput": j["standardOutput"],
                                   "standardError": j["standardError"]}]})
             return
-        self.reply({"jobs": [s.job_model(jid)]})
+        self.reply({"jobs": [s.job_model(jid, shown=True)]})
 
     def post(self, system: str, jid: str | None = None, what: str | None = None) -> None:
         if not self.system_ok(system):
@@ -649,6 +685,12 @@ class OpsHandler(Handler):
         elif op == "view":
             if p.is_dir():
                 self.remote_failed(500, f"dd: error reading '{p}': Is a directory")
+                return
+            if self.get_argument("size", None) is None and \
+                    p.stat().st_size > OPS_SIZE_LIMIT:
+                # the whole file, over the limit: the real server answers 413 (issue 29's
+                # outside check; the limit is max_ops_file_size, 5 MiB, our reading)
+                self.fail(413, "Command output exceeded buffer limit.")
                 return
             try:
                 size = int(self.get_argument("size", str(OPS_SIZE_LIMIT)))
@@ -792,6 +834,10 @@ class TransferHandler(Handler):
             self.fail(400, "Requested transfer method is not available.")
             return
         s = self.svc
+        account = body.get("account")
+        if account and account not in s.accounts:  # the transfer job's sbatch says no
+            self.fail(500, SLURM_ERROR.format(rc=1, err=INVALID_ACCOUNT))
+            return
         bucket = re.sub(r"[^A-Za-z0-9._-]", "_", self.user)
         if op == "upload":
             target = self.sys_path(body.get("path") or body.get("sourcePath"))
@@ -933,6 +979,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--admin-token", default=os.environ.get("EMULATOR_ADMIN_TOKEN"))
     parser.add_argument("--partitions", help="JSON {name: {max_time, cpus (per node), "
                                              "nodes, memory_mb, default, state}}")
+    parser.add_argument("--accounts", help="comma-separated accounts the user may charge "
+                                           f"(default: {','.join(DEFAULT_ACCOUNTS)})")
     parser.add_argument("--no-staging", action="store_true",
                         help="no staged transfer (data_transfer not configured)")
     args = parser.parse_args(argv)
@@ -943,7 +991,9 @@ def main(argv: list[str] | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     svc = FirecrestService(root, args.system, {args.client_id: args.client_secret}, admin,
                            json.loads(args.partitions) if args.partitions else None,
-                           staging=not args.no_staging)
+                           staging=not args.no_staging,
+                           accounts=args.accounts.split(",") if args.accounts is not None
+                           else None)
     app = make_app(svc)
 
     async def run() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -121,11 +122,15 @@ def test_jobs_as_firecrest_shows_them(api, home):
     assert r.status_code == 500 and "Invalid job id specified" in r.json()["message"]
     assert api.get(f"/compute/{SYS}/jobs/999999").status_code == 404
     assert api.get(f"/compute/{SYS}/jobs/abc").status_code == 500
-    # over the partition's time limit: accepted, and pending for ever
+    # over the partition's time limit: accepted, and pending for ever — PartitionConfig
+    # first (a provisional answer, as the real server gave), PartitionTimeLimit a moment later
     over = _submit(api, home, script="#!/bin/bash\n#SBATCH --time=2:00:00\n").json()["jobId"]
     job = _job(api, over)
     assert (job["status"]["state"], job["status"]["stateReason"]) == ("PENDING",
-                                                                      "PartitionTimeLimit")
+                                                                      "PartitionConfig")
+    wait_for(lambda: _job(api, over)["status"]["stateReason"] == "PartitionTimeLimit", 10,
+             what="Slurm's settled reason")
+    assert _job(api, over)["status"]["state"] == "PENDING"
     assert api.delete(f"/compute/{SYS}/jobs/{over}").status_code == 204
     assert _job(api, over)["status"]["state"].startswith("CANCELLED by ")
     # a working folder that is not there: accepted, then the job fails at once
@@ -200,6 +205,10 @@ def test_a_job_slurm_never_starts_is_failed_not_left_pending(make_client, backen
     info = client.submit(build_spec(command="echo hi", time="2h"), "firecrest")
     info = client.wait(info.id, 30)
     assert info.state == "failed" and "PartitionTimeLimit" in info.reason, info
+    # the first answer (PartitionConfig) was shown as provisional, not taken for the end
+    assert "PartitionConfig" not in info.reason, info
+    assert any("pending: PartitionConfig (may change" in (e.message or "")
+               for e in client.events(info.id)), client.events(info.id)
     # ...and it is cancelled on the system, not left in the queue
     backend = client.manager.backend("firecrest")
     st = backend._call("job_info", SYS, info.native_id)[0]["status"]["state"]
@@ -288,3 +297,75 @@ def test_without_a_staged_transfer_files_over_the_limit_are_refused_first(
                        for r in svc.requests())
     finally:
         svc.stop()
+
+
+def test_a_provisional_reason_keeps_the_job_queued(make_client, backend_configs, firecrest,
+                                                   api, home):
+    """More CPUs per node than a node has: the real server left the job pending.  The
+    backend shows PartitionConfig as provisional and keeps the job queued; it does not
+    cancel it (Slurm's reason may still change)."""
+    jid = _submit(api, home, script="#!/bin/bash\n#SBATCH --cpus-per-task=4\n"
+                  ).json()["jobId"]
+    time.sleep(1.1)  # past the emulator's provisional second: this reason stays
+    assert _job(api, jid)["status"]["stateReason"] == "PartitionConfig"
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    st = backend.poll([JobRef("x", jid)])[jid]
+    assert (st.state, st.native_state) == ("queued", "PENDING"), st
+    assert st.message.startswith("pending: PartitionConfig (may change"), st
+    assert _job(api, jid)["status"]["state"] == "PENDING"  # not cancelled
+    assert api.delete(f"/compute/{SYS}/jobs/{jid}").status_code == 204
+
+
+def test_system_names_match_in_any_case(make_client, backend_configs, firecrest, api):
+    """The real server takes "TestSys" for its "testsys"; the backend uses the server's
+    spelling in its calls."""
+    assert api.get("/status/TestSys/partitions").status_code == 200
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": dict(config, system="TestSys")}, secrets)
+    start = time.time()
+    info = client.wait(client.submit(build_spec(command="echo hi"), "firecrest").id, 60)
+    assert info.state == "succeeded", info.reason
+    paths = [r["path"] for r in firecrest.requests() if r["t"] >= start]
+    assert any(f"/{SYS}/" in p for p in paths), paths
+    assert not any("/TestSys/" in p for p in paths), paths
+
+
+def test_an_unknown_account_is_refused_in_one_line_naming_it(make_client, backend_configs,
+                                                             firecrest, api, home):
+    """The real server answers 500 for an account Slurm's accounting does not know: a
+    refusal (not an outage), told in one line with the account's name."""
+    r = _submit(api, home, account="nosuch")
+    assert r.status_code == 500 and "Invalid account" in r.json()["message"]
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.submit(build_spec(command="echo hi", account="nosuch"), "firecrest")
+    assert info.state == "failed" and info.native_id is None, info
+    assert "refused account 'nosuch'" in info.reason and "\n" not in info.reason, info
+    assert "Invalid account" in info.reason, info
+
+
+def test_viewing_a_whole_file_over_the_limit(make_client, backend_configs, firecrest, api,
+                                             home):
+    """``view`` without ``size`` of a file over the direct limit is a 413 on the real
+    server; the backend reads such a file through the transfer path."""
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    folder = Path(backend.folder("bigjob"))
+    (folder / ".cloudtik").mkdir(parents=True)
+    names = [f"input-{i:07d}" for i in range(600_000)]  # 8.4 MB of input names
+    (folder / ".cloudtik" / "inputs").write_text("\n".join(names) + "\n")
+    (folder / "result.txt").write_text("r\n")
+    (folder / "input-0000001").write_text("i\n")
+    r = api.get(f"/filesystem/{SYS}/ops/view",
+                params={"path": str(folder / ".cloudtik" / "inputs")})
+    assert r.status_code == 413, r.text
+    assert api.get(f"/filesystem/{SYS}/ops/view", params={
+        "path": str(folder / ".cloudtik" / "inputs"), "size": 100}).status_code == 200
+    start = time.time()
+    outputs = backend.list_outputs(JobRef("bigjob", "1"))
+    assert [o.name for o in outputs] == ["result.txt"], outputs
+    assert any(r["path"] == f"/filesystem/{SYS}/transfer/download"
+               for r in firecrest.requests() if r["t"] >= start)
