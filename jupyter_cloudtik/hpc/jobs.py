@@ -64,6 +64,7 @@ from .base import (
     SUCCEEDED,
     UNKNOWN,
     BackendUnavailable,
+    CredentialsExpired,
     Environment,
     HPCBackend,
     JobRef,
@@ -251,7 +252,9 @@ class JobManager(ActsForUser):
             if not spec.name:
                 spec.name = Path(spec.notebook).stem if spec.notebook else Path(
                     str(spec.command[0])).name
-            await asyncio.to_thread(self._validate, be, spec)
+            said = await asyncio.to_thread(self._validate, be, spec)
+            if said:
+                warnings = [*warnings, said]
             sent = self._write_content(job_id, content, nb_name if isinstance(
                 nb_source, bytes) else None, nb_source if isinstance(nb_source, bytes)
                 else None)
@@ -375,15 +378,18 @@ class JobManager(ActsForUser):
         finally:
             self._wake(backend)
 
-    def _validate(self, be: HPCBackend, spec: JobSpec) -> None:
+    def _validate(self, be: HPCBackend, spec: JobSpec) -> str | None:
+        """Check the job against the system's limits; when the system cannot tell them
+        now, against the configured ones, and say so (returned: the job's warning) —
+        a check that ran on less than usual is not silent."""
         try:
             be.validate(spec)
         except BackendUnavailable as e:
-            # the system cannot tell its limits now: hold the job to the configured ones,
             # it will be submitted when the backend answers
-            log.warning("backend %s: limits unknown (%s); using the configured ones",
-                        be.name, e.message)
             check_limits(spec, HPCBackend.limits(be), be.name)
+            return (f"backend '{be.name}' did not answer ({e.message}): the job was checked "
+                    "against the configured limits only; the system may still refuse it")
+        return None
 
     async def _plan(self, be: HPCBackend, spec: JobSpec, nb_source: Any = None,
                     sent: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -503,8 +509,12 @@ class JobManager(ActsForUser):
                 nid = await asyncio.to_thread(be.submit, sub)
                 self._came_back(row)
         except BackendUnavailable as e:
-            reason = (f"backend '{name}' did not answer ({e.message}); the job will be "
-                      "submitted when it does")
+            if isinstance(e, CredentialsExpired):  # not silent: waiting for new credentials
+                reason = (f"backend '{name}': {e.message}; the job will be submitted when "
+                          "they are renewed")
+            else:
+                reason = (f"backend '{name}' did not answer ({e.message}); the job will be "
+                          "submitted when it does")
             self._went_unavailable(self._row(job_id), reason)
             self._backoff(name)
             return
@@ -690,7 +700,7 @@ class JobManager(ActsForUser):
         try:
             await asyncio.to_thread(be.cancel, _ref(row))
         except BackendUnavailable as e:
-            self._mark_unreachable([row], row["backend"], e.message)
+            self._mark_unreachable([row], row["backend"], e)
             return False
         self._update(row["id"], cancel_requested=CANCEL_SENT)
         return True
@@ -948,7 +958,7 @@ class JobManager(ActsForUser):
             statuses = _statuses(await asyncio.to_thread(be.poll,
                                                          [_ref(r) for r in submitted]), name)
         except BackendUnavailable as e:
-            self._mark_unreachable(submitted, name, e.message)
+            self._mark_unreachable(submitted, name, e)
             self._backoff(name)
             return
         except Exception as e:  # a refusal or an SDK surprise: one job's, or the backend's?
@@ -998,12 +1008,12 @@ class JobManager(ActsForUser):
             return None
         found: dict[str, JobStatus] = {}
         broken: list[tuple[Any, Exception]] = []
-        silent: list[tuple[Any, str]] = []
+        silent: list[tuple[Any, BackendUnavailable]] = []
         for r in rows:
             try:
                 got = _statuses(await asyncio.to_thread(be.poll, [_ref(r)]), name)
             except BackendUnavailable as e:
-                silent.append((r, e.message))
+                silent.append((r, e))
                 continue
             except Exception as e:
                 broken.append((r, e))
@@ -1032,7 +1042,7 @@ class JobManager(ActsForUser):
         except BackendUnavailable as e:
             try:
                 row = self._row(job_id)
-                self._mark_unreachable([row], row["backend"], e.message)
+                self._mark_unreachable([row], row["backend"], e)
             except Exception:
                 log.exception("job %s: cannot record that its backend did not answer",
                               job_id)
@@ -1102,8 +1112,12 @@ class JobManager(ActsForUser):
         self._retry[name] = retry
         self._due[name] = time.monotonic() + retry
 
-    def _mark_unreachable(self, rows, name: str, message: str) -> None:
-        reason = f"backend '{name}' did not answer: {message}"
+    def _mark_unreachable(self, rows, name: str, message: str | BackendUnavailable) -> None:
+        if isinstance(message, CredentialsExpired):  # it would answer: say what to renew
+            reason = f"backend '{name}': {message.message}"
+        else:
+            text = message.message if isinstance(message, BackendUnavailable) else message
+            reason = f"backend '{name}' did not answer: {text}"
         for r in rows:
             self._went_unavailable(r, reason)
 

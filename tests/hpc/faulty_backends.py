@@ -59,6 +59,10 @@ class Faults:
             raise InjectedFault(f"injected fault: submit of {sub.name!r}")
         return super().submit(sub)
 
+    def validate(self, spec) -> None:  # the system's limits: asked of the system
+        self._outage()
+        return super().validate(spec)
+
     def find(self, token: str, job_id: str) -> str | None:
         self.calls["find", self.names.get(job_id)] += 1
         self._outage()

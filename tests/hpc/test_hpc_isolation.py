@@ -205,6 +205,9 @@ def _outage_and_cancels(client, be, keep, stop) -> None:
     later = client.submit(build_spec(command=["true"], name="later"), "hpc")
     never = client.submit(build_spec(command=["true"], name="never"), "hpc")
     assert later.state == never.state == "unknown" and later.native_id is None
+    # checked against the configured limits only, and the job says so (not only the log)
+    assert any("checked against the configured limits only" in w for w in later.warnings), \
+        later.warnings
     polls, submits = be.calls["poll", None], be.calls["submit", "later"]
     started = time.monotonic()
     for job in (stop, never):  # answered at once, without asking the silent backend
