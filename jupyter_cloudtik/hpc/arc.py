@@ -9,8 +9,14 @@ newest it knows: 1.1 (ARC 7: bearer tokens) or 1.0 (ARC 6: X.509 only).  Credent
 * a bearer token (ARC 7): OIDC client credentials (``token_uri``, ``client_id`` and the
   secret ``client_secret``) or a fixed token (secret ``token``).
 
+Credentials that expired (a ``proxy`` file past its notAfter, a fixed ``token`` past its
+``exp``) are said as such (``CredentialsExpired``): the jobs wait ``unknown`` with when and
+how to renew them, and go on once renewed — not a refusal, not "did not answer".
+
 The CE's certificate is checked against ``ca_certificates`` (a PEM bundle, or a grid CA
-folder like ``/etc/grid-security/certificates``), else the system's trust store.  The
+folder like ``/etc/grid-security/certificates``), else the system's trust store.  The TCP
+connect and the TLS handshake have their own limit (``connect_timeout``, 5 s): a CE that
+accepts connections and never completes TLS costs that once per outage.  The
 backend speaks the protocol itself (``http.client``): A-REX puts its error text in the HTTP
 reason phrase, which is what the user must see.
 
@@ -53,6 +59,7 @@ from .base import (
     SUCCEEDED,
     UNKNOWN,
     BackendUnavailable,
+    CredentialsExpired,
     HPCBackend,
     JobRef,
     JobStatus,
@@ -63,9 +70,21 @@ from .base import (
 )
 from .oidc import ClientCredentials
 
+# The REST states and what A-REX means by them: A-REX's own table (REST state ← grid
+# manager state) in ARC1ClusterInfo.pm (nordugrid-arc-arex 6.17, /usr/share/arc/), and
+# https://www.nordugrid.org/arc/arc7/tech/rest/rest.html ("Job states"; our reading):
+# ACCEPTING ← ACCEPTED, ACCEPTED ← PENDING:ACCEPTED, PREPARING ← PREPARING, PREPARED ←
+# PENDING:PREPARING (held: the CE runs as many jobs as arc.conf's maxjobs allows),
+# SUBMITTING ← SUBMIT, QUEUING/RUNNING/HELD/EXITINGLRMS/OTHER ← INLRMS as the LRMS says
+# (EXITINGLRMS: the LRMS is done, A-REX has not noticed yet), EXECUTED ← PENDING:INLRMS,
+# FINISHING ← FINISHING, KILLING ← CANCELING (a kill, 40-60 s on a real CE, and also a job
+# that failed in the LRMS on its way to FAILED: not final), FINISHED/FAILED/KILLED ←
+# FINISHED without errors / with errors / cancelled, WIPED ← DELETED.
 QUEUED_STATES = {"ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",
                  "HELD", "OTHER"}
 RUNNING_STATES = {"RUNNING", "EXITINGLRMS", "EXECUTED", "FINISHING"}
+# on their way to an end that is not known yet (KILLED, or FAILED for a failed job)
+ENDING_STATES = {"KILLING", "CANCELING"}
 # before these the CE waits for the client's uploads; a retry may finish them
 UPLOAD_STATES = {"ACCEPTING", "ACCEPTED", "PREPARING"}
 LIMITS_TTL = 60.0
@@ -73,6 +92,7 @@ INPUTS_FILE = ".cloudtik-inputs"
 STDERR_NAME = "job.stderr"  # the CE's own stderr of the job (ours goes into job.log)
 KNOWN_VERSIONS = ("1.1", "1.0")
 PROXY_HOURS = 12.0
+CONNECT_TIMEOUT = 5.0  # TCP connect + TLS handshake; a CE that accepts and stays silent
 
 
 def common_state(native: str) -> str:
@@ -85,8 +105,10 @@ def common_state(native: str) -> str:
         return SUCCEEDED
     if native in ("FAILED", "WIPED"):
         return FAILED
-    if native in ("KILLING", "KILLED"):
+    if native == "KILLED":
         return CANCELLED
+    if native in ENDING_STATES:  # not final: a failed job passes here on its way to FAILED
+        return RUNNING
     return UNKNOWN
 
 
@@ -114,11 +136,44 @@ class ArcHTTPError(Exception):
         return text or reason or f"HTTP {self.status}"
 
 
+class _Connection(http.client.HTTPConnection):
+    """HTTP(S) to the CE whose opening (TCP connect, then the TLS handshake) has its own
+    short limit: a CE that accepts the connection but never completes TLS costs
+    ``connect_timeout`` once, not a read timeout per request.  Answers are then waited
+    for up to ``timeout``.  (Also when http.client opens it again by itself.)"""
+
+    def __init__(self, url: str, host: str, port: int, context: ssl.SSLContext | None,
+                 timeout: float, connect_timeout: float | None) -> None:
+        self.connect_timeout = min(connect_timeout or timeout, timeout)
+        super().__init__(host, port, timeout=self.connect_timeout)
+        self.url, self.context, self.read_timeout = url, context, timeout
+
+    def connect(self) -> None:
+        n = f"{self.connect_timeout:g}"
+        try:
+            super().connect()  # TCP, within connect_timeout (self.timeout)
+        except TimeoutError:
+            raise BackendUnavailable(f"the CE at {self.url} did not accept a connection "
+                                     f"within {n} s") from None
+        if self.context is not None:
+            try:
+                self.sock = self.context.wrap_socket(self.sock, server_hostname=self.host)
+            except TimeoutError:
+                self.close()
+                raise BackendUnavailable(f"the CE at {self.url} did not complete TLS "
+                                         f"within {n} s") from None
+            except BaseException:
+                self.close()
+                raise
+        self.sock.settimeout(self.read_timeout)
+
+
 class _Rest:
     """One connection to the CE's REST interface at one version."""
 
     def __init__(self, url: str, context: ssl.SSLContext | None, token: str | None,
-                 timeout: float, version: str | None = None) -> None:
+                 timeout: float, version: str | None = None,
+                 connect_timeout: float | None = None) -> None:
         parts = urllib.parse.urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ConfigError(f"url: {url!r} is not an http(s) URL of a CE", field="url")
@@ -126,12 +181,9 @@ class _Rest:
         if not self.base.endswith("/arex"):
             self.base += "/arex"
         self.token, self.version = token, version
-        if parts.scheme == "https":
-            self.conn: http.client.HTTPConnection = http.client.HTTPSConnection(
-                parts.hostname, parts.port or 443, context=context, timeout=timeout)
-        else:
-            self.conn = http.client.HTTPConnection(parts.hostname, parts.port or 80,
-                                                   timeout=timeout)
+        self.conn: http.client.HTTPConnection = _Connection(
+            url, parts.hostname, parts.port or (443 if parts.scheme == "https" else 80),
+            context, timeout, connect_timeout)
 
     def close(self) -> None:
         self.conn.close()
@@ -202,6 +254,9 @@ class ArcBackend(HPCBackend):
             "scope": {"type": "string"},
             "queue": {"type": "string"},
             "timeout": {"type": "number", "exclusiveMinimum": 0},
+            "connect_timeout": {"type": "number", "exclusiveMinimum": 0,
+                                "description": "seconds for the TCP connect and the TLS "
+                                               f"handshake (default {CONNECT_TIMEOUT:g})"},
             "reaches": {"type": "array", "items": {"type": "string"}},
             "environment": {"type": "object"},
             "limits": {"type": "object"},
@@ -222,6 +277,9 @@ class ArcBackend(HPCBackend):
         self._proxy_file: Path | None = None
         self._proxy_until = 0.0
         self._lock = threading.Lock()
+        # (monotonic deadline, message): a CE that just failed to connect or complete TLS
+        # is not tried again before the deadline (one wait per outage, not one per call)
+        self._silent: tuple[float, str] | None = None
 
     # credentials -----------------------------------------------------------------------------
     @property
@@ -231,6 +289,9 @@ class ArcBackend(HPCBackend):
     def _token(self) -> str:
         fixed = self.context.secret("token")
         if fixed:
+            until = token_expiry(fixed)
+            if until is not None and until <= time.time():
+                raise CredentialsExpired(self._token_expired(until))
             return fixed
         if self._creds is None:
             if not self.config.get("token_uri") or not self.config.get("client_id"):
@@ -263,10 +324,7 @@ class ArcBackend(HPCBackend):
                     raise ConfigError(f"proxy: {path} cannot be read as an X.509 proxy "
                                       f"({e})", field="proxy") from None
                 if until <= time.time():
-                    raise ProviderError(
-                        f"the X.509 proxy {path} expired at "
-                        f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(until))}; make a "
-                        f"new one (arcproxy)")
+                    raise CredentialsExpired(self._proxy_expired(path, until))
                 return path
             if self._proxy_file and self._proxy_until - time.time() > 3600:
                 return self._proxy_file
@@ -288,6 +346,33 @@ class ArcBackend(HPCBackend):
             tmp.replace(path)
             self._proxy_file, self._proxy_until = path, proxy_expiry(pem)
             return path
+
+    def _proxy_expired(self, path: Path, until: float) -> str:
+        return (f"your proxy certificate expired at {_utc(until)}; renew it (arcproxy "
+                f"--proxy={path}) and the backend goes on by itself")
+
+    def _token_expired(self, until: float) -> str:
+        return (f"the token expired at {_utc(until)}; set a new one (jupyter cloudtik jobs "
+                f"secret {self.name} token) and the backend goes on by itself")
+
+    def _expired(self) -> str | None:
+        """Why the credentials no longer work, if they expired (checked when the CE
+        refuses them): the configured proxy's notAfter, the fixed token's exp."""
+        from .x509proxy import proxy_expiry
+
+        now = time.time()
+        if self.config.get("proxy"):
+            path = Path(self.config["proxy"]).expanduser()
+            try:
+                until = proxy_expiry(path.read_text())
+            except (OSError, ValueError, IndexError):
+                return None
+            return self._proxy_expired(path, until) if until <= now else None
+        if self.uses_x509:
+            return None  # made here from the certificate: renewed before it expires
+        fixed = self.context.secret("token")
+        until = token_expiry(fixed) if fixed else None
+        return self._token_expired(until) if until is not None and until <= now else None
 
     def _trust(self, only_configured: bool = True) -> ssl.SSLContext:
         """TLS trust: the configured CA bundle or folder (grid CAs), else the system's.
@@ -319,8 +404,25 @@ class ArcBackend(HPCBackend):
     # talking to the CE -----------------------------------------------------------------------
     def _open(self, versioned: bool = True) -> _Rest:
         token = None if self.uses_x509 else self._token()
+        if self.uses_x509:
+            self._proxy()  # an expired proxy is said before anything is sent (also http)
         timeout = float(self.config.get("timeout", 30))
-        rest = _Rest(self.config["url"], self._ssl_context(), token, timeout, self._version)
+        connect = float(self.config.get("connect_timeout", CONNECT_TIMEOUT))
+        silent = self._silent
+        if silent is not None:
+            if time.monotonic() < silent[0]:
+                raise BackendUnavailable(silent[1])
+            self._silent = None
+        rest = _Rest(self.config["url"], self._ssl_context(), token, timeout, self._version,
+                     connect_timeout=connect)
+        try:
+            rest.conn.connect()
+        except BackendUnavailable as e:  # silent CE: do not wait again at once
+            self._silent = (time.monotonic() + min(connect, timeout), e.message)
+            raise
+        except BaseException:
+            rest.close()
+            raise
         if versioned and self._version is None:
             self._version = rest.version = self._pick_version(rest)
         return rest
@@ -359,6 +461,9 @@ class ArcBackend(HPCBackend):
                     self._delegation = None
                     continue
                 if refused:
+                    expired = self._expired()
+                    if expired:  # refused because it expired: wait for new credentials
+                        raise CredentialsExpired(expired) from None
                     if self.uses_x509:
                         hint = "check that the certificate is valid and allowed on the CE"
                     else:
@@ -384,6 +489,9 @@ class ArcBackend(HPCBackend):
                 text = str(e)
                 if any(w in text for w in ("CERTIFICATE", "UNKNOWN_CA", "ACCESS_DENIED",
                                            "HANDSHAKE_FAILURE", "BAD_CERTIFICATE")):
+                    expired = self._expired()
+                    if expired:
+                        raise CredentialsExpired(expired) from None
                     raise ProviderError(f"the CE refused our certificate in the TLS handshake"
                                         f" ({e.reason or text})")\
                         from None
@@ -666,6 +774,25 @@ class ArcBackend(HPCBackend):
             self._call(lambda r: r.manage([job.native_id], "clean"))
         except CloudTikError:
             pass
+
+
+def token_expiry(token: str) -> float | None:
+    """A JWT's ``exp`` (read, not verified: only to say that it expired), else None."""
+    import base64
+
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+        return float(payload["exp"]) if isinstance(payload, dict) and "exp" in payload \
+            else None
+    except (ValueError, TypeError, KeyError):
+        return None
+
+
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
 
 
 def answers_by_id(doc: Any, ids: list[str]) -> list[dict[str, Any]]:

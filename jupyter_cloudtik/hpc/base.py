@@ -53,6 +53,15 @@ class BackendUnavailable(ProviderError):
     reason = "backend_unavailable"
 
 
+class CredentialsExpired(BackendUnavailable):
+    """The user's credentials for the backend expired (a proxy certificate past its
+    notAfter, a token past its ``exp``): the backend cannot be asked until they are
+    renewed.  Its jobs stay ``unknown`` with this message (not "did not answer") and go
+    on by themselves once renewed credentials appear."""
+
+    reason = "credentials_expired"
+
+
 # --- durations ---------------------------------------------------------------------------
 
 _DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}

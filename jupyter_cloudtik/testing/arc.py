@@ -8,10 +8,15 @@ Like A-REX it takes job descriptions in xRSL (``application/rsl``) or ADL
 (``application/xml``) with ``POST /jobs?action=new``, answers bulk job actions
 (``status``, ``info``, ``kill``, ``clean``, ``delegations``) with per-job status codes,
 keeps a session directory per job (``GET``/``PUT /jobs/<id>/session/<path>``, listings,
-HTTP ranges), diagnose files, and token delegations.  Jobs go ACCEPTING (waiting for the
-client to upload its input files) → PREPARING (the CE downloads inputs given by URL —
-the "directly reachable storage" of ARC) → QUEUING → RUNNING → FINISHING (outputs with a
-destination URL are uploaded with PUT) → FINISHED, or FAILED / KILLED.
+HTTP ranges), diagnose files, and token delegations.  Jobs go through the REST states as
+A-REX names them (its table in ARC1ClusterInfo.pm, nordugrid-arc-arex 6.17): ACCEPTING →
+PREPARING (waiting for the client to upload its input files; the CE downloads inputs
+given by URL — the "directly reachable storage" of ARC) → PREPARED (held while
+``--max-running`` jobs, arc.conf's ``maxjobs`` number2, are in SUBMITTING or the LRMS) →
+SUBMITTING → QUEUING → RUNNING → EXITINGLRMS → FINISHING (outputs with a destination URL
+are uploaded with PUT) → FINISHED or FAILED.  A kill takes ``--kill-delay`` seconds (40-60
+on a real CE): half in the job's state, half KILLING, then KILLED; a job the LRMS ends
+(wall time) passes KILLING on its way to FAILED.
 
 Bearer tokens are OIDC client-credential JWTs from ``/auth/token`` (this emulator is its
 own issuer); faults as in ``_service.py``.  Job records persist under ``<root>/.arex``.
@@ -65,6 +70,27 @@ VERSIONS = ["1.0", "1.1"]  # what ARC 7.0 serves; ARC 6.17 serves "1.0" only
 AUTH_REFUSED = "User can't be assigned configuration"  # A-REX's words, 500 on ARC 7
 ACTIVE = {"ACCEPTING", "ACCEPTED", "PREPARING", "PREPARED", "SUBMITTING", "QUEUING",
           "RUNNING", "EXITINGLRMS", "FINISHING", "KILLING"}
+# what counts against maxjobs' number2: "jobs being run (SUBMITTING, INLRMS states)"
+IN_LRMS = {"SUBMITTING", "QUEUING", "RUNNING", "HELD", "EXITINGLRMS", "OTHER", "EXECUTED"}
+
+
+class ArcFaults(Faults):
+    """The common faults, and how this CE is run: ``max_running`` (arc.conf's
+    ``maxjobs`` number2; None or -1: no limit) and ``kill_delay`` (seconds from a kill
+    request to KILLED: half in the job's state, half KILLING; 40-60 s on a real CE)."""
+
+    def __init__(self, max_running: int | None = None, kill_delay: float = 0.0) -> None:
+        super().__init__()
+        self.max_running, self.kill_delay = max_running, kill_delay
+
+    def set(self, data: dict[str, Any], issuer: TokenIssuer | None) -> None:
+        super().set(data, issuer)
+        with self.lock:
+            if "max_running" in data:
+                v = data["max_running"]
+                self.max_running = None if v is None or int(v) < 0 else int(v)
+            if "kill_delay" in data:
+                self.kill_delay = float(data["kill_delay"])
 
 
 # --- job descriptions --------------------------------------------------------------------------
@@ -208,7 +234,8 @@ def description_from_adl(text: str) -> dict[str, Any]:
 class ArcService:
     def __init__(self, root: Path, clients: dict[str, str], admin_token: str,
                  queues: dict[str, dict[str, Any]] | None = None,
-                 versions: list[str] | None = None) -> None:
+                 versions: list[str] | None = None, max_running: int | None = None,
+                 kill_delay: float = 0.0) -> None:
         self.versions = list(versions or VERSIONS)
         self.root = root.resolve()
         self.state_dir = self.root / ".arex"
@@ -217,7 +244,7 @@ class ArcService:
         self.sessions.mkdir(exist_ok=True)
         self.issuer = TokenIssuer(clients, issuer="cloudtik-arc-emulator", audience="arc",
                                   key_file=self.state_dir / "signing-key.pem")
-        self.faults = Faults()
+        self.faults = ArcFaults(max_running, kill_delay)
         self.admin_token = admin_token
         self.queues = queues or {"main": {"max_wall_time": 3600,
                                           "max_slots": os.cpu_count() or 2}}
@@ -288,22 +315,36 @@ class ArcService:
             with self.lock:
                 self.save()
 
+    def running(self) -> int:
+        """Jobs that count against arc.conf's ``maxjobs`` number2 ("jobs being run
+        (SUBMITTING, INLRMS states)"; arc.conf.reference of ARC 6.17)."""
+        return sum(1 for j in self.jobs.values()
+                   if j["state"] in IN_LRMS or (j["state"] == "KILLING" and j.get("lrms")))
+
     def _advance(self, j: dict[str, Any]) -> None:
         jid, desc, session = j["id"], j["desc"], self.session(j["id"])
         st = j["state"]
-        if st == "KILLING":
+        now = time.time()
+        if j.get("kill_at") is not None and st != "KILLING" and now >= j["kill_at"]:
+            # A-REX takes the kill request up on a later wake-up: CANCELING (REST KILLING)
             self.runner.cancel(jid)
-            j["state"], j["ended"] = "KILLED", time.time()
+            j["state"], j["killing_since"], j["end_as"] = "KILLING", now, "KILLED"
             return
-        if st == "ACCEPTING":
+        if st == "KILLING":
+            if now - j.get("killing_since", now) >= self.faults.kill_delay / 2:
+                self.runner.cancel(jid)
+                j["state"], j["ended"] = j.get("end_as") or "KILLED", now
+            return
+        if st == "ACCEPTING":  # A-REX's ACCEPTED: taken up on the next wake-up
+            j["state"] = "PREPARING"
+            return
+        if st == "PREPARING":  # waits for the client's uploads, downloads URL inputs
             missing = [i["name"] for i in desc["inputs"]
                        if not i["source"] and not (session / i["name"]).exists()]
-            if not missing:
-                j["state"] = "PREPARING"
-            elif time.time() - j["submitted"] > 600:
-                self._fail(j, f"input files were never uploaded: {', '.join(missing)}")
-            return
-        if st == "PREPARING":
+            if missing:
+                if now - j["submitted"] > 600:
+                    self._fail(j, f"input files were never uploaded: {', '.join(missing)}")
+                return
             for item in desc["inputs"]:
                 if item["source"] and not (session / item["name"]).exists():
                     try:
@@ -312,7 +353,15 @@ class ArcService:
                         self._fail(j, f"Failed to download input file {item['name']} from "
                                       f"{item['source']}: {e}")
                         return
-            j["state"] = "QUEUING"
+            j["state"] = "PREPARED"
+            return
+        if st == "PREPARED":  # PENDING:PREPARING: held while maxjobs' number2 is reached
+            limit = self.faults.max_running
+            if limit is None or limit < 0 or self.running() < limit:
+                j["state"] = "SUBMITTING"
+            return
+        if st == "SUBMITTING":
+            j["state"], j["lrms"] = "QUEUING", True
             self._start(j)
             return
         if st in ("QUEUING", "RUNNING"):
@@ -323,15 +372,19 @@ class ArcService:
                 j["state"] = "RUNNING"
                 return
             j["exit_code"] = rc
-            if native in ("TIMEOUT",):
-                self._fail(j, "Job exceeded the wall time limit")
-                return
-            if native == "LOST":
-                self._fail(j, "Job was lost by the batch system")
+            if native in ("TIMEOUT", "LOST"):
+                # the LRMS ended it: A-REX cancels it there (CANCELING, REST KILLING) on
+                # its way to FAILED ("a failed job passes through CANCELING", as reported)
+                j["errors"].append("Job exceeded the wall time limit" if native == "TIMEOUT"
+                                   else "Job was lost by the batch system")
+                j["state"], j["killing_since"], j["end_as"] = "KILLING", now, "FAILED"
                 return
             if native == "CANCELLED":
-                j["state"], j["ended"] = "KILLED", time.time()
+                j["state"], j["ended"] = "KILLED", now
                 return
+            j["state"] = "EXITINGLRMS"  # the LRMS is done; A-REX notices on a wake-up
+            return
+        if st == "EXITINGLRMS":
             j["state"] = "FINISHING"
             return
         if st == "FINISHING":
@@ -609,8 +662,9 @@ class JobsHandler(Handler):
             return {"id": jid, "status-code": "200", "reason": "OK",
                     "info_document": svc.info_document(j)}
         if action == "kill":
-            if j["state"] in ACTIVE:
-                j["state"] = "KILLING"
+            if j["state"] in ACTIVE and j["state"] != "KILLING" and j.get("kill_at") is None:
+                # seen on a later wake-up of A-REX: half the delay in its state, half KILLING
+                j["kill_at"] = time.time() + svc.faults.kill_delay / 2
             return {"id": jid, "status-code": "202", "reason": "Queued for killing"}
         if action == "clean":
             if j["state"] in ACTIVE:
@@ -762,6 +816,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--queues", help="JSON {name: {max_wall_time, max_slots}}")
     parser.add_argument("--rest-versions", default=",".join(VERSIONS),
                         help="REST versions served: 1.0,1.1 (ARC 7) or 1.0 (ARC 6)")
+    parser.add_argument("--max-running", type=int, default=-1,
+                        help="jobs in SUBMITTING or in the LRMS at once (arc.conf maxjobs' "
+                             "second number); more wait PREPARED. -1: no limit")
+    parser.add_argument("--kill-delay", type=float, default=0.0,
+                        help="seconds from a kill request to KILLED (40-60 on a real CE)")
     args = parser.parse_args(argv)
     if not args.client_secret:
         parser.error("--client-secret (or $EMULATOR_CLIENT_SECRET) is required")
@@ -770,7 +829,8 @@ def main(argv: list[str] | None = None) -> None:
     root.mkdir(parents=True, exist_ok=True)
     svc = ArcService(root, {args.client_id: args.client_secret}, admin,
                      json.loads(args.queues) if args.queues else None,
-                     [v.strip() for v in args.rest_versions.split(",") if v.strip()])
+                     [v.strip() for v in args.rest_versions.split(",") if v.strip()],
+                     None if args.max_running < 0 else args.max_running, args.kill_delay)
     app = make_app(svc)
 
     async def run() -> None:

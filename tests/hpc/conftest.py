@@ -191,6 +191,8 @@ class Service:
         self.faults(down=False, fail=[], throttle={"count": 0}, queue_delay=0, token_ttl=300)
         if self.module.endswith("firecrest"):
             self.admin("slurm", {"down": False})
+        if self.module.endswith(".arc"):
+            self.faults(max_running=None, kill_delay=0)
 
     def requests(self) -> list[dict]:
         return self.admin("requests")["requests"]

@@ -241,3 +241,203 @@ def test_parameters_the_notebook_cannot_receive_never_reach_the_ce(arc, backend_
     assert "assigns: factor, input_name" in e.value.message
     assert [r for r in arc.requests() if r["t"] >= t0 and r["method"] != "GET"] == []
     assert client.list() == []
+
+
+# --- issue 29: what the real CEs (A-REX 6.17 with X.509, 7 with tokens) showed ---------------
+
+@pytest.fixture
+def silent_port():
+    """A real listening socket that accepts connections and never says a word (a CE
+    whose TLS never completes)."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    held: list = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                held.append(server.accept()[0])
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    yield server.getsockname()[1], held
+    stop.set()
+    t.join(5)
+    for c in held:
+        c.close()
+    server.close()
+
+
+def test_a_ce_that_never_completes_tls_costs_one_short_wait(silent_port, make_client):
+    """Was: two 30 s timeouts in a row (61 s) in the caller's thread.  Now the connect and
+    handshake have their own limit (``connect_timeout``, 5 s by default, never more than
+    ``timeout``) and a CE that just failed it is not waited for again at once."""
+    port, held = silent_port
+    url = f"https://127.0.0.1:{port}/arex"
+    for config, n in (({"timeout": 2}, "2"), ({"connect_timeout": 1}, "1")):
+        client = make_client({"arc": {"type": "arc", "url": url, **config}},
+                             {("arc", "token"): "a-token"})
+        t0 = time.monotonic()
+        info = client.submit(build_spec(None, command=["true"]), "arc")
+        took = time.monotonic() - t0
+        assert info.state == "unknown", info
+        assert f"the CE at {url} did not complete TLS within {n} s" in info.reason, info.reason
+        assert "\n" not in info.reason
+        assert took < float(n) + 1.5, took  # one wait, not one per call
+        client.close()
+    assert held  # the connections were accepted: it is TLS that never came
+
+
+def test_an_expired_token_is_said_and_a_new_one_resumes_the_job(arc, make_client):
+    """Was: the CE's refusal ("refused the credentials", as "did not answer"), without
+    saying the token expired.  Now its exp is read: the job waits ``unknown`` with "the
+    token expired at T" and goes on once a new token is set."""
+    from jupyter_cloudtik.hpc.arc import _utc, token_expiry
+
+    arc.faults(token_ttl=3)
+    short = _token(arc)
+    arc.faults(token_ttl=300)
+    client = make_client({"arc": {"type": "arc", "url": arc.url}}, {("arc", "token"): short},
+                         retry_interval_max=0.5)
+    info = client.submit(build_spec(None, command=["sleep", "5"]), "arc")
+    assert info.state in ("queued", "running"), info.reason
+    info = wait_for(lambda: (i := client.get(info.id)).state == "unknown" and i, 15,
+                    what="the token to expire")
+    assert f"the token expired at {_utc(token_expiry(short))}; set a new one" in info.reason
+    assert "did not answer" not in info.reason and "refused" not in info.reason, info.reason
+    client.manager.secrets.put("hpc:arc", "token", _token(arc))
+    info = client.wait(info.id, timeout=60)
+    assert info.state == "succeeded", info.reason
+    steps = [e.step for e in client.events(info.id)]
+    assert steps.count("unavailable") == 1 and steps.count("available") == 1, steps
+
+
+def test_an_expired_proxy_is_said_with_its_time_and_a_renewed_one_is_used(arc, make_client,
+                                                                          tmp_path):
+    """Was: a ProviderError (or, from the real CE, a job ``unknown`` for good as "did not
+    answer").  Now the proxy's notAfter is read before anything is sent: the job waits
+    with "your proxy certificate expired at T; renew it (arcproxy ...)" and the renewed
+    file is used by itself.  (The emulator takes no X.509, so after the renewal the CE's
+    refusal is what the job ends with: it was asked again.)"""
+    from jupyter_cloudtik.hpc.arc import _utc
+    from jupyter_cloudtik.hpc.x509proxy import make_proxy, proxy_expiry
+
+    cert, key = _self_signed(tmp_path, days=1)
+    proxy = tmp_path / "x509up"
+    proxy.write_text(make_proxy(cert.read_text(), key.read_text(), hours=-0.01))
+    until = proxy_expiry(proxy.read_text())
+    client = make_client({"arc": {"type": "arc", "url": arc.url, "proxy": str(proxy)}},
+                         retry_interval_max=0.5)
+    t0 = time.time()
+    info = client.submit(build_spec(None, command=["true"]), "arc")
+    assert info.state == "unknown", info
+    assert info.reason.startswith(
+        f"backend 'arc': your proxy certificate expired at {_utc(until)}; renew it "
+        f"(arcproxy --proxy={proxy})"), info.reason
+    assert "did not answer" not in info.reason
+    assert [r for r in arc.requests() if r["t"] >= t0] == []  # nothing was sent
+    proxy.write_text(make_proxy(cert.read_text(), key.read_text(), hours=1))
+    info = client.wait(info.id, timeout=30)
+    assert [r for r in arc.requests() if r["t"] >= t0]
+    assert info.state == "failed" and "refused the credentials" in info.reason, info.reason
+
+
+def test_an_arc_outage_is_one_event_each_way_and_a_cancel_meanwhile_is_said_at_once(
+        arc, backend_configs, make_client):
+    config, secrets = backend_configs["arc"]()
+    client = make_client({"arc": config}, secrets, retry_interval_max=0.3)
+    job = client.submit(build_spec(None, command=["sleep", "60"], name="long"), "arc")
+    try:
+        wait_for(lambda: client.get(job.id).state == "running", 30, what="running")
+        arc.faults(down=True)
+        wait_for(lambda: client.get(job.id).state == "unknown", 10, what="unknown")
+        t0 = time.monotonic()
+        info = client.cancel(job.id)
+        assert time.monotonic() - t0 < 2 and info.state == "unknown", info
+        (pending,) = [e for e in client.events(job.id) if (e.data or {}).get("pending")]
+        assert pending.message == ("cancel requested; backend 'arc' is unavailable, the job "
+                                   "will be cancelled when it answers"), pending.message
+        time.sleep(1.5)  # polls go on while it is down, without an event each
+    finally:
+        arc.faults(down=False)
+    info = client.wait(job.id, timeout=30)
+    assert info.state == "cancelled", info.reason
+    steps = [e.step for e in client.events(job.id)]
+    assert steps.count("unavailable") == 1 and steps.count("available") == 1, steps
+
+
+@pytest.mark.parametrize("native,state", [
+    ("ACCEPTING", "queued"), ("ACCEPTED", "queued"), ("PREPARING", "queued"),
+    ("PREPARED", "queued"), ("SUBMITTING", "queued"), ("QUEUING", "queued"),
+    ("HELD", "queued"), ("OTHER", "queued"), ("RUNNING", "running"),
+    ("EXITINGLRMS", "running"), ("EXECUTED", "running"), ("FINISHING", "running"),
+    ("KILLING", "running"), ("CANCELING", "running"), ("FINISHED", "succeeded"),
+    ("FAILED", "failed"), ("WIPED", "failed"), ("KILLED", "cancelled"), ("None", "unknown")])
+def test_every_rest_state_is_mapped(native, state):
+    """A-REX's REST states (ARC1ClusterInfo.pm): KILLING/CANCELING is not final (a
+    failed job passes it on its way to FAILED), EXITINGLRMS is still running, PREPARED
+    (held by the CE's job limit) is queued."""
+    from jupyter_cloudtik.hpc.arc import common_state
+
+    assert common_state(native) == state
+
+
+@pytest.fixture
+def arc_limited(tmp_path):
+    """A CE that runs one job at a time (arc.conf ``maxjobs`` number2 = 1) and takes 2 s
+    to kill one (40-60 s on a real CE)."""
+    svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc-limited",
+                  ["--max-running", "1", "--kill-delay", "2"]).start()
+    yield svc
+    svc.stop()
+
+
+def _watch(client, job_id, seen):
+    info = client.get(job_id)
+    seen.append((info.state, info.native_state))
+    return info.done and info
+
+
+def test_a_job_over_the_ces_limit_waits_prepared_and_a_cancel_takes_a_while(arc_limited,
+                                                                           make_client):
+    svc = arc_limited
+    client = make_client({"arc": {"type": "arc", "url": svc.url,
+                                  "token_uri": svc.info["token_uri"], "client_id": "cloudtik"}},
+                         {("arc", "client_secret"): CLIENT_SECRET})
+    first = client.submit(build_spec(None, command=["sleep", "60"], name="first"), "arc")
+    second = client.submit(build_spec(None, command=["true"], name="second"), "arc")
+    wait_for(lambda: client.get(first.id).state == "running", 30, what="the first to run")
+    held = wait_for(lambda: (i := client.get(second.id)).native_state == "PREPARED" and i,
+                    10, what="the second held PREPARED")
+    assert held.state == "queued"
+    time.sleep(1)
+    assert client.get(second.id).native_state == "PREPARED"  # still held
+    t0 = time.monotonic()
+    info = client.cancel(first.id)
+    assert info.state == "running", info  # asked; the CE has not killed it yet
+    seen: list = []
+    info = wait_for(lambda: _watch(client, first.id, seen), 20, 0.1, "the kill")
+    assert info.state == "cancelled" and time.monotonic() - t0 >= 1.9
+    assert ("running", "KILLING") in seen and ("cancelled", "KILLING") not in seen, seen
+    info = client.wait(second.id, timeout=30)  # its turn once the first is gone
+    assert info.state == "succeeded", info.reason
+
+
+def test_a_job_the_lrms_ends_passes_killing_and_fails(arc_limited, make_client):
+    svc = arc_limited
+    client = make_client({"arc": {"type": "arc", "url": svc.url,
+                                  "token_uri": svc.info["token_uri"], "client_id": "cloudtik"}},
+                         {("arc", "client_secret"): CLIENT_SECRET})
+    job = client.submit(build_spec(None, command=["sleep", "30"], time="2s"), "arc")
+    seen: list = []
+    info = wait_for(lambda: _watch(client, job.id, seen), 30, 0.1, "the job to end")
+    assert info.state == "failed" and "wall time" in info.reason, info.reason
+    assert ("running", "KILLING") in seen, seen
