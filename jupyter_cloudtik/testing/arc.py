@@ -19,7 +19,11 @@ on a real CE): half in the job's state, half KILLING, then KILLED; a job the LRM
 (wall time) passes KILLING on its way to FAILED.
 
 Bearer tokens are OIDC client-credential JWTs from ``/auth/token`` (this emulator is its
-own issuer); faults as in ``_service.py``.  Job records persist under ``<root>/.arex``.
+own issuer); with ``--tls-cert``/``--tls-key``/``--client-ca`` it serves HTTPS and also
+takes X.509 clients (RFC 3820 proxies, as ARC 6 does) in the handshake, the user being the
+proxy's subject without its own CN, and X.509 delegations (a certificate request to
+sign, then ``PUT``); faults as in ``_service.py``, plus ``max_running`` and
+``kill_delay``.  Job records persist under ``<root>/.arex``.
 
 It answers as the real A-REX does (checked against ARC 6.17 and 7.0 from Debian, see
 ``docs/hpc.md``, "ARC: real A-REX vs emulator"): the versions it serves (``--rest-versions``;
@@ -506,7 +510,26 @@ class Handler(BaseHandler):
             self.svc.record(self.request.method, self.request.path, self.request.query)
             self.fail(404, "Version Not Supported")
             return
+        subject = self._peer_subject()
+        if subject and not self.request.headers.get("Authorization"):
+            # X.509 in the TLS handshake (ARC 6): the user is the proxy's subject without
+            # the proxy's own CN=<number>
+            self.needs_auth, self.user, self.x509 = False, subject, True
         super().prepare()
+
+    def _peer_subject(self) -> str | None:
+        sock = getattr(getattr(self.request.connection, "stream", None), "socket", None)
+        try:
+            cert = sock.getpeercert() if hasattr(sock, "getpeercert") else None
+        except (OSError, ValueError):
+            return None
+        if not cert:
+            return None
+        names = [f"{k}={v}" for rdn in cert.get("subject", ()) for k, v in rdn]
+        while len(names) > 1 and names[-1].startswith("commonName=") and \
+                names[-1].split("=", 1)[1].isdigit():
+            names.pop()
+        return ",".join(names) or None
 
     @property
     def version(self) -> str:
@@ -560,9 +583,37 @@ class DelegationsHandler(Handler):
                 if v["owner"] == self.user]
         self.reply({"delegation": mine})
 
+    def put(self, version: str, did: str | None = None) -> None:
+        """The client's answer to an X.509 delegation request: the signed certificate."""
+        d = self.svc.delegations.get(did or "")
+        if d is None or d["owner"] != self.user or d["type"] != "x509":
+            self.fail(404, "no such delegation")
+            return
+        if b"BEGIN CERTIFICATE" not in self.request.body:
+            self.fail(400, "a PEM certificate is expected")
+            return
+        with self.svc.lock:
+            d["delegated"] = True
+            self.svc.save()
+        self.set_header("Content-Type", "text/plain")
+        self.finish()
+
     def post(self, version: str, did: str | None = None) -> None:
         action = self.get_argument("action", "")
         svc = self.svc
+        if did is None and action == "new" and getattr(self, "x509", False) and \
+                self.get_argument("type", "x509") == "x509":
+            # X.509 delegation: a certificate request, signed by the client with its proxy
+            new = uuid.uuid4().hex[:12]
+            csr = _certificate_request()
+            with svc.lock:
+                svc.delegations[new] = {"owner": self.user, "type": "x509", "t": time.time()}
+                svc.save()
+            self.set_header("Location", f"{API}/{version}/delegations/{new}")
+            self.set_header("Content-Type", "application/x-pem-file")
+            self.set_status(201)
+            self.finish(csr)
+            return
         if did is None and action == "new":
             delegated = self.request.headers.get("X-Token-Delegation", "")
             if self.get_argument("type", "") != "jwt" or not delegated.startswith("Bearer "):
@@ -599,6 +650,19 @@ class DelegationsHandler(Handler):
             self.finish("token delegation")
         else:
             self.fail(400, f"unknown action '{action}'")
+
+
+def _certificate_request() -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    req = (x509.CertificateSigningRequestBuilder()
+           .subject_name(x509.Name([x509.NameAttribute(x509.oid.NameOID.COMMON_NAME,
+                                                       "delegation")]))
+           .sign(key, hashes.SHA256()))
+    return req.public_bytes(serialization.Encoding.PEM).decode()
 
 
 class JobsHandler(Handler):
@@ -819,6 +883,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-running", type=int, default=-1,
                         help="jobs in SUBMITTING or in the LRMS at once (arc.conf maxjobs' "
                              "second number); more wait PREPARED. -1: no limit")
+    parser.add_argument("--tls-cert", help="serve HTTPS with this certificate (PEM)")
+    parser.add_argument("--tls-key", help="its key (PEM)")
+    parser.add_argument("--client-ca", help="accept X.509 clients (RFC 3820 proxies "
+                                            "included) issued by these CAs (PEM)")
     parser.add_argument("--kill-delay", type=float, default=0.0,
                         help="seconds from a kill request to KILLED (40-60 on a real CE)")
     args = parser.parse_args(argv)
@@ -836,10 +904,20 @@ def main(argv: list[str] | None = None) -> None:
     async def run() -> None:
         from tornado.netutil import bind_sockets
 
-        server = httpserver.HTTPServer(app, max_buffer_size=1 << 30)
+        tls = None
+        if args.tls_cert:  # HTTPS; with --client-ca also X.509 (proxy) clients, as ARC 6
+            import ssl
+
+            tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            tls.load_cert_chain(args.tls_cert, args.tls_key)
+            if args.client_ca:
+                tls.load_verify_locations(cafile=args.client_ca)
+                tls.verify_mode = ssl.CERT_OPTIONAL
+                tls.verify_flags |= ssl.VERIFY_ALLOW_PROXY_CERTS
+        server = httpserver.HTTPServer(app, max_buffer_size=1 << 30, ssl_options=tls)
         sockets = bind_sockets(args.port, "127.0.0.1")
         server.add_sockets(sockets)
-        url = f"http://127.0.0.1:{sockets[0].getsockname()[1]}"
+        url = f"{'https' if tls else 'http'}://127.0.0.1:{sockets[0].getsockname()[1]}"
         print(json.dumps({"url": url, "token_uri": f"{url}/auth/token", "root": str(svc.root),
                           "admin_token": admin}), flush=True)
         stop = asyncio.Event()

@@ -245,6 +245,17 @@ def test_parameters_the_notebook_cannot_receive_never_reach_the_ce(arc, backend_
 
 # --- issue 29: what the real CEs (A-REX 6.17 with X.509, 7 with tokens) showed ---------------
 
+def _utc(t: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(t))
+
+
+def _exp(token: str) -> float:
+    import base64
+
+    payload = token.split(".")[1]
+    return json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))["exp"]
+
+
 @pytest.fixture
 def silent_port():
     """A real listening socket that accepts connections and never says a word (a CE
@@ -300,8 +311,6 @@ def test_an_expired_token_is_said_and_a_new_one_resumes_the_job(arc, make_client
     """Was: the CE's refusal ("refused the credentials", as "did not answer"), without
     saying the token expired.  Now its exp is read: the job waits ``unknown`` with "the
     token expired at T" and goes on once a new token is set."""
-    from jupyter_cloudtik.hpc.arc import _utc, token_expiry
-
     arc.faults(token_ttl=3)
     short = _token(arc)
     arc.faults(token_ttl=300)
@@ -311,7 +320,7 @@ def test_an_expired_token_is_said_and_a_new_one_resumes_the_job(arc, make_client
     assert info.state in ("queued", "running"), info.reason
     info = wait_for(lambda: (i := client.get(info.id)).state == "unknown" and i, 15,
                     what="the token to expire")
-    assert f"the token expired at {_utc(token_expiry(short))}; set a new one" in info.reason
+    assert f"the token expired at {_utc(_exp(short))}; set a new one" in info.reason
     assert "did not answer" not in info.reason and "refused" not in info.reason, info.reason
     client.manager.secrets.put("hpc:arc", "token", _token(arc))
     info = client.wait(info.id, timeout=60)
@@ -327,7 +336,6 @@ def test_an_expired_proxy_is_said_with_its_time_and_a_renewed_one_is_used(arc, m
     with "your proxy certificate expired at T; renew it (arcproxy ...)" and the renewed
     file is used by itself.  (The emulator takes no X.509, so after the renewal the CE's
     refusal is what the job ends with: it was asked again.)"""
-    from jupyter_cloudtik.hpc.arc import _utc
     from jupyter_cloudtik.hpc.x509proxy import make_proxy, proxy_expiry
 
     cert, key = _self_signed(tmp_path, days=1)
@@ -441,3 +449,90 @@ def test_a_job_the_lrms_ends_passes_killing_and_fails(arc_limited, make_client):
     info = wait_for(lambda: _watch(client, job.id, seen), 30, 0.1, "the job to end")
     assert info.state == "failed" and "wall time" in info.reason, info.reason
     assert ("running", "KILLING") in seen, seen
+
+
+def _test_ca(folder):
+    """A CA, a user certificate and a certificate for 127.0.0.1, all issued by it."""
+    import datetime as dt
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    now = dt.datetime.now(dt.timezone.utc)
+
+    def issue(subject, issuer_name, issuer_key, key, ca=False, san=None):
+        b = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer_name)
+             .public_key(key.public_key()).serial_number(x509.random_serial_number())
+             .not_valid_before(now - dt.timedelta(hours=1))
+             .not_valid_after(now + dt.timedelta(days=2))
+             .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
+        if san:
+            b = b.add_extension(x509.SubjectAlternativeName(san), critical=False)
+        return b.sign(issuer_key, hashes.SHA256())
+
+    def name(cn):
+        return x509.Name([x509.NameAttribute(x509.oid.NameOID.ORGANIZATION_NAME, "Test Grid"),
+                          x509.NameAttribute(x509.oid.NameOID.COMMON_NAME, cn)])
+
+    def pem(obj):
+        if isinstance(obj, rsa.RSAPrivateKey):
+            return obj.private_bytes(serialization.Encoding.PEM,
+                                     serialization.PrivateFormat.PKCS8,
+                                     serialization.NoEncryption())
+        return obj.public_bytes(serialization.Encoding.PEM)
+
+    ca_key, user_key, host_key = (rsa.generate_private_key(public_exponent=65537,
+                                                           key_size=2048) for _ in range(3))
+    ca = issue(name("Test Grid CA"), name("Test Grid CA"), ca_key, ca_key, ca=True)
+    user = issue(name("Grid User"), ca.subject, ca_key, user_key)
+    host = issue(name("127.0.0.1"), ca.subject, ca_key, host_key,
+                 san=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    out = {}
+    for label, obj in (("ca", ca), ("user", user), ("user_key", user_key), ("host", host),
+                       ("host_key", host_key)):
+        out[label] = folder / f"{label}.pem"
+        out[label].write_bytes(pem(obj))
+    return out
+
+
+@pytest.fixture
+def arc_x509(tmp_path):
+    """The emulator over HTTPS taking X.509 proxies in the handshake (as ARC 6 does)."""
+    pki = _test_ca(tmp_path)
+    svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc-x509",
+                  ["--tls-cert", str(pki["host"]), "--tls-key", str(pki["host_key"]),
+                   "--client-ca", str(pki["ca"])]).start()
+    yield svc, pki
+    svc.stop()
+
+
+def test_a_proxy_that_expires_while_the_job_runs_is_said_and_a_renewed_one_resumes_it(
+        arc_x509, make_client, tmp_path):
+    """Was (real A-REX 6.17): the job ``unknown`` for good, "did not answer".  Now: the
+    proxy's notAfter is read before each call; the job waits with "your proxy
+    certificate expired at T; renew it (arcproxy --proxy=FILE)" and, once the file is
+    renewed, goes on by itself (one ``unavailable`` event, one ``available``)."""
+    from jupyter_cloudtik.hpc.x509proxy import make_proxy, proxy_expiry
+
+    svc, pki = arc_x509
+    cert, key = pki["user"].read_text(), pki["user_key"].read_text()
+    proxy = tmp_path / "x509up"
+    proxy.write_text(make_proxy(cert, key, hours=4 / 3600))  # 4 seconds
+    until = proxy_expiry(proxy.read_text())
+    client = make_client({"arc": {"type": "arc", "url": svc.url, "proxy": str(proxy),
+                                  "ca_certificates": str(pki["ca"])}},
+                         retry_interval_max=0.5)
+    info = client.submit(build_spec(None, command=["sleep", "6"]), "arc")
+    assert info.state in ("queued", "running"), info.reason
+    info = wait_for(lambda: (i := client.get(info.id)).state == "unknown" and i, 15,
+                    what="the proxy to expire")
+    assert info.reason == (f"backend 'arc': your proxy certificate expired at {_utc(until)}; "
+                           f"renew it (arcproxy --proxy={proxy}) and the backend goes on by "
+                           "itself"), info.reason
+    proxy.write_text(make_proxy(cert, key, hours=1))
+    info = client.wait(info.id, timeout=60)
+    assert info.state == "succeeded", info.reason
+    steps = [e.step for e in client.events(info.id)]
+    assert steps.count("unavailable") == 1 and steps.count("available") == 1, steps
