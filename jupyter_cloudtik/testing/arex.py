@@ -223,8 +223,11 @@ class ArexSite:
     """
 
     def __init__(self, folder_name: str, *, chroot: Path | None = None,
-                 issuer: str | None = None, log=print) -> None:
+                 issuer: str | None = None, log=print, maxjobs: int | None = None) -> None:
         self.chroot = chroot
+        # arc.conf maxjobs' second number: "jobs being run (SUBMITTING, INLRMS states)";
+        # jobs over it wait PREPARED (PENDING:PREPARING)
+        self.maxjobs = maxjobs
         self.issuer = issuer
         self.log = log
         base = (chroot / "tmp") if chroot else Path("/tmp")
@@ -301,6 +304,8 @@ class ArexSite:
             (self.root / "allowed-subjects").write_text(f'"{USER_DN.format(name="alice")}"\n')
             auth = f"file = {self.inner}/allowed-subjects"
             arex_extra = ""
+        if self.maxjobs is not None:
+            arex_extra += f"maxjobs = -1 {self.maxjobs} -1 -1 -1\n"
         text = CONF.format(root=self.inner, port=self.port, auth=auth, arex_extra=arex_extra,
                            queue_extra=queue_extra)
         if self.issuer:

@@ -401,7 +401,7 @@ def test_every_rest_state_is_mapped(native, state):
 @pytest.fixture
 def arc_limited(tmp_path):
     """A CE that runs one job at a time (arc.conf ``maxjobs`` number2 = 1) and takes 2 s
-    to kill one (40-60 s on a real CE)."""
+    to kill one (61 s on A-REX 6.17, test_hpc_arex.py)."""
     svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc-limited",
                   ["--max-running", "1", "--kill-delay", "2"]).start()
     yield svc
@@ -434,7 +434,10 @@ def test_a_job_over_the_ces_limit_waits_prepared_and_a_cancel_takes_a_while(arc_
     seen: list = []
     info = wait_for(lambda: _watch(client, first.id, seen), 20, 0.1, "the kill")
     assert info.state == "cancelled" and time.monotonic() - t0 >= 1.9
-    assert ("running", "KILLING") in seen and ("cancelled", "KILLING") not in seen, seen
+    # as on A-REX 6.17: RUNNING until KILLED (KILLING, if seen at all, is not final)
+    assert seen.count(("running", "RUNNING")) >= 10, seen
+    assert set(seen) <= {("running", "RUNNING"), ("running", "KILLING"),
+                         ("cancelled", "KILLED")}, seen
     info = client.wait(second.id, timeout=30)  # its turn once the first is gone
     assert info.state == "succeeded", info.reason
 

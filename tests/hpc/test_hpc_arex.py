@@ -291,3 +291,48 @@ def test_unreachable_ce_is_unknown_until_it_answers(arex6, make_client):
     info = client.submit(build_spec(None, command=["true"]), "arc")
     assert info.state == "unknown" and "did not answer" in info.reason
     wait_for(lambda: client.get(info.id).state == "unknown", 5)
+
+
+def test_a_job_over_maxjobs_waits_prepared_and_a_kill_takes_a_while(make_client):
+    """Issue 29: with arc.conf ``maxjobs`` (second number 1) the second job waits PREPARED
+    (``queued``) while the first runs; a kill takes A-REX's wake-ups, and the job is not
+    final while the CE says KILLING.  An ARC 6 site of its own (the shared one has no
+    limit)."""
+    from jupyter_cloudtik.testing.arex import ArexSite, host_job_python, missing_arc6
+
+    why = missing_arc6()
+    if why:
+        pytest.skip(why)
+    python = host_job_python(_log)
+    site = ArexSite(f"cloudtik-arex6-{uuid.uuid4().hex[:8]}", log=_log, maxjobs=1)
+    try:
+        site.start()
+        cfg = {"type": "arc", "url": site.url, "ca_certificates": str(site.ca_dir),
+               "certificate": str(site.user_cert), "key": str(site.user_key),
+               "environment": {"python": str(python), "venv": str(python.parent.parent)}}
+        client = make_client({"arc": cfg})
+        first = client.submit(build_spec(None, command=["sleep", "600"], name="first"), "arc")
+        second = client.submit(build_spec(None, command=["true"], name="second"), "arc")
+        wait_for(lambda: client.get(first.id).state == "running", 180, 1, "the first to run")
+        held = wait_for(lambda: (i := client.get(second.id)).native_state == "PREPARED" and i,
+                        60, 1, "the second held PREPARED")
+        assert held.state == "queued"
+        t0 = time.monotonic()
+        info = client.cancel(first.id)
+        assert not info.done, info
+        seen: list = []
+
+        def ended():
+            i = client.get(first.id)
+            seen.append((round(time.monotonic() - t0), i.state, i.native_state))
+            return i.done and i
+
+        info = wait_for(ended, 240, 1, "the kill")
+        _log(f"kill: {time.monotonic() - t0:.0f}s; seen {sorted(set(seen))}")
+        assert info.state == "cancelled", _why(client, info)
+        assert not [s for s in seen if s[1] == "cancelled" and s[2] == "KILLING"], seen
+        info = client.wait(second.id, timeout=240)
+        assert info.state == "succeeded", _why(client, info)
+    finally:
+        site.stop()
+        shutil.rmtree(site.root, ignore_errors=True)
