@@ -446,7 +446,7 @@ def s3(tmp_path):
 def hwc(tmp_path):
     """The Huawei Cloud emulator, its own process (as the cloud is apart from us)."""
     (tmp_path / "hwc").mkdir()
-    h = start_emulator(tmp_path / "hwc")
+    h = start_emulator(tmp_path / "hwc", bucket_release_seconds=0)
     yield h
     left = h.stop()
     assert not left, f"emulated server processes left behind: {left}"

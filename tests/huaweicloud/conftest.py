@@ -18,7 +18,9 @@ from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
 @pytest.fixture(scope="session")
 def hwc(tmp_path_factory):
     """The emulator: ``.ctl`` (admin client), ``.info`` (endpoint, keys), ``.dir``."""
-    h = start_emulator(tmp_path_factory.mktemp("hwc-emulator"))
+    # workspaces are deleted and made again under the same names: OBS would hold a
+    # deleted bucket's name ~30 min (test_workspace_faults tests that with its own value)
+    h = start_emulator(tmp_path_factory.mktemp("hwc-emulator"), bucket_release_seconds=0)
     yield h
     left = h.stop()
     assert not left, f"emulated server processes left behind: {left}"

@@ -306,3 +306,41 @@ def test_create_again_repairs_subnets_without_dns(hwc, core, faults):
     assert not [r for r in hwc.ctl.requests(mark) if r.get("action") == "vpc.update_subnet"]
     core.run(core.workspaces.delete(ws))
     assert leftovers(hwc, ws) == {}
+
+
+def test_a_bucket_name_held_or_taken_is_refused_first_with_the_cause(hwc, core, faults):
+    """OBS holds a deleted bucket's name for about 30 minutes and names are global across
+    accounts. `workspace delete` then `create` within the window, or a name another account
+    owns, is refused at the first step (the bucket is made before the VPC), in one line
+    saying why, with nothing to roll back: it used to fail last, after the VPC, NAT gateway
+    and agencies were built, which the rollback then tore down, with a raw 403."""
+    from jupyter_cloudtik.core.errors import ConfigError
+
+    ws = "wbucket"
+    core.run(core.workspaces.create(ws, workspace_config(hwc)))
+    core.run(core.workspaces.delete(ws))
+    faults.set_options(bucket_release_seconds=1800)
+    try:
+        mark = hwc.ctl.last_request()
+        with pytest.raises(ConfigError) as held:
+            core.run(core.workspaces.create(ws, workspace_config(hwc)))
+        made = [r["action"] for r in hwc.ctl.requests(mark)
+                if r["method"] not in ("GET", "HEAD")]
+        assert made == ["obs.create_bucket"], made  # the first thing tried, and the last
+        assert leftovers(hwc, ws) == {}
+        said = held.value.message
+        assert "held for about 30 minutes" in said and "(409" in said, said
+        assert "\n" not in said and "rollback" not in said, said
+        # a name another account owns
+        bucket = said.split("bucket name ", 1)[1].split(" ", 1)[0]
+        faults.set_options(bucket_release_seconds=0, foreign_buckets=[bucket])
+        with pytest.raises(ConfigError) as taken:
+            core.run(core.workspaces.create(ws, workspace_config(hwc)))
+        assert "(403" in taken.value.message and "another workspace name" in \
+            taken.value.message, taken.value.message
+        assert leftovers(hwc, ws) == {}
+    finally:
+        faults.set_options(bucket_release_seconds=0, foreign_buckets=[])
+    core.run(core.workspaces.create(ws, workspace_config(hwc)))  # released: made again
+    core.run(core.workspaces.delete(ws))
+    assert leftovers(hwc, ws) == {}

@@ -53,7 +53,8 @@ def _sidekick_config(base: Path, endpoint: str) -> str:
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
-    emu = start_emulator(tmp_path_factory.mktemp("hwc-emulator"), region=REGION)
+    emu = start_emulator(tmp_path_factory.mktemp("hwc-emulator"), region=REGION,
+                         bucket_release_seconds=0)
     yield emu
     left = emu.stop()
     assert not left, f"emulated server processes left behind: {left}"

@@ -20,7 +20,7 @@ RETRY = {"base_delay": 0.01, "attempts": 6, "budget": 5}
 
 @pytest.fixture(scope="module")
 def emulator(tmp_path_factory):
-    emu = start_emulator(tmp_path_factory.mktemp("hwc-emulator"))
+    emu = start_emulator(tmp_path_factory.mktemp("hwc-emulator"), bucket_release_seconds=0)
     yield emu
     left = emu.stop()
     assert not left, f"emulated server processes left behind: {left}"

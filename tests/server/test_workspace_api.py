@@ -15,6 +15,7 @@ from .conftest import unique
 @pytest.fixture(scope="module")
 def emu(tmp_path_factory):
     e = Emulator(tmp_path_factory.mktemp("emu"), Options(boot=False)).start()
+    e.cloud.set_options({"bucket_release_seconds": 0})  # names are made again
     yield e
     e.stop()
 

@@ -277,7 +277,7 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         try:
             return self._create()
         except Exception as e:
-            if not rollback:
+            if not rollback or getattr(e, "nothing_made", False):
                 raise
             message = getattr(e, "message", str(e))
             self._progress("rollback", f"creating failed ({message}); deleting what was made",
@@ -303,6 +303,16 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
         steps = 7 if p.get("peer_vpc_id") else 6
         if p.get("peer_vpc_id"):  # before anything is made: an overlap is a config error
             self._check_peer_cidr()
+
+        # 0. storage first: its name is global across accounts and held for a while after
+        # a delete, so it is the step most likely to be refused, and a refusal here leaves
+        # no VPC, NAT gateway or agencies to roll back
+        if p.get("managed_storage", True):
+            self._progress("storage", "managed OBS bucket", 0.02)
+            bucket = self.bucket()
+            if not self.bucket_exists():
+                self._create_bucket(bucket)
+            self.on_resource("bucket", bucket)
 
         # 1. VPC
         self._progress("vpc", f"VPC {n['vpc']}", 0.05)
@@ -377,14 +387,8 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             self.on_resource(key, n[key])
             res[key] = n[key]
 
-        # storage
         if p.get("managed_storage", True):
-            self._progress("storage", "managed OBS bucket", step / steps)
-            bucket = self.bucket()
-            if not self.bucket_exists():
-                self._create_bucket(bucket)
-            self.on_resource("bucket", bucket)
-            res["bucket"] = bucket
+            res["bucket"] = self.bucket()  # made first (below: before the VPC)
         return res
 
     def _free_cidr(self, vpc_cidr: str, used: list[str], prefix: int) -> str:
@@ -730,10 +734,27 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
     def _create_bucket(self, bucket: str) -> None:
         from huaweicloudsdkobs.v1 import CreateBucketRequest, CreateBucketRequestBody
 
-        self.clients.call("obs", "create_bucket", CreateBucketRequest(
-            bucket_name=bucket, body=CreateBucketRequestBody(location=self.clients.region)),
-            recover=lambda: True if self.bucket_exists() else None,
-            what=f"create the OBS bucket {bucket}")
+        try:
+            self.clients.call("obs", "create_bucket", CreateBucketRequest(
+                bucket_name=bucket, body=CreateBucketRequestBody(
+                    location=self.clients.region)),
+                recover=lambda: True if self.bucket_exists() else None,
+                what=f"create the OBS bucket {bucket}")
+        except ProviderError as e:
+            status, code = e.details.get("status"), e.details.get("code")
+            if status in (403, 409) and code != "BucketAlreadyOwnedByYou":
+                # OBS bucket names are global: another account's bucket (403), or ours
+                # deleted less than ~30 minutes ago, whose name OBS still holds (409)
+                refused = ConfigError(
+                    f"workspace {self.workspace_name!r}: the OBS bucket name {bucket} is not "
+                    f"available ({' '.join(str(x) for x in (status, code) if x)}): OBS names "
+                    "are global across accounts and a deleted bucket's name is held for "
+                    "about 30 minutes; if this workspace was deleted just now, run create "
+                    "again later, else choose another workspace name (or managed_storage: "
+                    "false). Nothing was made", field="provider.managed_storage", value=bucket)
+                refused.nothing_made = True  # the first step: no rollback to do
+                raise refused from None
+            raise
 
     # delete ---------------------------------------------------------------------------------
     def _delete(self, service: str, method: str, request: Any, what: str,

@@ -180,6 +180,12 @@ class Cloud:
         #: not name take the status), "charge": "period" | "demand" | "period,demand"}:
         #: its sale as ListFlavors shows it (cond:operation:*; FlavorExtraSpec docstrings)
         self.flavor_sale: dict[str, dict[str, Any]] = {}
+        #: a deleted bucket's name is held this long before anyone may create it again
+        #: (OBS FAQ: "about 30 minutes"); name -> when it was deleted
+        self.bucket_release_seconds = 1800.0
+        self.deleted_buckets: dict[str, float] = {}
+        #: bucket names another account owns (names are global across accounts)
+        self.foreign_buckets: set[str] = set()
         # (flavor, zone) that the flavor listing still shows as "normal" but whose hosts are
         # full: the cloud's view lags, and only the create call finds out (as it happens)
         self.full_hosts: set[tuple[str, str]] = set()
@@ -1770,6 +1776,14 @@ class Cloud:
             raise ApiError(409, "BucketAlreadyOwnedByYou",
                            f"Your previous request to create the named bucket {bucket} "
                            "succeeded and you already own it.", "obs")
+        if bucket in self.foreign_buckets:  # what the outside check saw: a bare 403
+            raise ApiError(403, "AccessDenied", "Access Denied", "obs")
+        deleted = self.deleted_buckets.get(bucket)
+        if deleted is not None and time.time() - deleted < self.bucket_release_seconds:
+            # the name is not released yet (the code is our reading: OBS documents the
+            # delay, not the answer; S3 answers 409 for a name it does not give out)
+            raise ApiError(409, "BucketAlreadyExists", f"The requested bucket name {bucket} "
+                           "is not available.", "obs")
         self._check_quota("obs", "bucket")
         location = self.region
         text = call.body.decode() if isinstance(call.body, bytes) else ""
@@ -1797,6 +1811,7 @@ class Cloud:
             raise ApiError(409, "BucketNotEmpty", "The bucket you tried to delete is not "
                            "empty", "obs")
         del self.r["bucket"][bucket]
+        self.deleted_buckets[bucket] = time.time()
         return 204, None
 
     def obs_put_object(self, call: Call, bucket: str, key: str):
@@ -1916,6 +1931,10 @@ class Cloud:
                 self.sold_out = {tuple(x) for x in options["sold_out"]}
             if "full_hosts" in options:
                 self.full_hosts = {tuple(x) for x in options["full_hosts"]}
+            if "bucket_release_seconds" in options:
+                self.bucket_release_seconds = float(options["bucket_release_seconds"])
+            if "foreign_buckets" in options:
+                self.foreign_buckets = set(options["foreign_buckets"] or [])
             if "flavor_sale" in options:
                 self.flavor_sale = {str(k): dict(v) for k, v in
                                     (options["flavor_sale"] or {}).items()}

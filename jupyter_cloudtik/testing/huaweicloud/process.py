@@ -64,7 +64,8 @@ class EmulatorProcess:
 
 def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = False,
                    timeout: float = 30, realistic: bool = False,
-                   image: str | None = None, region: str | None = None) -> EmulatorProcess:
+                   image: str | None = None, region: str | None = None,
+                   bucket_release_seconds: float | None = None) -> EmulatorProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith("HUAWEICLOUD_")}
     env["HOME"] = str(root)
     with open(root / "emulator.log", "wb") as log:
@@ -84,5 +85,7 @@ def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = Fal
                                + (root / "emulator.log").read_text()[-2000:])
         time.sleep(0.05)
     info = json.loads((root / "emulator.json").read_text())
-    return EmulatorProcess(info, root, proc, EmulatorControl(info["endpoint"],
-                                                             info["admin_token"]))
+    ctl = EmulatorControl(info["endpoint"], info["admin_token"])
+    if bucket_release_seconds is not None:  # tests that reuse names need not wait 30 min
+        ctl.set_options(bucket_release_seconds=bucket_release_seconds)
+    return EmulatorProcess(info, root, proc, ctl)
