@@ -40,7 +40,9 @@ class TextProgress:
 
     def update(self, event: Event) -> None:
         line = (event.step, event.message)
-        if line == self._last or event.step in ("start", "succeeded"):
+        # the failure is the error the caller raises and the warnings are printed as
+        # WARNING lines (clusters/api.py show_warnings): each is said once
+        if line == self._last or event.step in ("start", "succeeded", "failed", "warning"):
             return
         self._last = line
         pct = f"{event.fraction * 100:3.0f}%" if event.fraction is not None else "    "

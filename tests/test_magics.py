@@ -214,3 +214,20 @@ def test_a_mistyped_magic_of_ours_gets_a_suggestion(kernel):
     out = text_of(kernel.run("%cluster --help"))
     assert "usage: %cluster" in out and "Did you mean" not in out, out
 
+
+
+def test_a_failed_up_and_a_warning_are_each_said_once(kernel, state_dir):
+    """Text progress (CLOUDTIK_PROGRESS=text, as in a terminal or a front end without
+    widgets): the failure is the error's one line (no progress "failed:" line before it, no
+    traceback of our internals: %tb has it); a warning is its one WARNING line (issue 28.4)."""
+    kernel.run("%load_ext jupyter_cloudtik\nimport os\nos.environ['CLOUDTIK_PROGRESS'] = 'text'"
+               "\nfrom jupyter_cloudtik import Cluster")
+    out = text_of(kernel.run("Cluster.up(name='bad', workers=1, config={'setup_commands': "
+                             "['echo boom; exit 3']})", allow_error=True))
+    assert out.count("exited with code 3") == 1, out
+    assert "NodeLaunchError: the head node" in out and "Traceback" not in out, out
+    assert "%tb" in out, out
+    kernel.run("%cluster down bad")
+    out = text_of(kernel.run(f"c = Cluster.up(name='many', workers=1, cores={machine_cpus() * 3})"))
+    assert out.count("oversubscribed") == 1 and "WARNING: cluster 'many'" in out, out
+    kernel.run("c.down()")

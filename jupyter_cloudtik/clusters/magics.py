@@ -133,6 +133,9 @@ def register(ipython) -> None:
     from ..magic_typos import install
 
     install(ipython, ours)  # %clsuter: "did you mean %cluster?"
+    from ..ipython_errors import install as one_line_errors
+
+    one_line_errors(ipython)  # Cluster.up(...) failing: its message, not a traceback
 
 
 def _prewarm() -> None:
