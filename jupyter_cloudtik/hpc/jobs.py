@@ -387,8 +387,10 @@ class JobManager(ActsForUser):
         except BackendUnavailable as e:
             # it will be submitted when the backend answers
             check_limits(spec, HPCBackend.limits(be), be.name)
-            return (f"backend '{be.name}' did not answer ({e.message}): the job was checked "
-                    "against the configured limits only; the system may still refuse it")
+            why = (e.message if isinstance(e, CredentialsExpired)
+                   else f"did not answer ({e.message})")
+            return (f"backend '{be.name}' {why}: the job was checked against the configured "
+                    "limits only; the system may still refuse it")
         return None
 
     async def _plan(self, be: HPCBackend, spec: JobSpec, nb_source: Any = None,
