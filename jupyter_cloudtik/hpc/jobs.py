@@ -387,9 +387,9 @@ class JobManager(ActsForUser):
         except BackendUnavailable as e:
             # it will be submitted when the backend answers
             check_limits(spec, HPCBackend.limits(be), be.name)
-            why = (e.message if isinstance(e, CredentialsExpired)
-                   else f"did not answer ({e.message})")
-            return (f"backend '{be.name}' {why}: the job was checked against the configured "
+            why = (f": {e.message} —" if isinstance(e, CredentialsExpired)
+                   else f" did not answer ({e.message}):")
+            return (f"backend '{be.name}'{why} the job was checked against the configured "
                     "limits only; the system may still refuse it")
         return None
 
