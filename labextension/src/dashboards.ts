@@ -51,9 +51,20 @@ export function setupDashboards(app: JupyterFrontEnd, restorer: ILayoutRestorer 
       }
       // same origin, so the dashboard's own websockets pass the server's origin check
       const content = new IFrame({ sandbox: ['allow-scripts', 'allow-same-origin'] });
-      content.url = a.url;
       content.addClass('jp-CloudTik-dashboardFrame');
-      const widget = new MainAreaWidget({ content });
+      // JupyterLab's spinner until the page has loaded (a dashboard can take seconds: the
+      // server waits for a starting scheduler), not a white tab; shown anyway after 30 s
+      const loaded = new Promise<void>(resolve => {
+        const frame = content.node.querySelector('iframe');
+        frame?.addEventListener('load', () => resolve(), { once: true });
+        window.setTimeout(resolve, 30_000);
+      });
+      content.url = a.url;
+      const widget = new MainAreaWidget({ content, reveal: loaded });
+      widget.node.dataset.state = 'loading';
+      void loaded.then(() => {
+        widget.node.dataset.state = 'ready';
+      });
       widget.id = id;
       const label = DASHBOARD_PAGES.find(p => p.page === a.page)?.label ?? a.page;
       widget.title.label = `${a.cluster}: ${label}`;

@@ -95,6 +95,13 @@ def test_a_plot_opens_as_a_lab_tab_and_survives_reload(lab_only_browser, lab, cl
         item.locator(".jp-CloudTik-plots").select_option("individual-task-stream")
         tab = ".jp-CloudTik-dashboardTab[data-page='individual-task-stream']"
         page.wait_for_selector(tab, timeout=30_000)
+        # a waiting state (JupyterLab's spinner) until the page has loaded, then the page
+        # (read at once, in the page: the load may end between two reads)
+        state, spinner = page.eval_on_selector(
+            tab, "n => [n.dataset.state, !!n.querySelector('.jp-Spinner')]")
+        assert (state, spinner) in (("loading", True), ("ready", False)), (state, spinner)
+        page.wait_for_selector(f"{tab}[data-state='ready']", timeout=60_000)
+        assert page.locator(f"{tab} .jp-Spinner").count() == 0
         frame = page.frame_locator(f"{tab} iframe")
         frame.locator("canvas").first.wait_for(timeout=60_000)
         page.wait_for_timeout(3000)  # the workspace is saved after a short delay
