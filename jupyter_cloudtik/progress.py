@@ -55,41 +55,80 @@ class TextProgress:
 
 
 class WidgetProgress:
-    """An ipywidgets progress bar with the current step and the last few messages."""
+    """One compact live widget per operation, as the best Dask tools draw it: the title, a
+    bar, the current step and the time so far (ticking) on one line, and every message
+    behind a details toggle.  A failure is said by the error the caller raises, so the
+    widget only turns red and keeps the message in its details."""
+
+    TICK_SECONDS = 1.0
+    MAX_MESSAGES = 200
 
     def __init__(self, title: str) -> None:
+        import threading
+
         import ipywidgets as w
         from IPython.display import display
 
         self.title = title
         self.start = time.monotonic()
         self.bar = w.FloatProgress(value=0.0, min=0.0, max=1.0, bar_style="info",
-                                   layout=w.Layout(width="320px"))
+                                   layout=w.Layout(width="240px"))
         self.label = w.HTML(value=f"<b>{html.escape(title)}</b>")
         self.step = w.HTML(value="starting…")
-        self.log = w.HTML(value="")
+        self.elapsed = w.HTML(value="0s")
+        self.toggle = w.ToggleButton(value=False, description="details", icon="list",
+                                     tooltip="every step of this operation",
+                                     layout=w.Layout(width="90px"))
+        self.log = w.HTML(value="", layout=w.Layout(display="none"))
         self.messages: list[str] = []
-        self.box = w.VBox([w.HBox([self.label, self.bar]), self.step, self.log])
+        self.toggle.observe(self._show_details, names="value")
+        self.box = w.VBox([w.HBox([self.label, self.bar, self.step, self.elapsed,
+                                   self.toggle]), self.log])
+        self.box.add_class("cloudtik-progress")
+        self._done = threading.Event()
+        self._ticker = threading.Thread(target=self._tick, name="cloudtik-progress",
+                                        daemon=True)
         display(self.box)
+        self._ticker.start()
+
+    def _show_details(self, change: dict[str, Any]) -> None:
+        self.log.layout.display = "" if change["new"] else "none"
+
+    def _tick(self) -> None:
+        while not self._done.wait(self.TICK_SECONDS):
+            self.elapsed.value = _seconds(time.monotonic() - self.start)
 
     def update(self, event: Event) -> None:
         if event.fraction is not None:
             self.bar.value = event.fraction
+        if event.step in ("start", "failed"):
+            return
         self.step.value = f"{html.escape(event.step)}: {html.escape(event.message)}"
-        if event.step not in ("start",):
-            self.messages = ([*self.messages, f"{event.step}: {event.message}"])[-5:]
-            self.log.value = "<br>".join(
-                f"<small>{html.escape(m)}</small>" for m in self.messages)
+        self.messages = [*self.messages, f"{event.step}: {event.message}"][
+            -self.MAX_MESSAGES:]
+        self.log.value = "<br>".join(f"<small>{html.escape(m)}</small>"
+                                     for m in self.messages)
+        self.elapsed.value = _seconds(time.monotonic() - self.start)
 
     def close(self, state: str, message: str = "") -> None:
+        self._done.set()
         took = time.monotonic() - self.start
+        self.elapsed.value = _seconds(took)
         self.bar.bar_style = {"succeeded": "success", "cancelled": "warning"}.get(
             state, "danger")
         if state == "succeeded":
             self.bar.value = 1.0
-            self.step.value = f"done in {took:.1f}s"
-        else:
-            self.step.value = f"<b>{html.escape(state)}</b>: {html.escape(message)}"
+            self.step.value = "done"
+            return
+        self.step.value = f"<b>{html.escape(state)}</b>"
+        if message:
+            self.messages = [*self.messages, f"{state}: {message}"][-self.MAX_MESSAGES:]
+            self.log.value = "<br>".join(f"<small>{html.escape(m)}</small>"
+                                         for m in self.messages)
+
+
+def _seconds(took: float) -> str:
+    return f"{took:.0f}s" if took < 60 else f"{int(took // 60)}m {int(took % 60):02d}s"
 
 
 class RichProgress:
