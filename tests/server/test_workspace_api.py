@@ -35,8 +35,9 @@ def test_workspace_life_cycle_over_rest(lab, emu):
     op = lab.wait_operation(resp.json()["operation"]["id"])
     assert op["state"] == "succeeded", op
     events = lab.get(f"operations/{op['id']}/events").json()["events"]
+    # the bucket first: its global name is the step most likely refused (docs/huaweicloud.md)
     assert [e["step"] for e in events if e["step"] in ("vpc", "nat", "storage")] == [
-        "vpc", "nat", "storage"]
+        "storage", "vpc", "nat"]
 
     info = lab.get(f"workspaces/{name}").json()
     assert info["state"] == "ready" and info["resources"]["vpc_id"]
