@@ -69,6 +69,13 @@ OPENAPI_FIELDS = {
                        ".options.*": "admin-only", ".source": "admin-only",
                        ".mount_path": "admin-only", ".description": "admin-only",
                        ".vfs_cache_mode": "admin-only"},
+    # checking an add (the notebook's %storage add): the same, admins only on a hub
+    "POST /storage-checks": {".storage.name": "admin-only", ".storage.backend": "admin-only",
+                             ".storage.url": "admin-only", ".storage.options.*": "admin-only",
+                             ".storage.source": "admin-only",
+                             ".storage.mount_path": "admin-only",
+                             ".storage.description": "admin-only",
+                             ".storage.vfs_cache_mode": "admin-only", ".ask[]": "admin-only"},
     "POST /storages/{name}/mount": {".mode": None},  # mounts: refused through the hub
     "POST /storage-transfers": {".src": "location", ".dst": "location-write", ".mode": None},
     "POST /jobs": {".notebook": "location", ".command[]": "command", ".backend": "hpc",

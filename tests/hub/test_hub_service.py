@@ -150,6 +150,12 @@ def test_catalogue_is_admin_only_and_filtered_by_group(hub):
     _no_secret(detail.text)
     r = alice.post(api + "storages", json={"name": "own", "url": "s3://b"})
     assert r.status_code == 403
+    # nor check one (the notebook's %storage add asks this first): the same refusal,
+    # and no secret in it
+    r = bob.post(api + "storage-checks", json={"storage": {"name": "physics-data",
+                                                           "url": "s3://b"}, "ask": []})
+    assert r.status_code == 403, r.text
+    _no_secret(r.text)
 
 
 def test_storage_is_used_on_the_users_behalf(hub, webdav):
