@@ -42,7 +42,7 @@ def test_obscure_matches_rclone_reveal():
     # url-safe base64 may start with '-' (1 in 64 of the random IVs): rclone would read it
     # as a flag, so the value comes after "--" (CI saw "unknown shorthand flag"); such a
     # value is among those tried.  (We only ever write obscured values into config files.)
-    values = [obscure(secret) for _ in range(400)]
+    values = [obscure(secret) for _ in range(3000)]  # none dashed: (63/64)**3000 ~ 3e-21
     dashed = next(v for v in values if v.startswith("-"))
     for value in {values[0], dashed}:
         out = subprocess.run([rclone_binary(), "reveal", "--", value], capture_output=True,
