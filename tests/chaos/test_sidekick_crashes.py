@@ -22,6 +22,7 @@ import urllib.request
 
 import pytest
 
+from jupyter_cloudtik.core.errors import ConflictError
 from jupyter_cloudtik.hub.sidekick_supervisor import SidekickSupervisor
 from jupyter_cloudtik.hub.sidekicks import SidekickSpec
 
@@ -101,7 +102,12 @@ def test_job_gateway_sidekick_sigkilled_at_random_moments(tmp_path):
                 raise AssertionError(f"the gateway did not run again: {sup.get(USER, NAME)}")
 
             def submit(tag: str) -> None:
-                url, headers = where()
+                try:
+                    url, headers = where()
+                except ConflictError:
+                    # the kill came before this submit: the supervisor says "restarting"
+                    # (the proxy's 409) and nothing was sent; resubmitted below once it runs
+                    return
                 status, body = http("POST", f"{url}/jobs", headers,
                                     {"command": command(tag, jobs[tag])})
                 if status == 201:
