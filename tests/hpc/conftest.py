@@ -314,3 +314,16 @@ def no_leftover_job_processes(tmp_path_factory):
 
 def dedent(s: str) -> str:
     return textwrap.dedent(s).lstrip()
+
+
+@pytest.fixture
+def ip(hpc_state):
+    """An IPython shell with the magics loaded, on this test's HPC state (the faces'
+    tests: %hpc in plain IPython)."""
+    from IPython.core.interactiveshell import InteractiveShell
+
+    shell = InteractiveShell.instance()
+    shell.run_line_magic("load_ext", "jupyter_cloudtik")
+    yield shell
+    shell.user_ns.clear()
+

@@ -13,16 +13,6 @@ from IPython.core.error import UsageError
 from .conftest import wait_for
 
 
-@pytest.fixture
-def ip(hpc_state):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_cloudtik")
-    yield shell
-    shell.user_ns.clear()
-
-
 def test_hpc_magics(ip, notebooks, capsys, tmp_path):
     ip.run_line_magic("hpc", "backends")
     assert "local" in capsys.readouterr().out

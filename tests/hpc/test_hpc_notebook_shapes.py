@@ -351,16 +351,6 @@ def test_a_check_that_cannot_run_refuses(tmp_path):
 
 # --- the public faces on examples/analysis.ipynb ---------------------------------------------
 
-@pytest.fixture
-def ip(hpc_state):
-    from IPython.core.interactiveshell import InteractiveShell
-
-    shell = InteractiveShell.instance()
-    shell.run_line_magic("load_ext", "jupyter_cloudtik")
-    yield shell
-    shell.user_ns.clear()
-
-
 EXPECTED = ("parameters.alpah: alpah=0.5 is not a parameter of 'analysis.ipynb'; its cell "
             "tagged `parameters` assigns: alpha (or pass --allow-unknown-parameters "
             "(allow_unknown_parameters: true) to inject it anyway)")
