@@ -222,8 +222,10 @@ class Cluster:
                          self.name, e)
         address = info.scheduler_address
         if address and "distributed" in sys.modules:
-            from distributed.client import _global_clients
-
+            try:  # a private table of distributed's: if it goes, the down still goes on
+                from distributed.client import _global_clients
+            except ImportError:
+                return
             for client in list(_global_clients.values()):
                 try:
                     if client.scheduler is not None and client.scheduler.address == address:
