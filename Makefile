@@ -92,8 +92,9 @@ format: $(VENV)/.installed
 	$(BIN)/ruff check --fix .
 	$(BIN)/ruff format jupyter_cloudtik tests benchmarks
 
+# --durations=20: every run ends with its 20 slowest tests (where the suite's time goes)
 test: install lint labextension js-test
-	$(BIN)/python -m pytest $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS)
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py

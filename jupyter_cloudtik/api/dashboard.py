@@ -19,6 +19,13 @@ What this adds to that handler is who may go where:
   live scheduler is a 404, and before the first request of a cluster (and every few
   seconds after) the dashboard's ``/json/identity.json`` must name the scheduler we
   recorded, so whatever now listens on a recycled port is never proxied to.
+* **Still starting**: a cluster being started, or whose ``up`` finished less than
+  ``START_GRACE`` seconds ago, whose scheduler is not recorded yet or whose dashboard
+  does not answer at all yet (its head just came up; its relay closes connections while
+  nothing listens behind it) and never answered here, is a 503 with ``Retry-After``: the
+  dashboard is coming, so a client retries rather than being told there is none (a 404
+  right after ``up`` made callers give up on a live cluster).  A dashboard that answered
+  here before and answers no more is gone: 404.
 * The caller's credentials for this server (cookie, Authorization, XSRF header) are not
   passed on to the cluster.
 * **A dashboard behind mutual TLS** (a Huawei Cloud head or a TLS slurm scheduler job:
@@ -38,6 +45,7 @@ import json
 import logging
 import ssl
 import time
+import urllib.error
 import urllib.request
 from typing import Any
 from urllib.parse import quote, urlsplit
@@ -58,11 +66,19 @@ VERIFY_TTL = 5.0
 #: how long a running cluster's dashboard may not answer at all (still starting) before
 #: it is "none" (404)
 UI_START_WAIT = 10.0
+#: seconds after an ``up`` (or ``scale``) finished during which a dashboard that does not
+#: answer at all, and has never answered here, is taken as still starting (503), not gone
+START_GRACE = 60.0
+#: seconds a client is told to wait (``Retry-After``) when a dashboard is still starting
+RETRY_AFTER = 2
 #: headers that carry the caller's credentials for *this* server: never sent to a cluster
 NOT_FORWARDED = ("Cookie", "Authorization", "X-XSRFToken", "X-Xsrftoken")
 
 # cluster name -> (checked at, connect info that answered as its scheduler)
 _verified: dict[str, tuple[float, dict[str, Any]]] = {}
+# (cluster name, dashboard address) pairs that have answered here as the cluster's scheduler:
+# when one stops answering, it is gone (404), not starting
+_answered: set[tuple[str, str]] = set()
 # (cluster name, ALPN) -> (its client certificate, the SSLContext presenting it)
 _contexts: dict[tuple[str, str | None], tuple[str, ssl.SSLContext]] = {}
 
@@ -83,6 +99,19 @@ class DashboardGone(NotFoundError):
         self.why = why
 
 
+class DashboardStarting(CloudTikError):
+    """503: the cluster is starting or running, its dashboard is not there *yet*."""
+
+    http_status = 503
+    reason = "starting"
+
+    def __init__(self, name: str, why: str) -> None:
+        super().__init__(f"the dashboard of cluster '{name}' does not answer yet (it is "
+                         f"still starting); retry in {RETRY_AFTER} s", field="name",
+                         value=name)
+        self.why = why
+
+
 def dashboard_prefix(base_url: str) -> str:
     """``{base_url}cloudtik/dashboard/``: where every cluster's dashboard is served."""
     return url_path_join(base_url, DASHBOARD_PREFIX) + "/"
@@ -96,9 +125,15 @@ def dashboard_path(base_url: str, name: str, page: str = "status") -> str:
 def _identity(url: str, context: ssl.SSLContext | None = None) -> dict[str, Any]:
     try:
         with urllib.request.urlopen(url, timeout=10, context=context) as resp:
-            return json.loads(resp.read() or b"null") or {}
-    except (OSError, ValueError) as e:
+            body = resp.read()
+    except urllib.error.HTTPError as e:  # an answer, not a connection error
+        return {"error": f"HTTP {e.code} from {url}"}
+    except OSError as e:
         return {"error": f"{type(e).__name__}: {e}"}
+    try:
+        return json.loads(body or b"null") or {}
+    except ValueError:  # an answer, not a connection error
+        return {"error": f"not JSON from {url}"}
 
 
 def _not_its_scheduler(http: str, recorded: str, info: Any,
@@ -133,6 +168,19 @@ def _not_its_scheduler(http: str, recorded: str, info: Any,
     if theirs == ours or theirs & ours:
         return None
     return "its workers are not the cluster's"
+
+
+def _just_started(info: Any) -> bool:
+    """The cluster is being started, or its last ``up``/``scale`` finished a moment ago:
+    a dashboard that is not there yet is coming (its head may still be starting it)."""
+    if info.state == "starting":
+        return True
+    last = info.last_operation or {}
+    if last.get("kind") not in ("cluster.up", "cluster.scale"):
+        return False
+    if last.get("state") in ("pending", "running"):
+        return True
+    return time.time() - float(last.get("finished_at") or 0) < START_GRACE
 
 
 def _no_answer(why: str) -> bool:
@@ -185,6 +233,9 @@ async def verified_target(view: Any, name: str) -> Target:
         # the head's record is rewritten while the cluster is observed: a target checked
         # a moment ago still stands; otherwise there is no scheduler to show
         if not fresh:
+            if _just_started(info):
+                raise DashboardStarting(name, f"the cluster is {info.state}, its "
+                                              "scheduler is not recorded yet")
             raise DashboardGone(name, "no scheduler is recorded")
         connect = cached[1]  # type: ignore[index]
     elif (connect.get("extra") or {}).get("tunnel"):
@@ -216,9 +267,13 @@ async def verified_target(view: Any, name: str) -> Target:
             await asyncio.sleep(0.5)
         if why:
             _verified.pop(name, None)
+            if _no_answer(why) and (name, http) not in _answered and _just_started(info):
+                # nothing listens yet right after `up`: coming, not gone
+                raise DashboardStarting(name, f"{http} does not answer yet ({why})")
             raise DashboardGone(name, f"{http} does not answer as scheduler {recorded} "
                                       f"({why})")
         _verified[name] = (time.monotonic(), dict(connect))
+        _answered.add((name, http))
     target = Target((parts.hostname, parts.port, parts.path.rstrip("/")))
     target.ssl = context
     return target
@@ -266,6 +321,9 @@ class DashboardHandler(ProxyHandler):
         except DashboardGone as e:
             self.log.info("dashboard of %s: %s", self._name, e.why)
             raise web.HTTPError(404, e.message) from None
+        except DashboardStarting as e:
+            self.log.info("dashboard of %s: %s", self._name, e.why)
+            raise web.HTTPError(503, e.message) from None
         except CloudTikError as e:
             raise web.HTTPError(404 if e.http_status in (404, 409) else e.http_status,
                                 e.message) from None
@@ -310,8 +368,11 @@ class DashboardHandler(ProxyHandler):
         message = getattr(exc, "log_message", None) or ""
         self.set_status(status_code)
         self.set_header("Content-Type", "application/json")
+        if status_code == 503:  # still starting: when to ask again
+            self.set_header("Retry-After", str(RETRY_AFTER))
         self.finish(json.dumps({"message": message or str(status_code),
-                                "reason": {403: "forbidden", 404: "not_found"}.get(
+                                "reason": {403: "forbidden", 404: "not_found",
+                                           503: "starting"}.get(
                                     status_code, "error")}))
 
     # the methods: everything goes to the resolved target --------------------------------

@@ -1100,8 +1100,10 @@ class ClusterManager(ActsForUser):
                 connected = {}
             view = await runtimes.observe(cfg, info)
         workers = 0
-        with self.store.transaction() as conn:
-            conn.execute("DELETE FROM nodes WHERE cluster = ?", (name,))
+        # every provider call first, then the nodes replaced in one transaction: a reader
+        # (the dashboard route, another process's list) never sees the cluster without
+        # its head between the delete and the inserts
+        rows = []
         for n in node_ids:
             tags = await asyncio.to_thread(prov.node_tags, n)
             kind = tags.get(TAG_NODE_KIND, NODE_KIND_WORKER)
@@ -1117,13 +1119,25 @@ class ClusterManager(ActsForUser):
                 workers += status == "running"
                 extra = {"address": connected.get(n)} if n in connected else {}
             res = (cfg["available_node_types"].get(ntype) or {}).get("resources", {})
-            self._record_node(name, n, ntype, kind, status, res, prov, extra)
+            rows.append(await asyncio.to_thread(self._node_row, name, n, ntype, kind,
+                                                status, res, prov, extra))
+        with self.store.transaction() as conn:
+            conn.execute("DELETE FROM nodes WHERE cluster = ?", (name,))
+            conn.executemany(_UPSERT_NODE, rows)
         return {"workers": workers, "nodes": len(node_ids)}
 
     # records ------------------------------------------------------------------------------
     def _record_node(self, cluster: str, node_id: str, node_type: str, kind: str, status: str,
                      resources: dict[str, Any], prov: NodeProvider,
                      extra: dict[str, Any] | None = None) -> None:
+        row = self._node_row(cluster, node_id, node_type, kind, status, resources, prov, extra)
+        with self.store.transaction() as conn:
+            conn.execute(_UPSERT_NODE, row)
+
+    def _node_row(self, cluster: str, node_id: str, node_type: str, kind: str, status: str,
+                  resources: dict[str, Any], prov: NodeProvider,
+                  extra: dict[str, Any] | None = None) -> tuple[Any, ...]:
+        """A node's row for ``_UPSERT_NODE`` (asks the provider: not in a transaction)."""
         info = {**prov.node_info(node_id), **(extra or {})}
         placed = self.placement.node_placement(cluster, node_id)
         if placed:
@@ -1134,18 +1148,8 @@ class ClusterManager(ActsForUser):
             external_ip = prov.external_ip(node_id)
         except Exception:
             internal_ip = external_ip = None
-        with self.store.transaction() as conn:
-            conn.execute(
-                "INSERT INTO nodes (cluster, node_id, node_type, kind, status, internal_ip,"
-                " external_ip, resources, info, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-                " ON CONFLICT(cluster, node_id) DO UPDATE SET status = excluded.status,"
-                " internal_ip = excluded.internal_ip, external_ip = excluded.external_ip,"
-                " resources = excluded.resources, info = excluded.info,"
-                " updated_at = excluded.updated_at",
-                (cluster, node_id, node_type, kind, status, internal_ip, external_ip,
-                 dumps(resources), dumps(info), now, now),
-            )
+        return (cluster, node_id, node_type, kind, status, internal_ip, external_ip,
+                dumps(resources), dumps(info), now, now)
 
     def _forget_node(self, cluster: str, node_id: str) -> None:
         with self.store.transaction() as conn:
@@ -1158,6 +1162,16 @@ class ClusterManager(ActsForUser):
                 "UPDATE clusters SET state = ?, reason = ?, updated_at = ? WHERE name = ?",
                 (state, reason, time.time(), name),
             )
+
+
+_UPSERT_NODE = (
+    "INSERT INTO nodes (cluster, node_id, node_type, kind, status, internal_ip,"
+    " external_ip, resources, info, created_at, updated_at)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT(cluster, node_id) DO UPDATE SET status = excluded.status,"
+    " internal_ip = excluded.internal_ip, external_ip = excluded.external_ip,"
+    " resources = excluded.resources, info = excluded.info,"
+    " updated_at = excluded.updated_at")
 
 
 async def _finish_in_thread(fn: Any, *args: Any) -> Any:

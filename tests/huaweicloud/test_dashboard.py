@@ -89,7 +89,15 @@ def test_dashboard_through_the_server_with_the_clusters_client_certificate(
         listed = server.get(f"clusters/{name}").json()
         assert listed["dashboard_link"] == f"/cloudtik/dashboard/{name}/status"
 
-        page = requests.get(base + "status", headers=server.headers(), timeout=60)
+        # right after `up` the head's dashboard may still be starting: the route says so
+        # (503 with Retry-After, never 404) and a client asks again after that long
+        deadline = time.monotonic() + 90
+        while True:
+            page = requests.get(base + "status", headers=server.headers(), timeout=60)
+            if page.status_code != 503 or time.monotonic() > deadline:
+                break
+            assert page.json()["reason"] == "starting", page.text[:500]
+            time.sleep(float(page.headers["Retry-After"]))
         assert page.status_code == 200, page.text[:500]
         assert "bokeh" in page.text.lower() and "Dask" in page.text
         ident = requests.get(base + "json/identity.json", headers=server.headers(),

@@ -193,3 +193,59 @@ def test_cli_talking_to_the_server_prints_the_servers_dashboard_url(lab, cluster
     url = line.split()[1]
     assert url == dash(lab, cluster)
     assert requests.get(url, headers=lab.headers(), timeout=30).ok
+
+
+def _up(lab, name: str) -> set[int]:
+    """`up` with no workers; what the dashboard route answered while it ran."""
+    r = lab.request("POST", "clusters", json={"name": name, "workers": 0})
+    assert r.status_code == 202, r.text
+    op_id = r.json()["operation"]["id"]
+    seen = set()
+    while lab.get(f"operations/{op_id}").json()["state"] in ("pending", "running"):
+        seen.add(requests.get(dash(lab, name), headers=lab.headers(), timeout=60).status_code)
+        time.sleep(0.1)
+    assert lab.wait_operation(op_id)["state"] == "succeeded"
+    return seen
+
+
+def _down(lab, name: str) -> None:
+    r = lab.request("DELETE", f"clusters/{name}")
+    if r.status_code == 202:
+        lab.wait_operation(r.json()["operation"]["id"])
+
+
+def test_a_dashboard_not_answering_yet_is_503_with_retry_after_not_404(lab):
+    """The window between a cluster recorded running and its dashboard answering, held
+    open for real: right after `up`, before the route's first request, the scheduler is
+    stopped (SIGSTOP), so its dashboard port accepts connections and answers nothing, as a
+    head still starting its dashboard does.  The route says "still starting" (503,
+    Retry-After), not "no such cluster" (404); once the scheduler goes on, the same URL
+    serves the dashboard.  And while `up` runs (no scheduler recorded yet) the route
+    never answers 404."""
+    name, other = unique("slow"), unique("slow")
+    scheduler = None
+    try:
+        _up(lab, name)
+        port = int(lab.get(f"clusters/{name}").json()["connect_info"]["http_address"]
+                   .rsplit(":", 1)[1])
+        scheduler = psutil.Process(next(
+            c.pid for c in psutil.net_connections("tcp")
+            if c.laddr and c.laddr.port == port and c.status == "LISTEN"))
+        scheduler.suspend()
+        r = requests.get(dash(lab, name), headers=lab.headers(), timeout=120)
+        assert r.status_code == 503, r.text[:300]
+        assert r.headers["Retry-After"] == "2"
+        assert r.json()["reason"] == "starting"
+        assert f"the dashboard of cluster '{name}' does not answer yet" in r.json()["message"]
+        scheduler.resume()
+        scheduler = None
+        r = requests.get(dash(lab, name), headers=lab.headers(), timeout=60)
+        assert r.status_code == 200 and "bokeh" in r.text.lower(), r.text[:300]
+
+        seen = _up(lab, other)
+        assert 404 not in seen, seen
+    finally:
+        if scheduler is not None:
+            scheduler.resume()
+        _down(lab, name)
+        _down(lab, other)
