@@ -29,6 +29,8 @@ class Job:
         self.client = client or get_jobs_client()
         self._info = info or self.client.get(job_id)
         self.id = self._info.id
+        # for a rerun: what differed from the recorded run when it was submitted
+        self.differences: list[str] = []
 
     # constructors -------------------------------------------------------------------------
     @classmethod
@@ -98,6 +100,52 @@ class Job:
     def fetch(self, dest: str | Path | None = None) -> list[Path]:
         """Copy the executed notebook and the outputs into the session."""
         return self.client.fetch(self.id, dest)
+
+    # provenance -------------------------------------------------------------------------------
+    @property
+    def crate(self) -> Path | None:
+        """The folder of this job's provenance crate (an RO-Crate, written when the job
+        ended, where ``fetch`` puts its results); None while it runs."""
+        for event in reversed(self.client.events(self.id)):
+            if event.step == "provenance" and (event.data or {}).get("crate"):
+                return Path(event.data["crate"])
+        return None
+
+    @classmethod
+    def rerun(cls, crate: str | Path | Job, *, backend: str | None = None,
+              wait: bool = False, client: JobsClient | None = None,
+              quiet: bool = False) -> Job:
+        """Run a recorded job again: the same notebook (from where it came, or the
+        crate's copy if that is gone), parameters and inputs, on the same backend (or
+        ``backend``).  What differs now from the record (the notebook's or a local
+        input's checksum, this session's package versions) is printed before it is
+        submitted and kept as the new job's ``differences``."""
+        from . import provenance
+
+        client = client or get_jobs_client()
+        if isinstance(crate, Job):
+            found = crate.crate
+            if found is None:
+                from ..core.errors import ConflictError
+
+                raise ConflictError(f"crate: job {crate.id} has no provenance crate (it has "
+                                    "not ended, or its crate could not be written)",
+                                    field="crate")
+            crate = found
+        recorded = provenance.read(crate)
+        spec, recorded_backend = provenance.rerun_spec(recorded)
+        diffs = provenance.differences(recorded)
+        if not quiet:
+            print(f"rerun of job {recorded['id']}: "
+                  + ("nothing differs from the record" if not diffs else "differs from "
+                     "the record:\n  " + "\n  ".join(diffs)))
+        job = cls(client.submit(spec, backend or recorded_backend).id, client)
+        job.differences = diffs
+        if not quiet:
+            print(f"submitted as job {job.id} on {job._info.backend}")
+        if wait:
+            job.wait()
+        return job
 
     # display ----------------------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -51,7 +51,7 @@ from ..core.secrets import SecretStore
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store, dumps, loads
 from . import notebook as nbtools
-from . import script
+from . import provenance, script
 from .base import (
     ACTIVE_STATES,
     CANCELLED,
@@ -1229,6 +1229,7 @@ class JobManager(ActsForUser):
             fields["error"] = dumps(error)
         if not row["started_at"] and state != CANCELLED:
             fields["started_at"] = row["submitted_at"]
+        await provenance.record(self, row, be, state, reason, st.exit_code)
         self._finish(job_id, state, reason, **fields)
 
     async def _log_tail(self, be: HPCBackend, row, lines: int = 3) -> str:

@@ -118,6 +118,9 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
                 lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
                              f"|| ct_fail 'cannot copy input {item.name}'")
+    from .provenance import snapshot_line
+
+    lines.append(snapshot_line(run, "before"))  # checksums and environment (provenance)
     if spec.notebook:
         nb_in = PurePosixPath(spec.notebook).name
         nb_out = sub.output_notebook or output_notebook_name(nb_in)
@@ -129,6 +132,7 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
         argv = " ".join(shell_quote(a) for a in (spec.command or ["true"]))
         lines.append(f"{run} {argv}")
     lines.append("CT_RC=$?")
+    lines.append(snapshot_line(run, "after"))  # the outputs' checksums
     if sub.stage_out:
         dest = _system_path(sub.stage_out)
         patterns = list(spec.outputs) or ["*"]

@@ -1,0 +1,198 @@
+"""Provenance crates (issue 31, point 4): every job that ends writes an RO-Crate (Process
+Run Crate 0.5) next to its results, validated here with roc-validator; ``Job.rerun``
+runs it again and says what differs.
+
+Jobs really run (local processes, the real single-node Slurm); checksums are recomputed
+from the files themselves, never taken from the crate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from jupyter_cloudtik.hpc import provenance
+from jupyter_cloudtik.hpc.api import Job
+from jupyter_cloudtik.hpc.commands import build_spec
+
+CONTEXT_URL = "https://w3id.org/ro/crate/1.1/context"
+
+
+def validate(crate: Path, cache: Path) -> list[str]:
+    """roc-validator's REQUIRED issues for the crate against its Process Run Crate 0.5
+    profile, offline: the validator fetches the RO-Crate JSON-LD context over HTTP, and
+    this machine has no network, so its HTTP cache is seeded with the context the
+    ``rocrate`` package ships (RO-Crate 1.3's, which defines every 1.1 term with the
+    same IRI; 1.1's own is not shipped by either package)."""
+    import requests
+    import rocrate
+    from rocrate_validator import models, services
+    from rocrate_validator.utils.http import HttpRequester
+    from urllib3 import HTTPResponse
+
+    settings = services.ValidationSettings(
+        rocrate_uri=str(crate),
+        profile_identifier="process-run-crate-0.5",
+        requirement_severity=models.Severity.REQUIRED,
+        offline=True,
+        cache_path=cache,
+    )
+    shipped = Path(rocrate.__file__).parent / "data" / "ro-crate.jsonld"
+    body = json.dumps({"@context": json.loads(shipped.read_text())["@context"]}).encode()
+    resp = requests.Response()
+    resp.status_code, resp.reason, resp.url, resp.encoding = 200, "OK", CONTEXT_URL, "utf-8"
+    resp._content = body
+    resp.headers["Content-Type"] = "application/ld+json"
+    resp.request = requests.Request("GET", CONTEXT_URL).prepare()
+    resp.raw = HTTPResponse(
+        body=io.BytesIO(body), status=200, preload_content=False, request_url=CONTEXT_URL
+    )
+    HttpRequester().session.cache.save_response(resp)
+    result = services.validate(settings)
+    return [f"{i.severity.name}: {i.message}" for i in result.get_issues()]
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def graph_of(crate: Path) -> dict[str, dict]:
+    data = json.loads((crate / provenance.CRATE_FILE).read_text())
+    return {e["@id"]: e for e in data["@graph"]}
+
+
+def action_of(graph: dict) -> dict:
+    return next(e for e in graph.values() if e["@type"] == "CreateAction")
+
+
+def run(client, spec, backend: str):
+    info = client.submit(spec, backend)
+    info = client.wait(info.id, timeout=180)
+    job = Job(info.id, client)
+    return info, job
+
+
+SECRET = "pr0v-s3cret-value-do-not-record"
+
+
+@pytest.mark.slow
+def test_local_job_crate_validates_with_checksums_parameters_and_no_secrets(
+    make_client, notebooks, tmp_path, monkeypatch
+):
+    monkeypatch.setenv("MY_STORAGE_PASSWORD", SECRET)  # in the session's environment
+    client = make_client({"here": {"type": "local"}}, secrets={("here", "password"): SECRET})
+    spec = build_spec(
+        str(notebooks["param"]),
+        parameters={"factor": 7},
+        inputs=[str(notebooks["data"])],
+        time="10m",
+        env={"API_TOKEN": SECRET},
+    )
+    info, job = run(client, spec, "here")
+    assert info.state == "succeeded", info.reason
+    crate = job.crate
+    assert (
+        crate == (tmp_path / "hpc-jobs" / info.id).resolve()
+        or crate == tmp_path / "hpc-jobs" / info.id
+    )
+    text = (crate / provenance.CRATE_FILE).read_text()
+    assert SECRET not in text
+    assert all(SECRET not in p.read_text(errors="replace") for p in crate.rglob("*") if p.is_file())
+    assert validate(crate, tmp_path / "roc-cache") == []
+
+    g = graph_of(crate)
+    action = action_of(g)
+    assert action["actionStatus"]["@id"] == "http://schema.org/CompletedActionStatus"
+    assert "error" not in action and action["startTime"] <= action["endTime"]
+    nb = g[action["instrument"]["@id"]]
+    assert nb["sha256"] == sha(notebooks["param"]) == sha(crate / "param.ipynb")
+    # the parameter, typed
+    params = [g[o["@id"]] for o in action["object"] if g[o["@id"]]["@type"] == "PropertyValue"]
+    assert [(p["name"], p["value"]) for p in params] == [("factor", 7)]
+    assert g[params[0]["exampleOfWork"]["@id"]]["additionalType"] == "Integer"
+    # the input, by its source location, with the checksum of what the job read
+    data = g[notebooks["data"].as_uri()]
+    assert data["url"] == str(notebooks["data"]) and data["sha256"] == sha(notebooks["data"])
+    # the outputs, checksums recomputed from the fetched files
+    results = {g[r["@id"]]["name"]: g[r["@id"]] for r in action["result"]}
+    assert set(results) == {"param.out.ipynb", "result.txt"}
+    client.fetch(info.id)
+    for name, entity in results.items():
+        assert entity["sha256"] == sha(crate / name), name
+    # the environment: this interpreter and its packages; the backend and system
+    pkgs = {g[r["@id"]]["name"]: g[r["@id"]]["softwareVersion"] for r in nb["softwareRequirements"]}
+    assert pkgs["papermill"] == provenance.session_packages()["papermill"]
+    system = g[action["location"]["@id"]]
+    props = {g[p["@id"]]["name"]: g[p["@id"]]["value"] for p in system["additionalProperty"]}
+    assert props["backend"] == "here" and props["backend_type"] == "local"
+    assert props["exit_code"] == "0"
+
+
+@pytest.mark.slow
+def test_failing_job_records_failed_status(make_client, notebooks, tmp_path):
+    client = make_client({"here": {"type": "local"}})
+    info, job = run(client, build_spec(str(notebooks["fail"])), "here")
+    assert info.state == "failed"
+    crate = job.crate
+    assert validate(crate, tmp_path / "roc-cache") == []
+    action = action_of(graph_of(crate))
+    assert action["actionStatus"]["@id"] == "http://schema.org/FailedActionStatus"
+    assert "ZeroDivisionError" in action["error"]
+
+
+@pytest.mark.slow
+def test_rerun_says_what_differs_and_runs_the_same_job(make_client, notebooks, tmp_path, capsys):
+    client = make_client({"here": {"type": "local"}})
+    spec = build_spec(
+        str(notebooks["param"]),
+        parameters={"factor": 3},
+        inputs=[str(notebooks["data"])],
+        time="10m",
+    )
+    info, job = run(client, spec, "here")
+    assert info.state == "succeeded", info.reason
+    notebooks["data"].write_text("10\n")  # the input changed since
+    again = Job.rerun(job.crate / provenance.CRATE_FILE, client=client, wait=True)
+    said = capsys.readouterr().out
+    assert [d for d in again.differences if d.startswith("input data.txt")], again.differences
+    assert "input data.txt" in said and "changed" in said
+    assert not [d for d in again.differences if d.startswith("notebook")]
+    assert again.info.state == "succeeded" and again.info.parameters == {"factor": 3}
+    assert again.info.backend == "here"
+    assert client.read_file(again.id, "result.txt") == b"30"
+    # a crate that is not one: one line naming the field
+    from jupyter_cloudtik.core.errors import NotFoundError
+
+    with pytest.raises(NotFoundError, match=r"crate: .* is not a provenance crate"):
+        Job.rerun(tmp_path, client=client)
+
+
+@pytest.mark.slow
+def test_slurm_job_crate_validates(make_client, notebooks, backend_configs, tmp_path):
+    config, secrets = backend_configs["slurm"]()
+    client = make_client({"slurm": config}, secrets)
+    spec = build_spec(
+        str(notebooks["param"]),
+        parameters={"factor": 2},
+        inputs=[str(notebooks["data"])],
+        time="10m",
+    )
+    info, job = run(client, spec, "slurm")
+    assert info.state == "succeeded", info.reason
+    crate = job.crate
+    assert validate(crate, tmp_path / "roc-cache") == []
+    g = graph_of(crate)
+    action = action_of(g)
+    assert action["actionStatus"]["@id"] == "http://schema.org/CompletedActionStatus"
+    assert g[notebooks["data"].as_uri()]["sha256"] == sha(notebooks["data"])
+    client.fetch(info.id)
+    results = {g[r["@id"]]["name"]: g[r["@id"]] for r in action["result"]}
+    assert (crate / "result.txt").read_text() == "12"
+    assert results["result.txt"]["sha256"] == sha(crate / "result.txt")
+    system = g[action["location"]["@id"]]
+    props = {g[p["@id"]]["name"]: g[p["@id"]]["value"] for p in system["additionalProperty"]}
+    assert props["backend_type"] == "slurm" and props["native_id"] == info.native_id
