@@ -15,8 +15,8 @@ how to renew them, and go on once renewed — not a refusal, not "did not answer
 
 The CE's certificate is checked against ``ca_certificates`` (a PEM bundle, or a grid CA
 folder like ``/etc/grid-security/certificates``), else the system's trust store.  The TCP
-connect and the TLS handshake have their own limit (``connect_timeout``, 5 s): a CE that
-accepts connections and never completes TLS costs that once per outage.  The
+connect and the TLS handshake have their own limit (``connect_timeout``, 5 s): a CE (or a
+``token_uri``) that accepts connections and never completes TLS costs that once per outage.  The
 backend speaks the protocol itself (``http.client``): A-REX puts its error text in the HTTP
 reason phrase, which is what the user must see.
 
@@ -256,7 +256,8 @@ class ArcBackend(HPCBackend):
             "timeout": {"type": "number", "exclusiveMinimum": 0},
             "connect_timeout": {"type": "number", "exclusiveMinimum": 0,
                                 "description": "seconds for the TCP connect and the TLS "
-                                               f"handshake (default {CONNECT_TIMEOUT:g})"},
+                                               "handshake, to the CE and to token_uri "
+                                               f"(default {CONNECT_TIMEOUT:g})"},
             "reaches": {"type": "array", "items": {"type": "string"}},
             "environment": {"type": "object"},
             "limits": {"type": "object"},
@@ -307,7 +308,9 @@ class ArcBackend(HPCBackend):
             self._creds = ClientCredentials(self.config["token_uri"], self.config["client_id"],
                                             secret, self.config.get("scope"),
                                             float(self.config.get("timeout", 30)),
-                                            context=self._trust(only_configured=False))
+                                            context=self._trust(only_configured=False),
+                                            connect_timeout=float(self.config.get(
+                                                "connect_timeout", CONNECT_TIMEOUT)))
         return self._creds.token()
 
     def _proxy(self) -> Path:

@@ -307,6 +307,28 @@ def test_a_ce_that_never_completes_tls_costs_one_short_wait(silent_port, make_cl
     assert held  # the connections were accepted: it is TLS that never came
 
 
+def test_a_token_service_that_never_completes_tls_costs_connect_timeout(arc, silent_port,
+                                                                       make_client):
+    """Was: the token fetch from ``token_uri`` waited the 30 s ``timeout`` (urlopen) in
+    the caller's thread.  Now its connect and handshake have ``connect_timeout`` too; the
+    job waits ``unknown`` with the cause and goes on once the service answers."""
+    port, held = silent_port
+    uri = f"https://127.0.0.1:{port}/token"
+    client = make_client({"arc": {"type": "arc", "url": arc.url, "token_uri": uri,
+                                  "client_id": "cloudtik", "connect_timeout": 1}},
+                         {("arc", "client_secret"): CLIENT_SECRET})
+    t0 = time.monotonic()
+    info = client.submit(build_spec(None, command=["true"]), "arc")
+    took = time.monotonic() - t0
+    assert info.state == "unknown", info
+    assert f"the token service at {uri} did not complete TLS within 1 s" in info.reason, \
+        info.reason
+    assert "\n" not in info.reason and CLIENT_SECRET not in info.reason
+    assert took < 2.5, took  # connect_timeout (1 s), not timeout (30 s)
+    assert held  # accepted: it is TLS that never came
+    client.close()
+
+
 def test_an_expired_token_is_said_and_a_new_one_resumes_the_job(arc, make_client):
     """Was: the CE's refusal ("refused the credentials", as "did not answer"), without
     saying the token expired.  Now its exp is read: the job waits ``unknown`` with "the
