@@ -346,6 +346,27 @@ def test_an_unknown_account_is_refused_in_one_line_naming_it(make_client, backen
     assert "Invalid account" in info.reason, info
 
 
+def test_an_unknown_account_of_a_transfer_job_is_refused_in_one_line(
+        make_client, backend_configs, firecrest, tmp_path):
+    """A file over the direct limit goes through a transfer job, which FirecREST submits
+    with the backend's account: an account Slurm does not know is the same 500 with
+    sbatch's words there, and the same one line naming it (not an outage, no retry)."""
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": dict(config, account="nosuch")}, secrets)
+    big = tmp_path / "big.bin"
+    big.write_bytes(b"b" * (5 * 1024 * 1024))
+    start = time.time()
+    info = client.submit(build_spec(command="wc -c big.bin", inputs=[str(big)]),
+                         "firecrest")
+    assert info.state == "failed" and info.native_id is None, info
+    assert "refused account 'nosuch'" in info.reason and "\n" not in info.reason, info
+    assert "Invalid account" in info.reason, info
+    reqs = [r for r in firecrest.requests() if r["t"] >= start]
+    transfers = [r for r in reqs if r["path"] == f"/filesystem/{SYS}/transfer/upload"]
+    assert len(transfers) == 1, [r["path"] for r in reqs]  # refused once, not retried
+    assert not any(r["path"] == f"/compute/{SYS}/jobs" for r in reqs)
+
+
 def test_viewing_a_whole_file_over_the_limit(make_client, backend_configs, firecrest, api,
                                              home):
     """``view`` without ``size`` of a file over the direct limit is a 413 on the real
