@@ -95,9 +95,32 @@ def check_output_folder(path: Path, shown: str, field: str = "output") -> None:
     if existing != path and existing not in (path.parent, path.parent.parent):
         raise ConfigError(f"{field}: the folder above {shown!r} does not exist; {allowed}",
                           field=field, value=shown)
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError(f"{field}: {shown!r} cannot be written: {str(existing)!r} is "
-                          f"read-only for this session; {allowed}", field=field, value=shown)
+    problem = write_problem(existing)
+    if problem is not None:
+        raise ConfigError(f"{field}: {shown!r} cannot be written: {str(existing)!r} "
+                          f"{problem}; {allowed}", field=field, value=shown)
+
+
+def write_problem(folder: Path) -> str | None:
+    """Why nothing can be created in ``folder`` (tried: a temporary file made and removed
+    again), or None.  Why not ``os.access``: it answers for the mode bits and the mount,
+    but root passes every mode, and a full file system (no space, no inodes left) or a
+    FUSE/network mount refusing this user pass it too; results then fail at stage-out."""
+    import errno
+    import tempfile
+
+    try:
+        fd, name = tempfile.mkstemp(prefix=".cloudtik-write-check-", dir=folder)
+    except OSError as e:
+        if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            return "is read-only for this session"
+        return f"refuses new files ({e.strerror or e})"
+    os.close(fd)
+    try:
+        os.unlink(name)
+    except OSError:
+        pass
+    return None
 
 
 def default_name(location: str) -> str:

@@ -180,6 +180,37 @@ def test_outputs_are_checked_at_submit(make_client, tmp_path):
                                      "local").id, 30)
     assert info.state == "succeeded", info.reason
     assert (tmp_path / "new" / "out" / "r.txt").read_text() == "1\n"
+    assert not list(tmp_path.glob(".cloudtik-write-check-*"))  # the check's file is gone
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a file system (root)")
+def test_outputs_are_checked_by_writing_even_as_root(make_client, tmp_path):
+    """Was ``os.access``: it answers for the mode bits and the mount, so as root a folder
+    with no room left (here a tmpfs with no free inode) passed, and the job's results
+    failed at stage-out.  Now a file is made and removed there; a read-only mount is
+    refused the same way."""
+    import subprocess
+
+    client = make_client({"local": {"type": "local"}})
+    full, ro = tmp_path / "full", tmp_path / "ro"
+    mounted = []
+    try:
+        for folder, opts in ((full, "size=64k,nr_inodes=1"), (ro, "ro,size=64k")):
+            folder.mkdir()
+            subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(folder)],
+                           check=True, capture_output=True, timeout=30)
+            mounted.append(folder)
+        assert os.access(full, os.W_OK | os.X_OK)  # what the old check asked
+        for output, text in ((full / "results", "refuses new files (No space left"),
+                             (ro / "results", "is read-only for this session")):
+            with pytest.raises(ConfigError) as e:
+                client.submit(build_spec(command=["true"], output=str(output)), "local")
+            assert e.value.field == "output" and text in e.value.message, e.value.message
+            assert "\n" not in e.value.message
+        assert client.list() == []
+    finally:
+        for folder in mounted:
+            subprocess.run(["umount", str(folder)], capture_output=True, timeout=30)
 
 
 def test_an_outage_is_one_event_and_a_cancel_meanwhile_waits_for_the_backend(
