@@ -86,6 +86,34 @@ def download_wheels(pins: dict[str, str], dest: Path) -> list[Path]:
     return out
 
 
+#: ``platform.machine()`` of a Linux node -> the wheel platform tag's architecture suffix
+LINUX_MACHINES = ("x86_64", "aarch64")
+
+
+def wheel_platform_problem(filename: str, machine: str) -> str | None:
+    """Why a wheel (by its PEP 427 file name) does not install on a glibc Linux node of
+    ``machine`` (``x86_64``, ``aarch64``), or None.
+
+    Why here: pip on the client makes wheels for the client's own platform, so a macOS or
+    Windows client (or an x86 client of Kunpeng nodes) stages binary wheels every node
+    would refuse at boot, after its server is made and billed.  Fits: ``any``, and
+    ``manylinux*``/``linux`` tags of that architecture (not ``musllinux``: Ubuntu and
+    Debian are glibc)."""
+    from packaging.utils import InvalidWheelFilename, parse_wheel_filename
+
+    try:
+        _, _, _, tags = parse_wheel_filename(filename)
+    except InvalidWheelFilename as e:
+        return f"{filename} is not a wheel file name ({e})"
+    plats = sorted({t.platform for t in tags})
+    for plat in plats:
+        if plat == "any":
+            return None
+        if plat.startswith(("manylinux", "linux_")) and plat.endswith("_" + machine):
+            return None
+    return f"the wheel {filename} is for {'.'.join(plats)}, the nodes are Linux {machine}"
+
+
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 

@@ -7,6 +7,7 @@ with the cloud's code and message; after `down` no server of the cluster is left
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 from hwc_helpers import cluster_config, workspace_config
@@ -115,8 +116,10 @@ def test_refusals_everywhere_reach_the_user_as_one_line(hwc, core, ws, faults, o
     asked (role, flavor, zone) and the cloud's code and message; nothing is left."""
     flavor = "s6.medium.2"
     zones = [f"{hwc.info['region']}{z}" for z in "abc"]
-    value = ([[flavor, z] for z in zones] if option == "full_hosts" else
-             [["Ubuntu 22.04 server 64bit", "s6"]])
+    py = "{}.{}".format(*sys.version_info[:2])  # the default image: the client's Python
+    default = next(i["name"] for i in hwc.ctl.state()["images"] if i["python"] == py
+                   and i["arch"] == "x86" and i["env"] == "FusionCompute")
+    value = ([[flavor, z] for z in zones] if option == "full_hosts" else [[default, "s6"]])
     faults.set_options(**{option: value})
     mark = hwc.ctl.last_request()
     try:
@@ -154,3 +157,43 @@ def test_a_configured_flavor_not_sold_is_refused_before_any_server(hwc, core, ws
     assert e.value.field.endswith(".node_config.flavor"), e.value.field
     assert _creates(hwc, mark) == []
     assert _servers(hwc, ws, "unsold") == []
+
+
+def test_an_image_without_the_clients_python_is_refused_before_any_server(hwc, core, ws):
+    """A node type naming an image whose python3 is not the client's major.minor (Ubuntu
+    22.04: 3.10) is refused in one line naming its image_id, before any server is made
+    (the nodes used to refuse it at boot, after the servers were made and billed); the
+    default image of the same cluster is the one with the client's Python."""
+    jammy = next(i["id"] for i in hwc.ctl.state()["images"]
+                 if i["name"] == "Ubuntu 22.04 server 64bit")
+    cfg = cluster_config("oldpy", ws, workers=1)
+    cfg["available_node_types"]["worker"]["node_config"]["image_id"] = jammy
+    mark = hwc.ctl.last_request()
+    with pytest.raises(ConfigError) as e:
+        core.run(core.clusters.up(cfg))
+    msg = e.value.message
+    assert e.value.field == "available_node_types.worker.node_config.image_id", e.value.field
+    assert "has Python 3.10 and the client has Python 3." in msg and "\n" not in msg, msg
+    assert _creates(hwc, mark) == [] and _servers(hwc, ws, "oldpy") == []
+
+
+def test_wheels_of_another_platform_are_refused_before_any_server(hwc, core, ws, env):
+    """The client stages the wheels pip made on its own platform: a macOS client's
+    msgpack wheel (the same file, as a macOS pip would name it in the wheel cache) would
+    be refused by every Linux node at boot; ``up`` refuses it before the head is made."""
+    from jupyter_cloudtik.runtime import environment
+
+    cache = env / "wheels"
+    wheels = environment.wheels_for(environment.closure(list(environment.CHECKED)), cache)
+    linux = next(w for w in wheels if w.name.startswith("msgpack-"))
+    name, version = linux.name.split("-")[:2]
+    mac = cache / f"{name}-{version}-cp311-cp311-macosx_11_0_arm64.whl"
+    linux.rename(mac)
+    mark = hwc.ctl.last_request()
+    with pytest.raises(ConfigError) as e:
+        core.run(core.clusters.up(cluster_config("macwheels", ws, workers=1)))
+    msg = e.value.message
+    assert e.value.field == "runtime" and "\n" not in msg, msg
+    assert f"the wheel {mac.name} is for macosx_11_0_arm64, the nodes are Linux x86_64" \
+        in msg, msg
+    assert _creates(hwc, mark) == [] and _servers(hwc, ws, "macwheels") == []

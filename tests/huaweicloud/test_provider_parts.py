@@ -306,3 +306,64 @@ def test_the_image_is_the_newest_ubuntu_of_the_flavors_architecture_for_ecs(emu)
     image = next(i for i in emu.cloud.images if i["name"] == newest.name)
     assert image["arch"] == "arm" or image["env"] == "Ironic", image
     # (the create's refusal of such an image: test_emulator.py's create refusals)
+
+
+def test_the_default_image_has_the_clients_python_and_a_named_one_is_checked(emu):
+    """A node refuses any Python major.minor but the client's (userdata.py), and IMS says
+    an image's OS, never its Python: the default image is the newest Ubuntu, else Debian,
+    whose release's python3 is the client's (the newest Ubuntu alone, 22.04 with 3.10,
+    failed every node of a 3.11 client after its server was made); a named image is
+    checked against the same table, and an OS outside it needs ``image_python``."""
+    from jupyter_cloudtik.providers.huaweicloud.bootstrap import (
+        check_image_python,
+        default_image,
+        find_image,
+        image_python,
+        public_images,
+    )
+
+    c = _clients(emu)
+    # the table agrees with what the emulator's images carry (their release's python3)
+    for img in [*public_images(c, "Ubuntu", "x86"), *public_images(c, "Debian", "x86")]:
+        carried = next(i["python"] for i in emu.cloud.images if i["id"] == img.id)
+        assert image_python(img) == carried, img.name
+    assert default_image(c, "x86", "3.11").name == "Debian 12.0.0 64bit"
+    assert default_image(c, "x86", "3.10").name == "Ubuntu 22.04 server 64bit"
+    assert default_image(c, "arm", "3.12").name == "Ubuntu 24.04 server 64bit for Kunpeng"
+    field = "available_node_types.head.node_config.image_id"
+    with pytest.raises(ConfigError) as e:
+        default_image(c, "x86", "3.13", field)
+    assert e.value.field == field and "\n" not in e.value.message
+    assert "no public Ubuntu or Debian ECS image for x86 has Python 3.13" in e.value.message
+    assert "Ubuntu 22.04 has 3.10" in e.value.message and "Debian 12 has 3.11" in e.value.message
+    jammy = next(i["id"] for i in emu.cloud.images if i["name"].startswith("Ubuntu 22.04"))
+    with pytest.raises(ConfigError) as e:
+        check_image_python(c, find_image(c, jammy), jammy, None, "3.11", field)
+    assert e.value.message.startswith(
+        f"{field}: image 'Ubuntu 22.04 server 64bit' has Python 3.10 and the client has "
+        "Python 3.11"), e.value.message
+    centos = next(i["id"] for i in emu.cloud.images if i["name"].startswith("CentOS"))
+    with pytest.raises(ConfigError) as e:
+        check_image_python(c, find_image(c, centos), centos, None, "3.11", field)
+    assert "is not known; set image_python: '3.11'" in e.value.message
+    check_image_python(c, find_image(c, centos), centos, "3.11", "3.11", field)  # declared
+    with pytest.raises(ConfigError) as e:  # an id IMS does not list is not waved through
+        check_image_python(c, find_image(c, "0" * 36), "0" * 36, None, "3.11", field)
+    assert "an image IMS does not list" in e.value.message
+
+
+@pytest.mark.parametrize("name, machine, problem", [
+    ("msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "x86_64",
+     None),
+    ("six-1.17.0-py2.py3-none-any.whl", "aarch64", None),
+    ("msgpack-1.0.8-cp311-cp311-macosx_11_0_arm64.whl", "x86_64", "macosx_11_0_arm64"),
+    ("msgpack-1.0.8-cp311-cp311-win_amd64.whl", "x86_64", "win_amd64"),
+    ("msgpack-1.0.8-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", "aarch64",
+     "manylinux2014_x86_64"),
+    ("msgpack-1.0.8-cp311-cp311-musllinux_1_1_x86_64.whl", "x86_64", "musllinux_1_1_x86_64"),
+])
+def test_wheels_are_checked_against_the_nodes_platform(name, machine, problem):
+    from jupyter_cloudtik.runtime.environment import wheel_platform_problem
+
+    got = wheel_platform_problem(name, machine)
+    assert (got is None) if problem is None else (problem in got and machine in got), got

@@ -8,7 +8,8 @@ b. a key pair: the user's ``key_name``, else the workspace's, created through KP
 c. the workspace's managed OBS bucket into the cluster's ``storage`` section;
 d. the VPC and the subnet (head: public, workers: private);
 e. the workspace's security group;
-f. the latest Ubuntu image from IMS, unless the node type names one;
+f. the newest public Ubuntu (else Debian) image from IMS whose Python is the client's,
+   unless the node type names one (then checked: its Python must be the client's);
 h. spot servers when the provider prefers them, unless a node type says otherwise;
 and flavor resources (vCPUs, memory) from ``list_flavors``, checked against the zone.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import re
+import sys
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import ConfigError
@@ -27,12 +29,51 @@ from .offers import flavor_hardware, list_zones, sale_status, sold, sold_pay_per
 if TYPE_CHECKING:
     from .nodes import HuaweiCloudNodeProvider
 
-UBUNTU = re.compile(r"^Ubuntu (\d+)\.(\d+)")
 PRIVATE_KEY_SECRET = "ssh_private_key"
 
 
-def latest_ubuntu(clients, arch: str = "x86") -> Any:
-    """The newest public Ubuntu ECS image for ``arch`` (IMS ``architecture``: x86 | arm).
+#: what ``python3`` is on a stock image of each release: the release's own python3
+#: package (packages.ubuntu.com/<codename>/python3: bionic 3.6.7, focal 3.8.2, jammy
+#: 3.10.6, noble 3.12.3; packages.debian.org/<codename>/python3: buster 3.7.3, bullseye
+#: 3.9.2, bookworm 3.11.2, trixie 3.13.5).  IMS says an image's OS (``__os_version``),
+#: never its Python; a node refuses any major.minor other than the client's (userdata.py),
+#: so the image is checked against this table before any server is made.
+RELEASE_PYTHON = {
+    "Ubuntu 18.04": "3.6", "Ubuntu 20.04": "3.8", "Ubuntu 22.04": "3.10",
+    "Ubuntu 24.04": "3.12",
+    "Debian 10": "3.7", "Debian 11": "3.9", "Debian 12": "3.11", "Debian 13": "3.13",
+}
+RELEASE = re.compile(r"^(?:(Ubuntu) (\d+\.\d+)|(Debian)(?: GNU/Linux)? (\d+))\b")
+#: the platforms the default image is chosen from (IMS ``__platform``), in this order
+DEFAULT_PLATFORMS = ("Ubuntu", "Debian")
+
+
+def client_python() -> str:
+    return "{}.{}".format(*sys.version_info[:2])
+
+
+def image_release(img: Any) -> str | None:
+    """``Ubuntu 22.04`` / ``Debian 12`` of an IMS image (its ``__os_version``, else its
+    name), or None for another OS."""
+    m = RELEASE.match(getattr(img, "os_version", None) or getattr(img, "name", None) or "")
+    if not m:
+        return None
+    return f"{m.group(1)} {m.group(2)}" if m.group(1) else f"{m.group(3)} {m.group(4)}"
+
+
+def image_python(img: Any) -> str | None:
+    """The Python major.minor of an image's ``python3`` (``RELEASE_PYTHON``), if known."""
+    return RELEASE_PYTHON.get(image_release(img) or "")
+
+
+def _release_key(img: Any) -> tuple[int, ...]:
+    rel = image_release(img) or ""
+    return tuple(int(x) for x in re.findall(r"\d+", rel))
+
+
+def public_images(clients, platform: str, arch: str) -> list[Any]:
+    """The region's public ECS images of ``platform`` for ``arch`` (IMS ``architecture``:
+    x86 | arm), newest release first.
 
     Asked with IMS's own filters (ListImagesRequest ``architecture``, ``virtual_env_type``
     FusionCompute = ECS, not Ironic bare metal), and checked again on each answer
@@ -41,24 +82,81 @@ def latest_ubuntu(clients, arch: str = "x86") -> Any:
     from huaweicloudsdkims.v2 import ListImagesRequest
 
     images = clients.call("ims", "list_images", ListImagesRequest(
-        platform="Ubuntu", imagetype="gold", status="active", limit=100, architecture=arch,
+        platform=platform, imagetype="gold", status="active", limit=100, architecture=arch,
         virtual_env_type="FusionCompute")).images or []
     # (newest first is IMS's default order; its sort_key takes name, container_format,
     # disk_format, status, id or size, not created_at: ListImagesRequest docstring)
-    best = None
+    out = []
     for img in images:
         is_arm = str(getattr(img, "support_arm", "") or "").lower() == "true"
         env = getattr(img, "virtual_env_type", None) or "FusionCompute"
-        if is_arm != (arch == "arm") or env != "FusionCompute":
+        if is_arm != (arch == "arm") or env != "FusionCompute" or not image_release(img):
             continue
-        m = UBUNTU.match(img.os_version or img.name or "")
-        if m and (best is None or tuple(map(int, m.groups())) > best[0]):
-            best = (tuple(map(int, m.groups())), img)
-    if best is None:
+        out.append(img)
+    return sorted(out, key=_release_key, reverse=True)  # stable: IMS's order within one
+
+
+def latest_ubuntu(clients, arch: str = "x86") -> Any:
+    """The newest public Ubuntu ECS image for ``arch`` (whatever its Python)."""
+    found = public_images(clients, "Ubuntu", arch)
+    if not found:
         raise ConfigError(f"node_config.image_id: the region offers no public Ubuntu ECS "
                           f"image for {arch}; name an image with image_id",
                           field="node_config.image_id")
-    return best[1]
+    return found[0]
+
+
+def default_image(clients, arch: str, python: str, field: str = "node_config.image_id"
+                  ) -> Any:
+    """The newest public Ubuntu (else Debian) ECS image for ``arch`` whose ``python3`` is
+    ``python`` (the client's major.minor): the newest Ubuntu alone would be refused by
+    every node of a client on another Python (Ubuntu 24.04 has 3.12, 22.04 3.10).  A
+    ConfigError naming ``field`` when the region has none, with what it has."""
+    seen: dict[str, str] = {}
+    for platform in DEFAULT_PLATFORMS:
+        for img in public_images(clients, platform, arch):
+            py = image_python(img)
+            if py == python:
+                return img
+            seen.setdefault(image_release(img) or img.name, py or "?")
+    have = ", ".join(f"{rel} has {py}" for rel, py in seen.items()) or "none"
+    raise ConfigError(
+        f"{field}: no public Ubuntu or Debian ECS image for {arch} has Python {python} (the "
+        f"client's, which the nodes must match; {have}); run the client on one of those "
+        f"Pythons, or name an image with Python {python} in image_id (with image_python if "
+        "its OS is not Ubuntu or Debian)", field=field, value=python)
+
+
+def check_image_python(clients, img: Any, image_id: str, declared: str | None,
+                       python: str, field: str) -> None:
+    """Refuse an image whose ``python3`` is not the client's major.minor (the nodes would
+    refuse to start after the servers are made and billed), or whose Python is unknown
+    (an OS outside ``RELEASE_PYTHON`` without ``image_python``)."""
+    py = declared or (image_python(img) if img is not None else None)
+    what = f"image {img.name!r}" if img is not None else f"image {image_id!r}"
+    if py is None:
+        os_ = (getattr(img, "os_version", None) or "an OS") if img is not None else \
+            "an image IMS does not list"
+        raise ConfigError(
+            f"{field}: the Python of {what} ({os_}) is not known; set image_python: "
+            f"'{python}' beside image_id if its python3 is {python} (the client's), or "
+            f"choose an Ubuntu or Debian image with Python {python}", field=field,
+            value=image_id)
+    if py != python:
+        raise ConfigError(
+            f"{field}: {what} has Python {py} and the client has Python {python}; nodes "
+            f"must have the client's major.minor: choose an image with Python {python} "
+            f"(or leave image_id out for one), or run the client on Python {py}",
+            field=field, value=image_id)
+
+
+def find_image(clients, image_id: str) -> Any:
+    """The IMS record of ``image_id`` (public, private or shared), or None."""
+    from huaweicloudsdkims.v2 import ListImagesRequest
+
+    got = clients.call("ims", "list_images", ListImagesRequest(id=image_id, limit=1),
+                       what="read the image of node_config.image_id").images or []
+    return got[0] if got else None
 
 
 def ensure_keypair(provider: HuaweiCloudNodeProvider, workspace: str) -> str:
@@ -152,7 +250,9 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
     key_name = p.get("key_name") or ensure_keypair(provider, ws["name"])
 
     # f. image, flavors
-    images: dict[str, Any] = {}  # architecture -> its newest Ubuntu ECS image
+    images: dict[str, Any] = {}  # architecture -> its default image
+    python = client_python()
+    machines: set[str] = set()  # every node's (the staged wheels must fit them all)
     flavors = {f.id: f for f in provider.flavors(zone)}
     zones: list[str] = []  # the region's, asked once when no zone is set
     for tname, t in cfg["available_node_types"].items():
@@ -169,8 +269,14 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
         t["resources"] = {**t.get("resources", {}), "CPU": int(f.vcpus),
                           "memory": int(int(f.ram) * 2**20 * 0.9), "GPU": 0}
         arch = "arm" if flavor_hardware(f.os_extra_specs)[0] == "aarch64" else "x86"
+        machines.add("aarch64" if arch == "arm" else "x86_64")
+        field = f"available_node_types.{tname}.node_config.image_id"
         if not nc.get("image_id") and arch not in images:
-            images[arch] = latest_ubuntu(c, arch)  # the flavor's architecture's image
+            # the flavor's architecture's image, with the client's Python
+            images[arch] = default_image(c, arch, python, field)
+        elif nc.get("image_id"):
+            check_image_python(c, find_image(c, nc["image_id"]), nc["image_id"],
+                               nc.get("image_python"), python, field)
         spot = nc.get("use_spot", p.get("use_spot", False)) and not head
         public = nc.get("public_ip", head and not p.get("use_internal_ips", False))
         nc.update({
@@ -190,4 +296,6 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
             "bandwidth": int(p.get("bandwidth", 10)),
             "root_volume": nc.get("root_volume") or {"volumetype": "SSD", "size": 40},
         })
+    for t in cfg["available_node_types"].values():
+        t["node_config"]["machines"] = sorted(machines)
     return cfg

@@ -32,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
+import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -209,7 +210,12 @@ class HuaweiCloudNodeProvider(NodeProvider):
             "flavor": {"type": "string", "pattern": r"^[a-z0-9]+\.[a-z0-9]+\.[0-9]+$",
                        "description": "ECS flavor, e.g. s6.large.2 (2 vCPUs, 4 GiB)."},
             "image_id": {"type": "string", "x-cloudtik-names": "image",
-                         "description": "Default: latest public Ubuntu."},
+                         "description": "Default: the newest public Ubuntu (else Debian) "
+                                        "whose Python is the client's."},
+            "image_python": {"type": "string", "pattern": r"^3\.[0-9]+$",
+                             "description": "Python major.minor of image_id's python3, when "
+                                            "its OS is not Ubuntu or Debian (nodes must "
+                                            "have the client's)."},
             "availability_zone": {"type": "string"},
             "use_spot": {"type": "boolean"},
             "public_ip": {"type": "boolean"},
@@ -665,7 +671,8 @@ class HuaweiCloudNodeProvider(NodeProvider):
             if "spark" in (runtime.get("types") or ()):
                 extra.append("pyspark")  # the client's Spark, for images without it
             self._stage_runtime(bucket, extra, pip=runtime.get("pip") or [],
-                sync_env=bool(runtime.get("sync_env")))
+                                sync_env=bool(runtime.get("sync_env")),
+                                machines=node_config.get("machines"))
         made: dict[str, dict[str, Any]] = {}
         wanted = count
         last_reason = ""
@@ -758,7 +765,8 @@ class HuaweiCloudNodeProvider(NodeProvider):
             what="store the nodes' TLS certificate in the workspace bucket")
 
     def _stage_runtime(self, bucket: str, extra: list[str] | None = None, *,
-                       pip: list[str] | None = None, sync_env: bool = False) -> None:
+                       pip: list[str] | None = None, sync_env: bool = False,
+                       machines: list[str] | None = None) -> None:
         """The client's wheels (exact versions of dask, distributed, cloudpickle, msgpack
         and what they need; downloaded once into the state folder's cache), plus those of
         ``runtime.pip`` / ``runtime.sync_env`` (runtime/environment.py ``collect``), in the
@@ -794,6 +802,20 @@ class HuaweiCloudNodeProvider(NodeProvider):
             except (RuntimeError, OSError) as e:
                 raise ConfigError(f"{field}: {e}", field=field) from None
             wheels = sorted({w.name: w for w in [*wheels, *more]}.values())
+        # every node must install them: a wheel made for this client's platform (macOS,
+        # Windows, another architecture) is refused here, before any server is made
+        for machine in machines or ["x86_64"]:
+            for w in wheels:
+                problem = environment.wheel_platform_problem(w.name, machine)
+                if problem:
+                    import platform as _platform
+
+                    raise ConfigError(
+                        f"runtime: {problem}; pip here ({sys.platform} "
+                        f"{_platform.machine()}) makes wheels for this machine only: run "
+                        f"the client on Linux {machine} (e.g. a JupyterLab on a cloud "
+                        "server), or use an image that has the client's packages",
+                        field="runtime", value=w.name)
         # staged once per workspace: content-addressed keys the clusters share (workspace
         # delete removes them); only the files not there yet are sent
         there = set(list_keys(self.clients, bucket, WHEELS_PREFIX))

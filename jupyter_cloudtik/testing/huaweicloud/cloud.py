@@ -78,22 +78,30 @@ FLAVOR_SPECS = {
 }
 
 # name, platform, os_version, created, architecture (ListImagesRequest.architecture: x86 |
-# arm), virtual_env_type (FusionCompute: ECS, Ironic: bare metal, DataImage).  A region
-# lists Kunpeng (arm) and bare-metal Ubuntu builds beside the x86 ECS ones, often newer: a
-# lookup by platform and version alone picks one an x86 ECS server cannot boot.
+# arm), virtual_env_type (FusionCompute: ECS, Ironic: bare metal, DataImage), and the
+# Python major.minor of the image's python3 (its release's python3 package:
+# packages.ubuntu.com/<codename>/python3, packages.debian.org/<codename>/python3).  IMS
+# answers the OS (``__os_version``), never the Python: the last column is what the image
+# carries, for tests of a client whose Python no image has.  A region lists Kunpeng (arm)
+# and bare-metal Ubuntu builds beside the x86 ECS ones, often newer: a lookup by platform
+# and version alone picks one an x86 ECS server cannot boot.
 IMAGES = [
     ("Ubuntu 18.04 server 64bit", "Ubuntu", "Ubuntu 18.04 server 64bit", "2021-03-01T00:00:00Z",
-     "x86", "FusionCompute"),
+     "x86", "FusionCompute", "3.6"),
     ("Ubuntu 20.04 server 64bit", "Ubuntu", "Ubuntu 20.04 server 64bit", "2023-06-01T00:00:00Z",
-     "x86", "FusionCompute"),
+     "x86", "FusionCompute", "3.8"),
     ("Ubuntu 22.04 server 64bit", "Ubuntu", "Ubuntu 22.04 server 64bit", "2024-09-01T00:00:00Z",
-     "x86", "FusionCompute"),
+     "x86", "FusionCompute", "3.10"),
     ("Ubuntu 24.04 server 64bit for Kunpeng", "Ubuntu", "Ubuntu 24.04 server 64bit",
-     "2025-05-01T00:00:00Z", "arm", "FusionCompute"),
+     "2025-05-01T00:00:00Z", "arm", "FusionCompute", "3.12"),
     ("Ubuntu 24.04 server 64bit for BMS", "Ubuntu", "Ubuntu 24.04 server 64bit",
-     "2025-06-01T00:00:00Z", "x86", "Ironic"),
+     "2025-06-01T00:00:00Z", "x86", "Ironic", "3.12"),
+    ("Debian 11.1.0 64bit", "Debian", "Debian GNU/Linux 11.1.0 64bit", "2022-03-01T00:00:00Z",
+     "x86", "FusionCompute", "3.9"),
+    ("Debian 12.0.0 64bit", "Debian", "Debian GNU/Linux 12.0.0 64bit", "2023-10-01T00:00:00Z",
+     "x86", "FusionCompute", "3.11"),
     ("CentOS 7.9 64bit", "CentOS", "CentOS 7.9 64bit", "2022-01-01T00:00:00Z", "x86",
-     "FusionCompute"),
+     "FusionCompute", "3.6"),
 ]
 
 ROLES = [
@@ -227,8 +235,9 @@ class Cloud:
         self._seq = itertools.count(1)
         self.images = [
             {"id": str(uuid.uuid5(uuid.NAMESPACE_URL, name)), "name": name, "platform": plat,
-             "os_version": ver, "created_at": created, "arch": arch, "env": env}
-            for name, plat, ver, created, arch, env in IMAGES
+             "os_version": ver, "created_at": created, "arch": arch, "env": env,
+             "python": python}
+            for name, plat, ver, created, arch, env, python in IMAGES
         ]
         self.roles = [
             {"id": hashlib.md5(n.encode()).hexdigest(), "display_name": d, "name": n,
@@ -1878,6 +1887,8 @@ class Cloud:
                        for s in self._visible_servers()]
             return {
                 "servers": servers,
+                # what each image carries (its python3 too, which IMS does not say)
+                "images": [dict(i) for i in self.images],
                 "vpcs": [{"id": v["id"], "name": v["name"], "cidr": v["cidr"]}
                          for v in self.r["vpc"].values()],
                 "subnets": [{"id": s["id"], "name": s["name"], "vpc_id": s["vpc_id"],
