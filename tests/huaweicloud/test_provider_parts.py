@@ -109,6 +109,32 @@ def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     assert flavor_resources("odd") is None
 
 
+def test_edge_and_dedicated_zones_are_not_offered(emu):
+    """ListServerAzInfo lists edge zones (type Edge, mode dedicated, their own
+    public_border_group: ECS "Listing AZs") beside the central ones, and flavors name
+    them as sold like any zone: they were offered, and a create there fails (the edge
+    site needs its own subnets).  Only central shared zones are offered now."""
+    from huaweicloudsdkecs.v2 import ListFlavorsRequest, ListServerAzInfoRequest
+
+    from jupyter_cloudtik.providers.huaweicloud.offers import list_zones, sold
+
+    c = _clients(emu)
+    edge = f"{emu.options.region}-ies-1a"
+    emu.cloud.set_options({"edge_zones": [edge]})
+    try:
+        listed = c.call("ecs", "list_server_az_info",
+                        ListServerAzInfoRequest()).availability_zones
+        assert {(z.availability_zone_id, z.type, z.mode) for z in listed} >= {
+            (edge, "Edge", "dedicated"), (f"{emu.options.region}a", "Center", "shared")}
+        flavor = c.call("ecs", "list_flavors", ListFlavorsRequest()).flavors[0]
+        assert sold(flavor.os_extra_specs, edge)  # the flavor says "normal" there
+        assert edge not in list_zones(c) and len(list_zones(c)) == 3
+        offers = offer_set(c)
+        assert offers.offers and all(o.availability_zone != edge for o in offers.offers)
+    finally:
+        emu.cloud.set_options({"edge_zones": []})
+
+
 def test_offers_follow_the_flavors_sale_status_zone_then_region_and_charge(emu):
     """ECS's sale fields (FlavorExtraSpec docstrings): a zone cond:operation:az does not
     name takes the region-level cond:operation:status; promotion is sold; obt, sellout and

@@ -145,11 +145,19 @@ def list_flavors(clients: Clients, zone: str | None = None) -> list[Any]:
 
 
 def list_zones(clients: Clients) -> list[str]:
+    """The region's central, shared zones: where a server of the workspace's subnets can
+    be made.  ListServerAzInfo also lists edge zones (``type`` Edge: IES, Homezone) and
+    dedicated ones (``mode`` dedicated), whose servers need the edge site's own subnets
+    and EIP pool (``public_border_group``) or a dedicated contract; flavors name them in
+    ``cond:operation:az`` like any zone, so offering them made placement try a zone whose
+    creates fail (ECS API reference, "Listing AZs", ecs_02_1501)."""
     from huaweicloudsdkecs.v2 import ListServerAzInfoRequest
 
     got = clients.call("ecs", "list_server_az_info",
                        ListServerAzInfoRequest()).availability_zones or []
-    return [z.availability_zone_id for z in got]
+    return [z.availability_zone_id for z in got
+            if (z.type or "Center") == "Center" and (z.mode or "shared") == "shared"
+            and (z.public_border_group or "center") == "center"]
 
 
 def quota_limits(clients: Clients) -> dict[str, int]:

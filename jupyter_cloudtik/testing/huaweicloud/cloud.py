@@ -183,6 +183,12 @@ class Cloud:
         self.project_id = project_id
         self.domain_id = domain_id
         self.zones = [f"{region}a", f"{region}b", f"{region}c"]
+        #: edge zones (IES, Homezone): listed by ListServerAzInfo as type Edge, mode
+        #: dedicated, their own public_border_group (ECS API reference, "Listing AZs",
+        #: https://support.huaweicloud.com/intl/en-us/api-ecs/ecs_02_1501.html), and in
+        #: flavors' cond:operation:az like any zone; a create there is refused here (the
+        #: servers of an edge site need its own subnets and EIP pool: our reading)
+        self.edge_zones: list[str] = []
         self.sold_out: set[tuple[str, str]] = set()  # (flavor, zone) without capacity
         #: flavor -> {"status": region-level status, "az": {zone: status} (zones it does
         #: not name take the status), "charge": "period" | "demand" | "period,demand"}:
@@ -1236,13 +1242,13 @@ class Cloud:
 
     def list_flavors(self, call: Call):
         zone = call.query.get("availability_zone")
-        if zone and zone not in self.zones:
+        if zone and zone not in self.zones and zone not in self.edge_zones:
             raise bad_request("ecs", f"availability_zone {zone} does not exist")
         out = []
         for fid, vcpus, ram in FLAVORS:
             sale = self.flavor_sale.get(fid) or {}
-            per_zone = dict(sale.get("az") or ({} if sale else
-                                               {z: "normal" for z in self.zones}))
+            per_zone = dict(sale.get("az") or ({} if sale else {
+                z: "normal" for z in [*self.zones, *self.edge_zones]}))
             per_zone.update({z: "sellout" for f, z in self.sold_out if f == fid})
             az = ",".join(f"{z}({st})" for z, st in per_zone.items())
             if zone and (fid, zone) in self.sold_out:
@@ -1286,13 +1292,18 @@ class Cloud:
     def nova_list_availability_zones(self, call: Call):
         return 200, {"availabilityZoneInfo": [
             {"zoneName": z, "zoneState": {"available": True}, "hosts": None}
-            for z in self.zones]}
+            for z in [*self.zones, *self.edge_zones]]}
 
     def list_server_az_info(self, call: Call):
+        # type Center | Edge, mode shared | dedicated, category 0 default, 21 Homezone,
+        # 41 IES (ECS API reference, "Listing AZs")
         return 200, {"availability_zones": [
-            {"availability_zone_id": z, "type": "Core", "mode": "single",
+            {"availability_zone_id": z, "type": "Center", "mode": "shared",
              "public_border_group": "center", "alias": z, "az_group_ids": [],
-             "category": 0} for z in self.zones]}
+             "category": 0} for z in self.zones] + [
+            {"availability_zone_id": z, "type": "Edge", "mode": "dedicated",
+             "public_border_group": z, "alias": f"IES {z}", "az_group_ids": [z],
+             "category": 41} for z in self.edge_zones]}
 
     def _used(self, spot: bool | None = None) -> dict[str, int]:
         used = {"instances": 0, "cores": 0, "ram": 0}
@@ -1383,6 +1394,9 @@ class Cloud:
         if flavor is None:
             raise bad_request("ecs", f"flavorRef {fid!r} does not exist", "Ecs.0003")
         zone = spec.get("availability_zone") or self.zones[0]
+        if zone in self.edge_zones:
+            raise bad_request("ecs", f"availability_zone {zone} is an edge zone: its servers "
+                              "need the edge site's own subnets", "Ecs.0019")
         if zone not in self.zones:
             raise bad_request("ecs", f"availability_zone {zone} does not exist", "Ecs.0019")
         if (fid, zone) in self.sold_out:
@@ -1954,6 +1968,8 @@ class Cloud:
                 if not 1 <= v <= 86400:
                     raise ValueError(f"credential_seconds {v}: use 1 to 86400")
                 self.credential_seconds = v
+            if "edge_zones" in options:
+                self.edge_zones = [str(z) for z in options["edge_zones"]]
             if "image_flavor_refusals" in options:
                 self.image_flavor_refusals = {tuple(x)
                                               for x in options["image_flavor_refusals"]}
