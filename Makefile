@@ -18,7 +18,7 @@ LAB_BUILT := jupyter_cloudtik/labextension/static/style.js
 LAB_SRC   := $(shell find labextension/src labextension/style labextension/schema -type f 2>/dev/null) \
              labextension/package.json labextension/tsconfig.json
 
-.PHONY: all install system-deps demo lab test lint format bench clean labextension js-test
+.PHONY: all install system-deps demo lab test lint format bench clean labextension js-test doc-images
 
 all: install
 
@@ -95,6 +95,12 @@ format: $(VENV)/.installed
 # --durations=20: every run ends with its 20 slowest tests (where the suite's time goes)
 test: install lint labextension js-test
 	$(BIN)/python -m pytest $(PYTEST_WORKERS) --durations=20 $(PYTEST_ARGS)
+
+# the README's and docs' screenshots (docs/images/*.png), taken by the browser tests that
+# check what they show, in Chromium
+doc-images: install labextension
+	CLOUDTIK_DOC_IMAGES=1 $(BIN)/python -m pytest -p no:randomly \
+	  tests/server/test_panel_charts_browser.py tests/test_progress_widget.py
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py

@@ -11,6 +11,7 @@ import { Fetcher, followStream, SSEMessage } from './sse';
 import { OperationRow, OperationTracker } from './operations';
 import { Accepted, CloudTikEvent, Cluster, Operation, ProviderInfo } from './types';
 import { Observed, Refresher } from './poll';
+import { UsageSample } from './usage';
 
 export class ApiError extends Error {
   constructor(
@@ -264,5 +265,5 @@ export interface Usage {
   cost_so_far: number;
   cost_per_hour: number | null;
   currency: string;
-  samples: { at: number; workers: number; cost_per_hour: number | null }[];
+  samples: UsageSample[];
 }

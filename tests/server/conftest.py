@@ -108,6 +108,18 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
     news = tmp / "settings" / "@jupyterlab" / "apputils-extension"
     news.mkdir(parents=True, exist_ok=True)
     (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
+    # the side panel as built in this checkout: JUPYTER_PATH's labextensions come first
+    # (before the virtualenv's), so a worktree's build is served, not the one the shared
+    # venv's `jupyter labextension develop` link points at
+    built = ROOT / "jupyter_cloudtik" / "labextension"
+    jupyter_path = {}
+    if (built / "package.json").is_file():
+        (tmp / "jpath" / "labextensions").mkdir(parents=True, exist_ok=True)
+        link = tmp / "jpath" / "labextensions" / "jupyter-cloudtik"
+        if not link.exists():
+            link.symlink_to(built.resolve(), target_is_directory=True)
+        jupyter_path["JUPYTER_PATH"] = os.pathsep.join(
+            p for p in (str(tmp / "jpath"), os.environ.get("JUPYTER_PATH")) if p)
     token = secrets.token_hex(24)
     port = free_port()
     env = {
@@ -122,6 +134,7 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         "JUPYTERLAB_WORKSPACES_DIR": str(tmp / "workspaces"),
         "JUPYTER_PLATFORM_DIRS": "1",
         "CLOUDTIK_PROGRESS": "text",
+        **jupyter_path,
         **extra_env,
     }
     for var in ("CLOUDTIK_API_URL", "CLOUDTIK_API_TOKEN", "JUPYTER_TOKEN"):
@@ -235,6 +248,28 @@ def guarded(tmp_path_factory) -> Iterator[Server]:
 
 def unique(prefix: str) -> str:
     return f"{prefix}-{secrets.token_hex(3)}"
+
+
+DOC_IMAGES = ROOT / "docs" / "images"
+DOC_IMAGE_LIMIT = 150_000
+
+
+def doc_image(target: Any, name: str) -> Path:
+    """Screenshot a page or locator to test-artifacts/NAME.png and, with
+    ``CLOUDTIK_DOC_IMAGES=1`` (``make doc-images``), to docs/images/NAME.png: the README's
+    pictures come from these tests, not from hand-made captures.  Kept under 150 KB
+    (palette-reduced)."""
+    from PIL import Image
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    target.screenshot(path=str(path))
+    if os.environ.get("CLOUDTIK_DOC_IMAGES") == "1":
+        out = DOC_IMAGES / f"{name}.png"
+        img = Image.open(path).convert("RGB").quantize(colors=128, method=Image.MEDIANCUT)
+        img.save(out, optimize=True)
+        assert out.stat().st_size < DOC_IMAGE_LIMIT, (out, out.stat().st_size)
+    return path
 
 
 # --------------------------------------------------------------------------- browsers

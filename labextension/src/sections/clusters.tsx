@@ -18,7 +18,7 @@ import { OperationRow } from '../operations';
 import { Cluster, ProviderInfo } from '../types';
 import { useModel, useNow } from './hooks';
 import { SectionProps } from './props';
-import { usageLines } from '../usage';
+import { UsageCharts } from './charts';
 
 export function ClustersSection(props: SectionProps): JSX.Element {
   const model = props.clusters;
@@ -123,8 +123,8 @@ function ProgressRow(props: { row: OperationRow; model: ClustersModel }): JSX.El
   );
 }
 
-/** Workers over the cluster's life as a small step chart (SVG), with a second, dashed
- * line for the cost accrued so far (its own axis, 0..cost so far), and the figures. */
+/** The cluster's life as small charts (./charts.tsx): workers and cost so far, and its
+ * workers' CPU and memory use, each with labelled axes; refreshed every 10 s. */
 function UsageChart(props: { model: ClustersModel; name: string; now: number }): JSX.Element | null {
   const [usage, setUsage] = React.useState<Usage | null>(null);
   const tick = Math.floor(props.now / 10);
@@ -141,50 +141,7 @@ function UsageChart(props: { model: ClustersModel; name: string; now: number }):
   if (!usage || usage.samples.length === 0) {
     return null;
   }
-  const w = 200;
-  const h = 36;
-  const lines = usageLines(usage.samples, props.now, w, h);
-  const unit = usage.currency ? ` ${usage.currency}` : '';
-  return (
-    <div className="jp-CloudTik-usage" data-samples={usage.samples.length}>
-      <svg
-        className="jp-CloudTik-usageChart"
-        width={w}
-        height={h}
-        viewBox={`0 0 ${w} ${h}`}
-        role="img"
-        aria-label={`workers over time (at most ${lines.topWorkers}) and cost so far (dashed, ${lines.costSoFar.toFixed(3)}${unit})`}
-      >
-        <polyline
-          className="jp-CloudTik-workersLine"
-          points={lines.workers}
-          fill="none"
-          stroke="var(--jp-brand-color1)"
-          strokeWidth={1.5}
-        >
-          <title>{`workers (axis 0..${lines.topWorkers})`}</title>
-        </polyline>
-        <polyline
-          className="jp-CloudTik-costLine"
-          points={lines.cost}
-          fill="none"
-          stroke="var(--jp-warn-color1)"
-          strokeWidth={1.2}
-          strokeDasharray="3 2"
-        >
-          <title>{`cost so far (axis 0..${lines.costSoFar.toFixed(3)}${unit})`}</title>
-        </polyline>
-      </svg>
-      <span className="jp-CloudTik-usageLegend">
-        <span className="jp-CloudTik-legendWorkers">— workers (max {lines.topWorkers})</span>{' '}
-        <span className="jp-CloudTik-legendCost">┄ cost:</span>
-      </span>{' '}
-      <span className="jp-CloudTik-cost" title="cost so far (estimated from the offers' prices)">
-        {`${usage.cost_so_far.toFixed(3)}${unit} so far`}
-        {usage.cost_per_hour !== null ? `, ${usage.cost_per_hour.toFixed(3)}${unit}/h` : ''}
-      </span>
-    </div>
-  );
+  return <UsageCharts usage={usage} now={props.now} />;
 }
 
 function ClusterItem(props: SectionProps & { cluster: Cluster }): JSX.Element {

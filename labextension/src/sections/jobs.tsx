@@ -4,6 +4,7 @@ import * as React from 'react';
 
 import { formatAge } from '../format';
 import { FINAL_JOB_STATES, Job, jobBadge, jobRuntime } from '../jobs';
+import { JobsTimeline } from './charts';
 import { useModel, useNow } from './hooks';
 import { SectionProps } from './props';
 
@@ -39,6 +40,7 @@ export function JobsSection(props: SectionProps): JSX.Element {
           <code>jupyter cloudtik jobs submit</code> in a terminal.
         </div>
       )}
+      <JobsTimeline jobs={model.jobs} now={now} />
       <ul className="jp-CloudTik-list jp-CloudTik-jobList">
         {model.jobs.map(j => (
           <JobItem key={j.id} job={j} now={now} {...props} />
