@@ -135,7 +135,7 @@ def test_panel_adaptive_switch(lab_only_browser, lab, cluster):
         cost = item.locator(".jp-CloudTik-usageChart polyline.jp-CloudTik-costLine")
         assert len(cost.get_attribute("points").split()) >= 2
         assert "cost so far" in cost.locator("title").text_content()
-        assert "cost so far" in item.locator(".jp-CloudTik-usageChart").get_attribute(
+        assert "cost so far" in item.locator(".jp-CloudTik-workersChart").get_attribute(
             "aria-label")
         assert "cost" in item.locator(".jp-CloudTik-usageLegend").inner_text()
         item.screenshot(path=str(ARTIFACTS / "panel-usage-chart.png"))

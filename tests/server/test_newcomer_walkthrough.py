@@ -221,7 +221,7 @@ def test_the_quick_start_notebook_with_the_panel_open(page, fresh_lab):
     assert item.locator(".jp-CloudTik-workers").inner_text() == "2/2 workers"
     # the chart of its workers and cost fits the cluster's box, with its legend under it
     # (it began on the chart's line, and ran into the figures: "cost0.000 so far")
-    chart = item.locator(".jp-CloudTik-usageChart")
+    chart = item.locator(".jp-CloudTik-workersChart")
     chart.wait_for(state="attached", timeout=30_000)
     box, outer = chart.bounding_box(), item.bounding_box()
     assert box["x"] + box["width"] <= outer["x"] + outer["width"], (box, outer)

@@ -110,7 +110,7 @@ def test_cluster_load_and_jobs_timeline_with_labelled_axes(browser, lab):
         wtexts = workers.evaluate(TEXTS)
         assert "workers" in wtexts and "cost so far" in wtexts, wtexts
         assert len([t for t in wtexts if CLOCK.match(t)]) >= 2, wtexts
-        legend = item.locator(".jp-CloudTik-usageLegend").inner_text()
+        legend = item.locator(".jp-CloudTik-loadLegend").inner_text()
         assert re.search(r"CPU \d+%", legend) and re.search(r"memory \d", legend), legend
         # both charts fit the cluster's box
         outer = item.bounding_box()

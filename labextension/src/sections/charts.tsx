@@ -125,20 +125,19 @@ export function UsageCharts(props: { usage: Usage; now: number }): JSX.Element {
       )}
       <span className="jp-CloudTik-usageLegend">
         <span className="jp-CloudTik-legendWorkers">— workers</span>{' '}
-        <span className="jp-CloudTik-legendCost">┄ cost</span>
-        {load.measured > 0 && (
-          <>
-            {' '}
-            <span className="jp-CloudTik-legendCpu">— CPU {load.lastCpu?.toFixed(0)}%</span>{' '}
-            <span className="jp-CloudTik-legendMemory">┄ memory {formatBytes(load.lastMemory)}</span>
-          </>
-        )}
-        :
+        <span className="jp-CloudTik-legendCost">┄ cost:</span>
       </span>{' '}
       <span className="jp-CloudTik-cost" title="cost so far (estimated from the offers' prices)">
         {`${usage.cost_so_far.toFixed(3)}${unit} so far`}
         {usage.cost_per_hour !== null ? `, ${usage.cost_per_hour.toFixed(3)}${unit}/h` : ''}
       </span>
+      {load.measured > 0 && (
+        <span className="jp-CloudTik-loadLegend" title="the workers' load at the last sample">
+          {' '}
+          <span className="jp-CloudTik-legendCpu">— CPU {load.lastCpu?.toFixed(0)}%</span>{' '}
+          <span className="jp-CloudTik-legendMemory">┄ memory {formatBytes(load.lastMemory)}</span>
+        </span>
+      )}
     </div>
   );
 }
