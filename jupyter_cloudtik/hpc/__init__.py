@@ -6,7 +6,7 @@ See docs/hpc.md.
 
 from __future__ import annotations
 
-__all__ = ["Job", "JobInfo", "JobManager", "JobSpec"]
+__all__ = ["Job", "JobInfo", "JobManager", "JobSpec", "Sweep", "record"]
 
 
 def __getattr__(name: str):
@@ -15,6 +15,14 @@ def __getattr__(name: str):
         from .api import Job
 
         return Job
+    if name == "Sweep":
+        from .api import Sweep
+
+        return Sweep
+    if name == "record":
+        from .recording import record
+
+        return record
     if name == "JobManager":
         from .jobs import JobManager
 

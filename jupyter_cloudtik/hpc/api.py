@@ -13,8 +13,9 @@ from typing import Any
 
 from .base import FINAL_STATES, format_duration
 from .client import JobsClient, get_jobs_client
-from .commands import build_spec, job_text, jobs_table
+from .commands import build_spec, job_text, jobs_table, sweep_text
 from .models import JobInfo
+from .sweeps import SweepInfo
 
 BADGE_COLORS = {
     "submitting": "#6c757d", "queued": "#0d6efd", "running": "#fd7e14",
@@ -51,6 +52,32 @@ class Job:
         if wait:
             job.wait()
         return job
+
+    @classmethod
+    def sweep(cls, notebook: str, grid: dict[str, list[Any]] | None = None, *,
+              zip: dict[str, list[Any]] | None = None,
+              elements: list[dict[str, Any]] | None = None, backend: str | None = None,
+              parameters: dict[str, Any] | None = None, max_concurrent: int | None = None,
+              wait: bool = False, client: JobsClient | None = None,
+              **options: Any) -> Sweep:
+        """Run ``notebook`` once per element of a parameter sweep, watched as one thing.
+
+        ``grid``: every combination of the values (``{"alpha": [0.1, 0.2], "n": [10,
+        100]}`` is 4 elements); ``zip``: values taken pairwise (lists of one length);
+        ``elements``: a list of parameter dicts, as given.  ``parameters`` are shared by
+        all elements.  Every element is checked against the notebook before anything is
+        submitted; on Slurm the sweep is one job array (``--array=0-N%max_concurrent``),
+        elsewhere at most ``max_concurrent`` jobs run at once (default
+        ``HPC.sweep_max_concurrent``).  ``options`` are ``Job.submit``'s.
+        """
+        client = client or get_jobs_client()
+        spec = build_spec(notebook, None, parameters=parameters, **options)
+        info = client.sweep(spec, backend, grid=grid, zip=zip, elements=elements,
+                            max_concurrent=max_concurrent)
+        sweep = Sweep(info.id, client, info)
+        if wait:
+            sweep.wait()
+        return sweep
 
     @classmethod
     def get(cls, job_id: str, client: JobsClient | None = None) -> Job:
@@ -159,6 +186,93 @@ class Job:
         return _html_rows([self.info], detail=True)
 
 
+class Sweep:
+    """A parameter sweep: its state, counts and elements come from the state store."""
+
+    def __init__(self, sweep_id: str, client: JobsClient | None = None,
+                 info: SweepInfo | None = None) -> None:
+        self.client = client or get_jobs_client()
+        self._info = info or self.client.get_sweep(sweep_id)
+        self.id = self._info.id
+
+    @classmethod
+    def get(cls, sweep_id: str, client: JobsClient | None = None) -> Sweep:
+        return cls(sweep_id, client)
+
+    @property
+    def info(self) -> SweepInfo:
+        self._info = self.client.get_sweep(self.id)
+        return self._info
+
+    @property
+    def state(self) -> str:
+        return self.info.state
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return self.info.counts
+
+    def element(self, index: int) -> Job:
+        """Element ``index``'s current job (its logs, outputs, fetch)."""
+        for e in self.info.elements:
+            if e["index"] == index:
+                return Job(e["job"], self.client)
+        raise IndexError(f"the sweep has no element {index}")
+
+    def wait(self, timeout: float | None = None) -> SweepInfo:
+        self._info = self.client.wait_sweep(self.id, timeout)
+        return self._info
+
+    def cancel(self, element: int | None = None) -> SweepInfo:
+        """Cancel the whole sweep, or only element ``element``."""
+        self._info = self.client.cancel_sweep(self.id, element)
+        return self._info
+
+    def retry(self) -> SweepInfo:
+        """Resubmit only the elements that failed (each as a new job)."""
+        self._info = self.client.retry_sweep(self.id)
+        return self._info
+
+    def results(self) -> Any:
+        """One row per element: index, job, state, its parameters, the values its notebook
+        recorded (``record(name, value)`` or scrapbook's ``glue``), its outputs and where
+        they are: a pandas DataFrame when pandas is installed, else a list of dicts."""
+        rows = self.client.sweep_results(self.id)
+        try:
+            import pandas as pd
+        except ImportError:
+            return rows
+        return pd.DataFrame(rows).set_index("element") if rows else pd.DataFrame(rows)
+
+    def __repr__(self) -> str:
+        i = self._info
+        return f"<Sweep {i.id} {i.name!r} {i.state} {_counts(i.counts)} on {i.backend}>"
+
+    def __str__(self) -> str:
+        return sweep_text(self._info)
+
+    def _repr_html_(self) -> str:
+        return sweep_html(self.info)
+
+
+def _counts(counts: dict[str, int]) -> str:
+    return ", ".join(f"{v} {k}" for k, v in counts.items() if v) or "no elements"
+
+
+def sweep_html(info: SweepInfo) -> str:
+    head = (f"<p><b>sweep <code>{info.id}</code></b> {html.escape(info.name)} on "
+            f"{html.escape(info.backend)} ({info.mode}): {badge(info.state)} "
+            f"{html.escape(_counts(info.counts))}</p>")
+    rows = []
+    for e in info.elements:
+        params = ", ".join(f"{k}={v!r}" for k, v in e["parameters"].items())
+        rows.append(f"<tr><td>{e['index']}</td><td><code>{e['job']}</code></td>"
+                    f"<td>{html.escape(params)}</td><td>{badge(e['state'])}</td>"
+                    f"<td>{html.escape(e['reason'] or '')}</td></tr>")
+    return (head + "<table><tr><th>#</th><th>job</th><th>parameters</th><th>state</th>"
+            "<th>reason</th></tr>" + "".join(rows) + "</table>")
+
+
 class JobList(list):
     def _repr_html_(self) -> str:
         if not self:
@@ -209,4 +323,4 @@ def wait_all(jobs: list[Job], timeout: float | None = None) -> list[JobInfo]:
     return out
 
 
-__all__ = ["FINAL_STATES", "Job", "JobList", "wait_all"]
+__all__ = ["FINAL_STATES", "Job", "JobList", "Sweep", "wait_all"]

@@ -107,9 +107,50 @@ def _run(args, client) -> int:
               "\n".join(f"{f.size if f.size is not None else '-':>10}  {f.name}"
                         for f in files) or "no outputs")
         return 0
+    if cmd.startswith("sweep"):
+        return _sweep(args, client)
     if cmd == "wait":
         info = client.wait(args.job, args.timeout)
         _emit(args, info.to_dict(), job_text(info))
+        return 0 if info.state == "succeeded" else 1
+    raise AssertionError(cmd)  # pragma: no cover
+
+
+def _sweep(args, client) -> int:
+    from .commands import results_text, sweep_from_args, sweep_text, sweeps_table
+
+    cmd = args.jobs_command
+    if cmd == "sweep":
+        spec, how = sweep_from_args(args)
+        info = client.sweep(spec, args.backend, **how)
+        if args.wait:
+            info = client.wait_sweep(info.id)
+        _emit(args, info.to_dict(), sweep_text(info))
+        return 0 if not args.wait or info.state == "succeeded" else 1
+    if cmd == "sweeps":
+        if args.sweep:
+            client.run_tick()
+            info = client.get_sweep(args.sweep)
+            _emit(args, info.to_dict(), sweep_text(info))
+            return 0
+        sweeps = client.list_sweeps()
+        _emit(args, [i.to_dict() for i in sweeps], sweeps_table(sweeps))
+        return 0
+    if cmd == "sweep-cancel":
+        info = client.cancel_sweep(args.sweep, args.element)
+        _emit(args, info.to_dict(), sweep_text(info))
+        return 0
+    if cmd == "sweep-retry":
+        info = client.retry_sweep(args.sweep)
+        _emit(args, info.to_dict(), sweep_text(info))
+        return 0
+    if cmd == "sweep-results":
+        rows = client.sweep_results(args.sweep)
+        _emit(args, rows, results_text(rows))
+        return 0
+    if cmd == "sweep-wait":
+        info = client.wait_sweep(args.sweep, args.timeout)
+        _emit(args, info.to_dict(), sweep_text(info))
         return 0 if info.state == "succeeded" else 1
     raise AssertionError(cmd)  # pragma: no cover
 

@@ -18,6 +18,7 @@ from ..core.operations import Event
 from .base import JobSpec, LogChunk, follow_logs
 from .jobs import JobManager
 from .models import JobInfo
+from .sweeps import SweepInfo
 
 
 class JobsClient:
@@ -82,6 +83,38 @@ class JobsClient:
     def fetch(self, job_id: str, dest: str | Path | None = None,
               names: list[str] | None = None) -> list[Path]:
         return self._run(self.manager.fetch(job_id, dest, names))
+
+    # sweeps --------------------------------------------------------------------------------
+    @property
+    def sweeps(self):
+        from .sweeps import sweeps_of
+
+        return sweeps_of(self.manager)
+
+    def sweep(self, spec: JobSpec, backend: str | None = None, *,
+              grid: dict[str, list[Any]] | None = None, zip: dict[str, list[Any]] | None = None,
+              elements: list[dict[str, Any]] | None = None,
+              max_concurrent: int | None = None) -> SweepInfo:
+        return self._run(self.sweeps.submit(spec, backend, grid=grid, zip=zip,
+                                            elements=elements, max_concurrent=max_concurrent))
+
+    def get_sweep(self, sweep_id: str) -> SweepInfo:
+        return self.sweeps.get(sweep_id)
+
+    def list_sweeps(self, limit: int = 100) -> list[SweepInfo]:
+        return self.sweeps.list(limit=limit)
+
+    def cancel_sweep(self, sweep_id: str, element: int | None = None) -> SweepInfo:
+        return self._run(self.sweeps.cancel(sweep_id, element))
+
+    def retry_sweep(self, sweep_id: str) -> SweepInfo:
+        return self._run(self.sweeps.retry(sweep_id))
+
+    def sweep_results(self, sweep_id: str) -> list[dict[str, Any]]:
+        return self._run(self.sweeps.results(sweep_id))
+
+    def wait_sweep(self, sweep_id: str, timeout: float | None = None) -> SweepInfo:
+        return self.runner.run(self.sweeps.wait(sweep_id, timeout))
 
     def close(self) -> None:
         if self._closed:

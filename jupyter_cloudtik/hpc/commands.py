@@ -191,6 +191,39 @@ def add_job_commands(sub, cli: bool) -> None:
     p.add_argument("job")
     p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
 
+    p = add("sweep", "run a notebook once per combination of parameter values (a sweep)")
+    p.add_argument("notebook", help="the notebook to run")
+    p.add_argument("--zip", action="store_true",
+                   help="pair the -p values (all lists of one length) instead of taking "
+                        "every combination")
+    p.add_argument("--max-concurrent", type=_positive_int, metavar="N",
+                   help="at most N elements at once (Slurm: --array=0-M%%N; default "
+                        "HPC.sweep_max_concurrent)")
+    add_submit_options(p)
+    for action in p._actions:  # -p takes comma-separated values here
+        if action.dest == "parameter":
+            action.help = ("a parameter and its values, comma-separated (repeatable): "
+                           "-p alpha 0.1,0.2,0.5; a YAML list gives values with commas: "
+                           "-p xs '[[1, 2], [3, 4]]'")
+
+    p = add("sweeps", "show a sweep (its counts and elements), or list sweeps")
+    p.add_argument("sweep", nargs="?", help="sweep id (default: list recent sweeps)")
+
+    p = add("sweep-cancel", "cancel a sweep, or one of its elements")
+    p.add_argument("sweep")
+    p.add_argument("--element", type=int, metavar="I", help="only element I")
+
+    p = add("sweep-retry", "resubmit only the failed elements of a sweep")
+    p.add_argument("sweep")
+
+    p = add("sweep-results", "one row per element: parameters, state, recorded values, "
+                             "outputs")
+    p.add_argument("sweep")
+
+    p = add("sweep-wait", "wait until every element of a sweep has ended")
+    p.add_argument("sweep")
+    p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+
 
 def job_parser(prog: str) -> Parser:
     parser = Parser(prog=prog, add_help=True)
@@ -277,3 +310,78 @@ def backends_table(backends: list[dict[str, Any]]) -> str:
         rows.append(f"{b['name']:14} {b['type']:10} {'yes' if b.get('default') else '':7} "
                     f"{', '.join(b.get('direct') or []) or '-'}")
     return "\n".join(rows)
+
+
+def sweep_text(info: Any) -> str:
+    """A sweep as text: its state and counts, then one line per element."""
+    counts = ", ".join(f"{v} {k}" for k, v in info.counts.items() if v) or "no elements"
+    lines = [f"sweep {info.id} {info.name!r} on {info.backend} ({info.mode}, at most "
+             f"{info.max_concurrent} at once): {info.state} - {counts}"]
+    for e in info.elements:
+        params = " ".join(f"{k}={v!r}" for k, v in e["parameters"].items())
+        native = f" [{e['native_id']}]" if e.get("native_id") else ""
+        reason = f" - {e['reason']}" if e.get("reason") else ""
+        retry = f" (attempt {e['attempts']})" if e.get("attempts", 1) > 1 else ""
+        lines.append(f"  {e['index']:>4}  {e['job']}{native}  {e['state']:<10} "
+                     f"{params}{retry}{reason}")
+    return "\n".join(lines)
+
+
+def sweep_values(key: str, text: str) -> list[Any]:
+    """``-p alpha 0.1,0.2,0.5``: the values of one sweep parameter (``[..]`` YAML lists
+    give values that contain commas)."""
+    value = parse_value(text)
+    if isinstance(value, list) and text.strip().startswith("["):
+        values = value
+    else:
+        values = [parse_value(v.strip()) for v in text.split(",")]
+    if not values or any(v == "" for v in values):
+        raise ConfigError(f"parameters.{key}: {text!r} has an empty value; give values "
+                          "separated by commas (-p alpha 0.1,0.2)", field=f"parameters.{key}")
+    return values
+
+
+def sweep_from_args(args) -> tuple[JobSpec, dict[str, Any]]:
+    """The job every element runs and the sweep's grid (or zip) from ``sweep``'s options."""
+    values: dict[str, list[Any]] = {}
+    for key, text in args.parameter:
+        if key in values:
+            raise ConfigError(f"parameters.{key}: given twice; give its values once, "
+                              "comma-separated", field=f"parameters.{key}")
+        values[key] = sweep_values(key, text)
+    args.parameter = []
+    spec = spec_from_args(args, args.notebook)
+    grid = {"zip": values} if args.zip else {"grid": values}
+    return spec, {**grid, "max_concurrent": args.max_concurrent}
+
+
+def sweeps_table(sweeps: list[Any]) -> str:
+    if not sweeps:
+        return "no sweeps"
+    lines = [f"{'SWEEP':<9} {'NAME':<20} {'BACKEND':<10} {'STATE':<10} COUNTS"]
+    for i in sweeps:
+        counts = ", ".join(f"{v} {k}" for k, v in i.counts.items() if v) or "-"
+        lines.append(f"{i.id:<9} {i.name[:20]:<20} {i.backend[:10]:<10} {i.state:<10} {counts}")
+    return "\n".join(lines)
+
+
+def results_text(rows: list[dict[str, Any]]) -> str:
+    """The results table as text (the CLI; ``Sweep.results()`` gives a DataFrame)."""
+    if not rows:
+        return "no elements"
+    cols: list[str] = []
+    for r in rows:
+        cols += [k for k in r if k not in cols and k != "reason"]
+    cells = [[_cell(r.get(c)) for c in cols] for r in rows]
+    widths = [max(len(c), *(len(row[i]) for row in cells)) for i, c in enumerate(cols)]
+    out = ["  ".join(c.ljust(w) for c, w in zip(cols, widths, strict=True))]
+    out += ["  ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)) for row in cells]
+    return "\n".join(line.rstrip() for line in out)
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value) or "-"
+    return str(value)

@@ -22,6 +22,7 @@ from ..api.base import CloudTikHandler
 from ..core.errors import ConfigError
 
 JOB_ID = r"(?P<job_id>[^/]+)"
+SWEEP_ID = r"(?P<sweep_id>[^/]+)"
 FILE_NAME = r"(?P<name>[^/]+)"  # a path inside the job's folder, '/' sent as %2F
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
@@ -122,6 +123,104 @@ class JobsHandler(_JobsHandler):
         self.write_json({"job": _job(info), "operation": op.to_dict()}, status=202)
 
 
+def _spec_of(body: dict[str, Any]):
+    from .commands import build_spec
+
+    return build_spec(
+        body.get("notebook"), body.get("command"),
+        name=body.get("name"), parameters=body.get("parameters"),
+        nodes=body.get("nodes"), cpus=body.get("cpus"),
+        tasks_per_node=body.get("tasks_per_node"), memory=body.get("memory"),
+        time=body.get("time"), queue=body.get("queue"), account=body.get("account"),
+        reservation=body.get("reservation"),
+        inputs=body.get("inputs"), outputs=body.get("outputs"), output=body.get("output"),
+        container=body.get("container"), python=body.get("python"),
+        kernel=body.get("kernel"), env=body.get("env"),
+        allow_unknown_parameters=body.get("allow_unknown_parameters", False))
+
+
+class _SweepsHandler(_JobsHandler):
+    @property
+    def sweeps(self):
+        from .jobs import JobManager
+        from .sweeps import sweeps_of
+
+        jobs = self.jobs
+        if isinstance(jobs, JobManager):
+            return sweeps_of(jobs)
+        return jobs.sweeps()  # the hub sidekick's view: one user's sweeps, their grants
+
+    def body_limit(self) -> int:
+        limit = CloudTikHandler.body_limit(self)
+        if self.request.method == "POST" and self.__class__ is SweepsHandler:
+            return limit + self.settings["cloudtik"].server.max_upload_bytes * 4 // 3
+        return limit
+
+
+class SweepsHandler(_SweepsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """Recorded sweeps, newest first, with their counts and elements."""
+        sweeps = self.sweeps.list(limit=self.int_arg("limit", 100, 1, 1000))
+        self.write_json({"sweeps": [i.to_dict() for i in sweeps]})
+
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Check every element, record them, submit them (one array, or the first
+        ``max_concurrent`` jobs): 201 with the sweep."""
+        body = self.json_body("SweepSubmit")
+        files = sent_files(body, self.settings["cloudtik"].server.max_upload_bytes)
+        info = await self.sweeps.submit(
+            _spec_of(body), body.get("backend"), grid=body.get("grid"), zip=body.get("zip"),
+            elements=body.get("elements"), max_concurrent=body.get("max_concurrent"),
+            files=files)
+        self.set_header("Location", self.api_path("jobs", "sweeps", info.id))
+        self.write_json({"sweep": info.to_dict()}, status=201)
+
+
+class SweepHandler(_SweepsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, sweep_id: str) -> None:
+        self.write_json(self.sweeps.get(sweep_id).to_dict())
+
+    @web.authenticated
+    @authorized
+    async def delete(self, sweep_id: str) -> None:
+        """Cancel the whole sweep."""
+        self.write_json((await self.sweeps.cancel(sweep_id)).to_dict())
+
+
+class SweepCancelHandler(_SweepsHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, sweep_id: str) -> None:
+        """Cancel the sweep, or with ``{"element": I}`` one element."""
+        body = self.json_body("SweepCancel", required=False)
+        info = await self.sweeps.cancel(sweep_id, body.get("element"))
+        self.write_json(info.to_dict())
+
+
+class SweepRetryHandler(_SweepsHandler):
+    @web.authenticated
+    @authorized
+    async def post(self, sweep_id: str) -> None:
+        """Resubmit only the failed elements."""
+        self.write_json((await self.sweeps.retry(sweep_id)).to_dict())
+
+
+class SweepResultsHandler(_SweepsHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, sweep_id: str) -> None:
+        """One row per element: parameters, state, recorded values, outputs."""
+        info = self.sweeps.get(sweep_id)
+        rows = await self.sweeps.results(info.id)
+        self.write_json({"sweep": info.id, "rows": rows})
+
+
 class JobHandler(_JobsHandler):
     @web.authenticated
     @authorized
@@ -204,6 +303,12 @@ class JobFileHandler(_JobsHandler):
 ROUTES: list[tuple[str, Any]] = [
     (r"/hpc/backends", BackendsHandler),
     (r"/jobs", JobsHandler),
+    # before /jobs/{job_id}: "sweeps" is no job id
+    (r"/jobs/sweeps", SweepsHandler),
+    (rf"/jobs/sweeps/{SWEEP_ID}", SweepHandler),
+    (rf"/jobs/sweeps/{SWEEP_ID}/cancel", SweepCancelHandler),
+    (rf"/jobs/sweeps/{SWEEP_ID}/retry", SweepRetryHandler),
+    (rf"/jobs/sweeps/{SWEEP_ID}/results", SweepResultsHandler),
     (rf"/jobs/{JOB_ID}", JobHandler),
     (rf"/jobs/{JOB_ID}/cancel", JobCancelHandler),
     (rf"/jobs/{JOB_ID}/logs", JobLogsHandler),

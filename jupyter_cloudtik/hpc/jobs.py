@@ -194,7 +194,8 @@ class JobManager(ActsForUser):
     async def submit(self, spec: JobSpec, backend: str | None = None, *,
                      wait_submitted: bool = True,
                      locations: locs.LocationPolicy | None = None,
-                     files: dict[str, bytes] | None = None) -> JobInfo:
+                     files: dict[str, bytes] | None = None,
+                     hold: str | None = None) -> JobInfo:
         """Check the job, record it, stage its inputs and submit it.
 
         Everything that can be checked is checked before anything is recorded: the
@@ -207,7 +208,9 @@ class JobManager(ActsForUser):
         accepted the job (state ``queued``) or, if it did not answer, with the job
         ``unknown`` and the reason; with ``wait_submitted=False`` as soon as the job is
         recorded (``submitting``; staging and submitting go on in the background: the
-        REST API answers 202).
+        REST API answers 202).  With ``hold`` (a sweep's id) the job is checked and
+        recorded but not submitted: its sweep submits it (``hpc.sweeps``), as one array
+        or when its turn comes.
         """
         policy = locations or self.locations
         name = self.registry.resolve(backend)
@@ -263,6 +266,8 @@ class JobManager(ActsForUser):
             plan = await self._plan(be, spec, nb_source, sent)
             if warnings:
                 plan["warnings"] = warnings
+            if hold:
+                plan["held"] = hold
         except BaseException:
             shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
             raise
@@ -283,6 +288,8 @@ class JobManager(ActsForUser):
         for text in warnings:
             log.warning("job %s: %s", job_id, text)
             self.ops.emit(op.id, "warning", text, level="warning", data={"job": job_id})
+        if hold:
+            return self.get(job_id)
         if wait_submitted:
             await self._isolated(job_id, STAGE_SUBMIT, self._submit(job_id))
             self._wake(name)
@@ -479,6 +486,8 @@ class JobManager(ActsForUser):
         row = self._row(job_id)
         if row["native_id"] or row["state"] in FINAL_STATES:
             return
+        if _held(row) and not row["cancel_requested"]:
+            return  # its sweep submits it (hpc.sweeps)
         ctx = OperationContext(self.ops, row["op_id"])
         name = row["backend"]
         try:
@@ -925,6 +934,9 @@ class JobManager(ActsForUser):
         now = time.monotonic()
         due = [b for b in backends if force or self._due.get(b, 0.0) <= now]
         await asyncio.gather(*(self._poll_backend(b, force=force) for b in due))
+        from .sweeps import advance_sweeps  # sweeps sit on top of jobs
+
+        await advance_sweeps(self)
 
     async def _poll_backend(self, name: str, force: bool = False) -> None:
         lock = self._backend_locks.setdefault(name, asyncio.Lock())
@@ -945,7 +957,8 @@ class JobManager(ActsForUser):
         if not rows:
             return
         # jobs not submitted yet (the backend was down, or a submit was interrupted)
-        pending = [r for r in rows if not r["native_id"]]
+        pending = [r for r in rows if not r["native_id"]
+                   and (not _held(r) or r["cancel_requested"])]
         for r in pending:
             await self._isolated(r["id"], STAGE_SUBMIT, self._submit_pending(r))
         rows = [self._row(r["id"]) for r in rows]
@@ -1313,6 +1326,11 @@ def _notebook_json(data: bytes) -> dict[str, Any]:
         raise ConfigError("notebook: the sent notebook is not a version-4 notebook",
                           field="notebook")
     return nb
+
+
+def _held(row) -> bool:
+    """Recorded for a sweep that submits it itself (``submit(hold=...)``)."""
+    return bool(loads(row["plan"], {}).get("held"))
 
 
 def _ref(row) -> JobRef:

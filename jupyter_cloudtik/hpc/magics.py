@@ -54,6 +54,15 @@ class HPCMagics(Magics):
           %hpc outputs JOB                   list its result files
           %hpc wait JOB                      wait until it has ended
 
+          %hpc sweep NOTEBOOK -p alpha 0.1,0.2,0.5 -p n 10,100 [--zip]
+                [--max-concurrent N] [other submit options]
+              one run per combination (--zip: paired values); returns the Sweep
+          %hpc sweeps [SWEEP]                a sweep's counts and elements, or the sweeps
+          %hpc sweep-cancel SWEEP [--element I]   cancel it, or one element
+          %hpc sweep-retry SWEEP             resubmit only its failed elements
+          %hpc sweep-results SWEEP           its results table (a DataFrame)
+          %hpc sweep-wait SWEEP              wait until every element has ended
+
           %%hpc [--backend B] [-p KEY VALUE ...] [--wait] [other submit options]
               run the cell as a job; with --wait, show what it printed
 
@@ -119,6 +128,8 @@ class HPCMagics(Magics):
                 return paths
             if cmd == "outputs":
                 return [f.name for f in client.outputs(args.job)]
+            if cmd.startswith("sweep"):
+                return _sweep_command(client, args)
             if cmd == "wait":
                 try:
                     info = client.wait(args.job, args.timeout)
@@ -162,6 +173,41 @@ class HPCMagics(Magics):
             except CloudTikError:
                 pass
         return Job(info.id, client, info)
+
+
+def _sweep_command(client, args) -> Any:
+    from .api import Sweep
+    from .commands import sweep_from_args, sweeps_table
+
+    cmd = args.command
+    if cmd == "sweep":
+        spec, how = sweep_from_args(args)
+        info = client.sweep(spec, args.backend, **how)
+        sweep = Sweep(info.id, client, info)
+        if args.wait:
+            try:
+                sweep.wait()
+            except KeyboardInterrupt:
+                print(f"(stopped waiting; the sweep goes on: `%hpc sweeps {sweep.id}`)")
+        return sweep
+    if cmd == "sweeps":
+        if args.sweep:
+            return Sweep(args.sweep, client)
+        print(sweeps_table(client.list_sweeps()))
+        return None
+    if cmd == "sweep-cancel":
+        return Sweep(client.cancel_sweep(args.sweep, args.element).id, client)
+    if cmd == "sweep-retry":
+        return Sweep(client.retry_sweep(args.sweep).id, client)
+    if cmd == "sweep-results":
+        return Sweep(args.sweep, client).results()
+    if cmd == "sweep-wait":
+        try:
+            return Sweep(client.wait_sweep(args.sweep, args.timeout).id, client)
+        except KeyboardInterrupt:
+            print("(stopped waiting; the sweep goes on)")
+            return None
+    raise UsageError(f"%hpc {cmd}: unknown command")  # pragma: no cover
 
 
 def _warn(info) -> None:

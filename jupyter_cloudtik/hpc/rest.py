@@ -20,6 +20,7 @@ from ..rest_client import RestBackend, _seg
 from .base import JobSpec, LogChunk, OutputFile, follow_logs
 from .models import JobInfo
 from .staging import is_local, local_path, split_named
+from .sweeps import SweepInfo
 
 
 def _absolute(location: str) -> str:
@@ -86,6 +87,53 @@ class RestJobsClient:
     # acting ----------------------------------------------------------------------------
     def submit(self, spec: JobSpec, backend: str | None = None) -> JobInfo:
         """Submit, and return once the backend took the job (as the core does)."""
+        info = JobInfo.from_dict(self.rest._json("POST", "jobs", body=self._body(spec,
+                                                                                  backend))["job"])
+        while info.state == "submitting":
+            time.sleep(0.05)
+            info = self.get(info.id)
+        return info
+
+    # sweeps ------------------------------------------------------------------------------
+    def sweep(self, spec: JobSpec, backend: str | None = None, *,
+              grid: dict[str, list[Any]] | None = None, zip: dict[str, list[Any]] | None = None,
+              elements: list[dict[str, Any]] | None = None,
+              max_concurrent: int | None = None) -> SweepInfo:
+        body = self._body(spec, backend)
+        body.pop("command", None)
+        body.update({k: v for k, v in {"grid": grid, "zip": zip, "elements": elements,
+                                       "max_concurrent": max_concurrent}.items()
+                     if v is not None})
+        return SweepInfo.from_dict(self.rest._json("POST", "jobs/sweeps", body=body)["sweep"])
+
+    def get_sweep(self, sweep_id: str) -> SweepInfo:
+        return SweepInfo.from_dict(self.rest._json("GET", f"jobs/sweeps/{_seg(sweep_id)}"))
+
+    def list_sweeps(self, limit: int = 100) -> list[SweepInfo]:
+        data = self.rest._json("GET", "jobs/sweeps", params={"limit": limit})
+        return [SweepInfo.from_dict(d) for d in data["sweeps"]]
+
+    def cancel_sweep(self, sweep_id: str, element: int | None = None) -> SweepInfo:
+        body = {"element": element} if element is not None else {}
+        return SweepInfo.from_dict(self.rest._json(
+            "POST", f"jobs/sweeps/{_seg(sweep_id)}/cancel", body=body))
+
+    def retry_sweep(self, sweep_id: str) -> SweepInfo:
+        return SweepInfo.from_dict(self.rest._json(
+            "POST", f"jobs/sweeps/{_seg(sweep_id)}/retry", body={}))
+
+    def sweep_results(self, sweep_id: str) -> list[dict[str, Any]]:
+        return self.rest._json("GET", f"jobs/sweeps/{_seg(sweep_id)}/results")["rows"]
+
+    def wait_sweep(self, sweep_id: str, timeout: float | None = None) -> SweepInfo:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            info = self.get_sweep(sweep_id)
+            if info.done or (deadline is not None and time.monotonic() > deadline):
+                return info
+            time.sleep(0.5)
+
+    def _body(self, spec: JobSpec, backend: str | None) -> dict[str, Any]:
         r, a = spec.resources, spec.attributes
         env = spec.environment
         body: dict[str, Any] = {
@@ -109,11 +157,7 @@ class RestJobsClient:
             # for a request: it travels as content
             body["notebook"] = cell.name
             body["files"] = {cell.name: base64.b64encode(cell.read_bytes()).decode("ascii")}
-        info = JobInfo.from_dict(self.rest._json("POST", "jobs", body=body)["job"])
-        while info.state == "submitting":
-            time.sleep(0.05)
-            info = self.get(info.id)
-        return info
+        return body
 
     def cancel(self, job_id: str) -> JobInfo:
         return JobInfo.from_dict(self.rest._json("DELETE", f"jobs/{_seg(job_id)}"))

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from traitlets import Dict, Float, Unicode
+from traitlets import Dict, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from ..core import env, plugins
@@ -82,6 +82,18 @@ class HPC(Configurable):
     results_dir = Unicode(
         "hpc-jobs", help="Folder (relative to the session's folder) `fetch` copies results "
                          "into: <results_dir>/<job id>/."
+    ).tag(config=True)
+
+    max_sweep_elements = Int(
+        1000, help="Most elements one parameter sweep may have; a bigger grid is refused "
+                   "before anything is recorded (a typo in a grid multiplies quickly)."
+    ).tag(config=True)
+
+    sweep_max_concurrent = Int(
+        32, help="How many elements of a sweep run at once unless the sweep says "
+                 "(max_concurrent): Slurm's --array=0-N%LIMIT; on backends without job "
+                 "arrays (local, ARC, FirecREST, Dask), at most this many of its jobs are "
+                 "submitted and not yet ended."
     ).tag(config=True)
 
     def backend_configs(self) -> dict[str, dict[str, Any]]:

@@ -42,6 +42,7 @@ from .base import (
     format_duration,
     parse_duration,
     remote_inside,
+    shell_quote,
 )
 from .files import INPUTS_LIST, input_names
 from .shell import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, LocalShell, Result, SSHShell
@@ -57,6 +58,7 @@ FAILURE_TEXT = {"TIMEOUT": "the time limit was reached", "OUT_OF_MEMORY": "out o
 UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
                "Zero Bytes were transmitted", "slurm_load_jobs error")
 LIMITS_TTL = 60.0
+CANCEL_MARKER = "cancel_requested"  # in the job's marker folder: scancel was sent
 
 
 def first_word(native: object) -> str:
@@ -320,6 +322,84 @@ class SlurmBackend(HPCBackend):
                 return done
         except NotFoundError:
             pass
+        self._prepare(sub)
+        r = self._slurm(["sbatch", "--parsable", f"{folder}/{script.SCRIPT_NAME}"], "sbatch",
+                        cwd=folder)
+        if r.rc != 0:
+            raise ProviderError(f"sbatch refused the job: {r.message}")
+        native = r.stdout.strip().split(";", 1)[0]
+        if not native.isdigit():
+            raise ProviderError(f"sbatch answered {r.stdout.strip()!r}, not a job id")
+        sh.write_bytes(f"{folder}/{script.MARKER_DIR}/submitted", f"{native}\n".encode())
+        return native
+
+    def submit_array(self, key: str, subs: list[Submission], limit: int | None) -> list[str]:
+        """Submit several jobs (a sweep's elements) as one Slurm job array: one ``sbatch
+        --array=0-N%LIMIT`` whose task ``i`` runs ``subs[i]``'s own script in its own
+        folder, so every element keeps the folder, log and markers of a single job and is
+        polled, cancelled and read like one (its native id is ``ARRAY_i``).  ``key``
+        names the array's folder; submitting the same key again answers the ids of the
+        first submission (never a second array)."""
+        folder = self.folder(key)
+        sh = self.shell
+        marker = f"{folder}/{script.MARKER_DIR}/submitted"
+        try:
+            done = sh.read_bytes(marker).decode().strip()
+            if done.isdigit():
+                return [f"{done}_{i}" for i in range(len(subs))]
+        except NotFoundError:
+            pass
+        sh.mkdir(f"{folder}/{script.MARKER_DIR}")
+        for sub in subs:
+            self._prepare(sub)
+        own = ("--job-name=", "--comment=", "--chdir=", "--output=")
+        directives = [d for d in self.directives(subs[0], folder)
+                      if not d[len("#SBATCH "):].startswith(own)]
+        name = _safe(subs[0].name.rsplit("[", 1)[0])
+        array = f"0-{len(subs) - 1}" + (f"%{limit}" if limit else "")
+        directives = [f"#SBATCH --job-name={name}", f"#SBATCH --comment=cloudtik:{key}",
+                      f"#SBATCH --chdir={folder}", f"#SBATCH --output={folder}/%a.out",
+                      f"#SBATCH --array={array}", *directives]
+        dirs = " ".join(shell_quote(self.folder(s.job_id)) for s in subs)
+        text = "\n".join([
+            "#!/bin/bash", *directives,
+            f"# jupyter_cloudtik job array {key}: task i runs element i's own job.sh",
+            f"CT_DIRS=({dirs})",
+            'CT_DIR="${CT_DIRS[$SLURM_ARRAY_TASK_ID]}"',
+            'cd "$CT_DIR" || exit 90',
+            f"exec bash {script.SCRIPT_NAME} >> {script.LOG_NAME} 2>&1", ""])
+        sh.write_bytes(f"{folder}/array.sh", text.encode(), 0o755)
+        r = self._slurm(["sbatch", "--parsable", f"{folder}/array.sh"], "sbatch", cwd=folder)
+        if r.rc != 0:
+            raise ProviderError(f"sbatch refused the job array: {r.message}")
+        native = r.stdout.strip().split(";", 1)[0]
+        if not native.isdigit():
+            raise ProviderError(f"sbatch answered {r.stdout.strip()!r}, not a job id")
+        sh.write_bytes(marker, f"{native}\n".encode())
+        return [f"{native}_{i}" for i in range(len(subs))]
+
+    def cancel_array(self, jobs: list[JobRef]) -> None:
+        """Cancel whole arrays at once: one ``scancel`` for every array the jobs belong to."""
+        arrays = sorted({j.native_id.split("_", 1)[0] for j in jobs})
+        if arrays:
+            self.cancel(JobRef("", " ".join(arrays)))
+            for job in jobs:
+                self._mark_cancelled(job)
+
+    def _mark_cancelled(self, job: JobRef) -> None:
+        """A pending array task that is cancelled vanishes from squeue, sacct and scontrol
+        alike: this marker in its folder tells the poll that it was cancelled, not lost."""
+        if job.id:
+            try:
+                self.shell.write_bytes(
+                    f"{self.folder(job.id)}/{script.MARKER_DIR}/{CANCEL_MARKER}", b"1\n")
+            except Exception:  # the folder is gone: nothing left to tell
+                pass
+
+    def _prepare(self, sub: Submission) -> None:
+        """The job's folder on the login node: its files, inputs, parameters and script."""
+        folder = self.folder(sub.job_id)
+        sh = self.shell
         sh.mkdir(f"{folder}/{script.MARKER_DIR}")
         for name, local in sub.files.items():
             sh.put(Path(local), f"{folder}/{name}")
@@ -330,15 +410,6 @@ class SlurmBackend(HPCBackend):
         sh.write_bytes(f"{folder}/{script.MARKER_DIR}/{INPUTS_LIST}",
                        ("\n".join(input_names(sub)) + "\n").encode())
         sh.write_bytes(f"{folder}/{script.SCRIPT_NAME}", self.render(sub).encode(), 0o755)
-        r = self._slurm(["sbatch", "--parsable", f"{folder}/{script.SCRIPT_NAME}"], "sbatch",
-                        cwd=folder)
-        if r.rc != 0:
-            raise ProviderError(f"sbatch refused the job: {r.message}")
-        native = r.stdout.strip().split(";", 1)[0]
-        if not native.isdigit():
-            raise ProviderError(f"sbatch answered {r.stdout.strip()!r}, not a job id")
-        sh.write_bytes(f"{folder}/{script.MARKER_DIR}/submitted", f"{native}\n".encode())
-        return native
 
     def find(self, token: str, job_id: str) -> str | None:
         r = self._slurm(["squeue", "--me", "--states=all", "-h", "-o", "%i|%k"], "squeue")
@@ -367,7 +438,9 @@ class SlurmBackend(HPCBackend):
 
     # watching --------------------------------------------------------------------------------
     def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
-        r = self._slurm(["squeue", "--me", "--states=all", "-h", "-o", "%i|%T|%r"], "squeue")
+        # -r: one line per array task (a sweep's elements), not "123_[4-99%10]"
+        r = self._slurm(["squeue", "--me", "--states=all", "-r", "-h", "-o", "%i|%T|%r"],
+                        "squeue")
         if r.rc != 0:
             raise BackendUnavailable(f"squeue failed: {r.message}")
         seen = parse_squeue_states(r.stdout)
@@ -428,6 +501,8 @@ class SlurmBackend(HPCBackend):
             if rc == 0:
                 return JobStatus(SUCCEEDED, "COMPLETED", exit_code=0)
             return JobStatus(FAILED, "FAILED", f"exit code {rc}", exit_code=rc)
+        if self._marker(job, CANCEL_MARKER) is not None:
+            return JobStatus(CANCELLED, "CANCELLED", "cancelled before it started")
         return JobStatus(FAILED, "UNKNOWN", "Slurm no longer knows the job and it left no "
                                             "exit code (cancelled or killed before it ended?)")
 
@@ -439,10 +514,12 @@ class SlurmBackend(HPCBackend):
             return None
 
     def cancel(self, job: JobRef) -> None:
-        r = self._slurm(["scancel", job.native_id], "scancel")
+        r = self._slurm(["scancel", *job.native_id.split()], "scancel")
         if r.rc != 0 and "Invalid job id" not in r.stderr and \
                 "already completing or completed" not in r.stderr:
             raise ProviderError(f"scancel failed: {r.message}")
+        if "_" in job.native_id:
+            self._mark_cancelled(job)
 
     def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         path = f"{self.folder(job.id)}/{script.LOG_NAME}"

@@ -534,6 +534,54 @@ class JobsView(_Denied):
             return await self._j.fetch(self.get(job_id).id, *args, **kwargs)
 
 
+    def sweeps(self) -> SweepsView:
+        return SweepsView(self)
+
+
+class SweepsView(_Denied):
+    """Parameter sweeps of one user: the grants of single jobs (the backend's ``run``),
+    their location policy, and only their own sweeps (another user's is a 404, exactly
+    like a missing one)."""
+
+    _what = "sweeps"
+
+    def __init__(self, jobs: JobsView) -> None:
+        from ..hpc.sweeps import sweeps_of
+
+        self._jobs = jobs
+        self._s = sweeps_of(jobs._j)
+        self.caller = jobs.caller
+
+    def _user(self) -> str | None:
+        return None if self.caller.admin else self.caller.name
+
+    def get(self, sweep_id: str) -> Any:
+        return self._s.get(sweep_id, user=self._user())
+
+    def list(self, limit: int = 100) -> list[Any]:
+        return self._s.list(user=self._user(), limit=limit)
+
+    async def submit(self, spec: Any, backend: str | None = None, **kwargs: Any) -> Any:
+        self._jobs._may_backend(backend)
+        kwargs["locations"] = self._jobs.locations
+        with acting_as(self.caller):
+            return await self._s.submit(spec, backend, **kwargs)
+
+    async def cancel(self, sweep_id: str, element: int | None = None) -> Any:
+        sweep_id = self.get(sweep_id).id
+        with acting_as(self.caller):
+            return await self._s.cancel(sweep_id, element)
+
+    async def retry(self, sweep_id: str) -> Any:
+        info = self.get(sweep_id)
+        self._jobs._may_backend(info.backend)  # still granted: a retry submits again
+        with acting_as(self.caller):
+            return await self._s.retry(info.id, locations=self._jobs.locations)
+
+    async def results(self, sweep_id: str) -> Any:
+        return await self._s.results(self.get(sweep_id).id)
+
+
 def hub_locations(hub: HubContext, caller: Caller) -> NoLocal:
     """The location policy of one hub user (``core.locations.NoLocal``): no local path of
     the sidekick's machine is theirs, nor a path on an HPC system's shared account; a
