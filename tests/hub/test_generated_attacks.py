@@ -86,6 +86,14 @@ OPENAPI_FIELDS = {
                    ".python": "command", ".kernel": None, ".env.*": "command",
                    ".files.*": None},  # content, written only into the job's folder
     "POST /jobs/{job_id}/fetch": {".dest": "location-write", ".files[]": None},
+    # a sweep: the fields of POST /jobs (no command), its grid/zip/elements hold values
+    "POST /jobs/sweeps": {".notebook": "location", ".backend": "hpc", ".name": None,
+                          ".memory": None, ".time": None, ".queue": None, ".account": None,
+                          ".reservation": None, ".inputs[]": "location", ".outputs[]": None,
+                          ".output": "location-write", ".container": "command",
+                          ".python": "command", ".kernel": None, ".env.*": "command",
+                          ".files.*": None},
+    "POST /jobs/sweeps/{sweep_id}/cancel": {},
 }
 #: what each marked field of the cluster config names (core/config_names.py): the
 #: schema's own marks, checked against this list
