@@ -265,3 +265,39 @@ def test_sweep_magic_and_cli(ip, sweep_nb, capsys):
     assert r.returncode == 2 and "zip.n: 1 values, but zip.alpha has 2" in r.stderr
     assert "Traceback" not in r.stderr
     assert sweep["id"] in cli("sweeps").stdout
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["firecrest", "arc"])
+def test_sweep_on_backends_without_an_array(kind, make_client, backend_configs, sweep_nb):
+    """FirecREST (the emulator) and ARC (the emulator): a bounded set of jobs, at most
+    max_concurrent at once, and the results table."""
+    cfg, secrets = backend_configs[kind]()
+    c = make_client({kind: cfg}, secrets=secrets)
+    nb, _ = sweep_nb
+    s = Job.sweep(
+        str(nb),
+        backend=kind,
+        grid={"alpha": [1, 5]},
+        parameters={"n": 3},
+        client=c,
+        max_concurrent=1,
+    )
+    assert s.info.mode == "bounded"
+    peak = 0
+
+    def watch():
+        nonlocal peak
+        info = s.info
+        peak = max(
+            peak,
+            sum(1 for e in info.elements if e["native_id"] and e["state"] in ("queued", "running")),
+        )
+        return info.done
+
+    wait_for(watch, timeout=240, interval=0.1, what=f"the {kind} sweep to end")
+    assert peak <= 1
+    assert s.state == "succeeded", str(s)
+    rows = c.sweep_results(s.id)
+    assert [(r["alpha"], r["score"]) for r in rows] == [(1, 3), (5, 15)]
+    assert all("out.txt" in r["outputs"] for r in rows), rows
