@@ -212,6 +212,21 @@ def test_hpc_md_first_example_and_cell_job(kernel, site):
     assert re.fullmatch(r"-?\d+\.\d+", printed.strip().splitlines()[-1]), printed
 
 
+def test_hpc_md_provenance(kernel, site):
+    """The crate of a job on ``daint`` (a local backend here) and its rerun: nothing
+    differs, the same parameters, the rerun succeeds."""
+    kernel.run(docs.block("docs/hpc.md", "Provenance"))
+    job_id = kernel.cell("job.id")[0].strip("'")
+    crate = site["work"] / "hpc-jobs" / job_id
+    meta = json.loads((crate / "ro-crate-metadata.json").read_text())
+    action = next(e for e in meta["@graph"] if e["@type"] == "CreateAction")
+    assert action["actionStatus"]["@id"] == "http://schema.org/CompletedActionStatus"
+    assert kernel.cell("again.differences")[0] == "[]"
+    assert kernel.cell("again.info.state")[0] == "'succeeded'"
+    assert kernel.cell("again.info.parameters")[0] == "{'alpha': 0.5}"
+    assert kernel.cell("again.id != job.id")[0] == "True"
+
+
 def test_hpc_md_backends_config_and_secrets(site, tmp_path):
     """The backends config as a Jupyter config file, read by ``jobs backends`` and by
     ``jobs secret`` (its key file made here; the client secrets come on stdin)."""

@@ -150,6 +150,8 @@ class Job:
         from . import provenance
 
         client = client or get_jobs_client()
+        if isinstance(crate, str) and not Path(crate).expanduser().exists():
+            crate = _job_or_none(crate, client) or crate  # a job id: its crate
         if isinstance(crate, Job):
             found = crate.crate
             if found is None:
@@ -312,6 +314,15 @@ def _html_rows(jobs: list[JobInfo], detail: bool = False) -> str:
                 f"{html.escape(e.get('source') or '')}\n\n"
                 f"{html.escape(str(e.get('ename')))}: {html.escape(str(e.get('evalue')))}</pre>")
     return out
+
+
+def _job_or_none(text: str, client: JobsClient) -> Job | None:
+    from ..core.errors import CloudTikError
+
+    try:
+        return Job(text, client)
+    except CloudTikError:
+        return None
 
 
 def wait_all(jobs: list[Job], timeout: float | None = None) -> list[JobInfo]:

@@ -113,6 +113,16 @@ def _run(args, client) -> int:
         info = client.wait(args.job, args.timeout)
         _emit(args, info.to_dict(), job_text(info))
         return 0 if info.state == "succeeded" else 1
+    if cmd == "rerun":
+        from .api import Job
+
+        job = Job.rerun(args.crate, backend=args.backend, client=client, quiet=True)
+        out = sys.stderr if args.json else sys.stdout
+        print(f"rerun: {len(job.differences)} difference(s) from the record"
+              + "".join(f"\n  {d}" for d in job.differences), file=out)
+        info = client.wait(job.id) if args.wait else job.info
+        _emit(args, {**info.to_dict(), "differences": job.differences}, job_text(info))
+        return 0 if not args.wait or info.state == "succeeded" else 1
     raise AssertionError(cmd)  # pragma: no cover
 
 

@@ -149,7 +149,8 @@ def spec_from_args(args, notebook: str | None, command: str | None = None) -> Jo
 
 
 def add_job_commands(sub, cli: bool) -> None:
-    """backends/submit/status/logs/cancel/fetch/outputs/wait on a subparsers object."""
+    """backends/submit/status/logs/cancel/fetch/outputs/wait/rerun on a subparsers
+    object."""
 
     def add(name: str, help_: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
@@ -223,6 +224,13 @@ def add_job_commands(sub, cli: bool) -> None:
     p = add("sweep-wait", "wait until every element of a sweep has ended")
     p.add_argument("sweep")
     p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
+
+    p = add("rerun", "run a recorded job again (same notebook, parameters, inputs) and "
+                     "say what differs from its provenance crate")
+    p.add_argument("crate", help="the crate's folder or its ro-crate-metadata.json, or a "
+                                 "job id (its crate)")
+    p.add_argument("--backend", "-b", help="run it here instead of the recorded backend")
+    p.add_argument("--wait", action="store_true", help="wait until it has ended")
 
 
 def job_parser(prog: str) -> Parser:

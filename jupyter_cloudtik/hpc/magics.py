@@ -53,6 +53,9 @@ class HPCMagics(Magics):
                                              into hpc-jobs/JOB/
           %hpc outputs JOB                   list its result files
           %hpc wait JOB                      wait until it has ended
+          %hpc rerun CRATE [--backend B] [--wait]
+              run a job again from its provenance crate (hpc-jobs/JOB/, or JOB)
+              and say what differs from the record
 
           %hpc sweep NOTEBOOK -p alpha 0.1,0.2,0.5 -p n 10,100 [--zip]
                 [--max-concurrent N] [other submit options]
@@ -137,6 +140,12 @@ class HPCMagics(Magics):
                     print("(stopped waiting; the job goes on)")
                     return None
                 return Job(info.id, client, info)
+            if cmd == "rerun":
+                job = Job.rerun(args.crate, backend=args.backend, client=client)
+                if args.wait:
+                    _follow(client, job.id)
+                    return Job(job.id, client)
+                return job
         except CloudTikError as e:
             raise UsageError(e.message) from None
         raise UsageError(job_parser("%hpc").format_help())  # pragma: no cover

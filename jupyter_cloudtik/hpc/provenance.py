@@ -142,6 +142,11 @@ def local_digest(path: Path) -> str | None:
 def redact(location: str) -> str:
     """A location without credentials: ``user:password@`` and secret-looking query
     parameters (``token``, ``sig``, ``key``, ...) are replaced by ``REDACTED``."""
+    from ..core.locations import split_named
+
+    name, rest = split_named(location)
+    if name is not None:  # NAME=LOCATION
+        return f"{name}={redact(rest)}"
     try:
         parts = urlsplit(location)
     except ValueError:
@@ -462,6 +467,8 @@ def build(
     if record.get("environment"):
         record["environment"] = {**record["environment"], "variables": {}}
     record["inputs"] = [redact(i) for i in record.get("inputs") or []]
+    if record.get("output"):
+        record["output"] = redact(record["output"])
     record["backend"] = job["backend"]
     job_text = json.dumps(record, indent=1, sort_keys=True, default=str).encode()
     (folder / JOB_FILE).write_bytes(job_text)
@@ -646,7 +653,9 @@ def crate_file(crate: str | os.PathLike[str]) -> Path:
         path = path / CRATE_FILE
     if not path.is_file():
         raise NotFoundError(
-            f"crate: {str(crate)!r} is not a provenance crate (no {CRATE_FILE})", field="crate"
+            f"crate: {str(crate)!r} is not a provenance crate (a folder holding {CRATE_FILE}, "
+            "or that file) nor a job",
+            field="crate",
         )
     return path
 

@@ -80,27 +80,30 @@ SECRET = "pr0v-s3cret-value-do-not-record"
 
 
 @pytest.mark.slow
-def test_local_job_crate_validates_with_checksums_parameters_and_no_secrets(
-    make_client, notebooks, tmp_path, monkeypatch
+def test_local_jobs_crates_validate_with_checksums_parameters_status_and_no_secrets(
+    make_client, notebooks, tmp_path, monkeypatch, http_files
 ):
+    """A job that succeeds and one that fails, side by side on the local backend."""
     monkeypatch.setenv("MY_STORAGE_PASSWORD", SECRET)  # in the session's environment
+    www, base = http_files
+    (www / "ref.txt").write_text("reference\n")
+    host = base.split("//", 1)[1]
+    url = f"http://user:{SECRET}@{host}/ref.txt?token={SECRET}"  # credentials in a URL
     client = make_client({"here": {"type": "local"}}, secrets={("here", "password"): SECRET})
     spec = build_spec(
         str(notebooks["param"]),
         parameters={"factor": 7},
-        inputs=[str(notebooks["data"])],
+        inputs=[str(notebooks["data"]), f"ref.txt={url}"],
         time="10m",
         env={"API_TOKEN": SECRET},
     )
-    info, job = run(client, spec, "here")
+    ok = client.submit(spec, "here")
+    bad = client.submit(build_spec(str(notebooks["fail"])), "here")
+    info = client.wait(ok.id, timeout=180)
+    failed = client.wait(bad.id, timeout=180)
     assert info.state == "succeeded", info.reason
-    crate = job.crate
-    assert (
-        crate == (tmp_path / "hpc-jobs" / info.id).resolve()
-        or crate == tmp_path / "hpc-jobs" / info.id
-    )
-    text = (crate / provenance.CRATE_FILE).read_text()
-    assert SECRET not in text
+    crate = Job(info.id, client).crate
+    assert crate.resolve() == (tmp_path / "hpc-jobs" / info.id).resolve()
     assert all(SECRET not in p.read_text(errors="replace") for p in crate.rglob("*") if p.is_file())
     assert validate(crate, tmp_path / "roc-cache") == []
 
@@ -114,13 +117,16 @@ def test_local_job_crate_validates_with_checksums_parameters_and_no_secrets(
     params = [g[o["@id"]] for o in action["object"] if g[o["@id"]]["@type"] == "PropertyValue"]
     assert [(p["name"], p["value"]) for p in params] == [("factor", 7)]
     assert g[params[0]["exampleOfWork"]["@id"]]["additionalType"] == "Integer"
-    # the input, by its source location, with the checksum of what the job read
+    # the inputs, by their source locations, with the checksums of what the job read
     data = g[notebooks["data"].as_uri()]
     assert data["url"] == str(notebooks["data"]) and data["sha256"] == sha(notebooks["data"])
+    ref = g[f"http://REDACTED@{host}/ref.txt?token=REDACTED"]
+    assert ref["name"] == "ref.txt" and ref["sha256"] == sha(www / "ref.txt")
     # the outputs, checksums recomputed from the fetched files
     results = {g[r["@id"]]["name"]: g[r["@id"]] for r in action["result"]}
     assert set(results) == {"param.out.ipynb", "result.txt"}
     client.fetch(info.id)
+    assert (crate / "result.txt").read_text() == "42"
     for name, entity in results.items():
         assert entity["sha256"] == sha(crate / name), name
     # the environment: this interpreter and its packages; the backend and system
@@ -131,13 +137,9 @@ def test_local_job_crate_validates_with_checksums_parameters_and_no_secrets(
     assert props["backend"] == "here" and props["backend_type"] == "local"
     assert props["exit_code"] == "0"
 
-
-@pytest.mark.slow
-def test_failing_job_records_failed_status(make_client, notebooks, tmp_path):
-    client = make_client({"here": {"type": "local"}})
-    info, job = run(client, build_spec(str(notebooks["fail"])), "here")
-    assert info.state == "failed"
-    crate = job.crate
+    # the failing job: its crate validates too, and says how it ended
+    assert failed.state == "failed"
+    crate = Job(failed.id, client).crate
     assert validate(crate, tmp_path / "roc-cache") == []
     action = action_of(graph_of(crate))
     assert action["actionStatus"]["@id"] == "http://schema.org/FailedActionStatus"
@@ -145,30 +147,58 @@ def test_failing_job_records_failed_status(make_client, notebooks, tmp_path):
 
 
 @pytest.mark.slow
-def test_rerun_says_what_differs_and_runs_the_same_job(make_client, notebooks, tmp_path, capsys):
-    client = make_client({"here": {"type": "local"}})
-    spec = build_spec(
-        str(notebooks["param"]),
-        parameters={"factor": 3},
-        inputs=[str(notebooks["data"])],
-        time="10m",
+def test_rerun_says_what_differs_from_python_the_magic_and_the_cli(ip, notebooks, capsys):
+    """``Job.rerun`` (the crate's metadata file), ``%hpc rerun JOB`` and ``jupyter
+    cloudtik jobs rerun CRATE --json``, after an input and then the notebook changed;
+    the three reruns run side by side."""
+    import os
+    import subprocess
+    import sys
+
+    job = ip.run_line_magic(
+        "hpc", f"submit {notebooks['param']} -p factor 3 --inputs {notebooks['data']} --wait"
     )
-    info, job = run(client, spec, "here")
-    assert info.state == "succeeded", info.reason
+    assert job.state == "succeeded", job.info.reason
     notebooks["data"].write_text("10\n")  # the input changed since
-    again = Job.rerun(job.crate / provenance.CRATE_FILE, client=client, wait=True)
+    capsys.readouterr()
+    again = Job.rerun(job.crate / provenance.CRATE_FILE)
     said = capsys.readouterr().out
     assert [d for d in again.differences if d.startswith("input data.txt")], again.differences
     assert "input data.txt" in said and "changed" in said
     assert not [d for d in again.differences if d.startswith("notebook")]
-    assert again.info.state == "succeeded" and again.info.parameters == {"factor": 3}
-    assert again.info.backend == "here"
-    assert client.read_file(again.id, "result.txt") == b"30"
+    by_magic = ip.run_line_magic("hpc", f"rerun {job.id}")
+    assert "input data.txt" in capsys.readouterr().out
+
+    notebooks["param"].write_text(notebooks["param"].read_text().replace("= 1", "= 10"))
+    cli = [sys.executable, "-m", "jupyter_cloudtik", "jobs", "rerun"]
+    r = subprocess.run(
+        [*cli, str(job.crate), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env={**os.environ},
+    )
+    assert r.returncode == 0, r.stderr
+    by_cli = json.loads(r.stdout)
+    assert by_cli["parameters"] == {"factor": 3} and by_cli["backend"] == job.info.backend
+    assert [d for d in by_cli["differences"] if d.startswith("notebook: param.ipynb changed")]
+    assert "notebook: param.ipynb changed" in r.stderr  # said, also with --json
+    r = subprocess.run(
+        [*cli, "nothere"], capture_output=True, text=True, timeout=60, env={**os.environ}
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "crate: 'nothere' is not a provenance crate" in r.stderr
+
+    for rerun in (again.id, by_magic.id, by_cli["id"]):
+        info = ip.run_line_magic("hpc", f"wait {rerun}").info
+        assert info.state == "succeeded", info.reason
+        assert info.parameters == {"factor": 3} and info.backend == job.info.backend
+    assert again.client.read_file(again.id, "result.txt") == b"30"  # the changed input
     # a crate that is not one: one line naming the field
     from jupyter_cloudtik.core.errors import NotFoundError
 
-    with pytest.raises(NotFoundError, match=r"crate: .* is not a provenance crate"):
-        Job.rerun(tmp_path, client=client)
+    with pytest.raises(NotFoundError, match=r"crate: .* is not a provenance crate .* nor a job"):
+        Job.rerun(notebooks["data"].parent)
 
 
 @pytest.mark.slow
