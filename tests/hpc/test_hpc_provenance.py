@@ -202,7 +202,11 @@ def test_rerun_says_what_differs_from_python_the_magic_and_the_cli(ip, notebooks
 
 
 @pytest.mark.slow
-def test_slurm_job_crate_validates(make_client, notebooks, backend_configs, tmp_path):
+def test_slurm_job_and_array_sweep_elements_get_crates_that_validate(
+    make_client, notebooks, backend_configs, tmp_path
+):
+    """A job on the real Slurm, and a sweep's elements (tasks of one Slurm job array, each
+    an ordinary job of its own), side by side."""
     config, secrets = backend_configs["slurm"]()
     client = make_client({"slurm": config}, secrets)
     spec = build_spec(
@@ -211,9 +215,18 @@ def test_slurm_job_crate_validates(make_client, notebooks, backend_configs, tmp_
         inputs=[str(notebooks["data"])],
         time="10m",
     )
-    info, job = run(client, spec, "slurm")
+    info = client.submit(spec, "slurm")
+    sweep = Job.sweep(
+        str(notebooks["param"]),
+        zip={"factor": [3, 4]},
+        backend="slurm",
+        inputs=[str(notebooks["data"])],
+        time="10m",
+        client=client,
+    )
+    info = client.wait(info.id, timeout=180)
     assert info.state == "succeeded", info.reason
-    crate = job.crate
+    crate = Job(info.id, client).crate
     assert validate(crate, tmp_path / "roc-cache") == []
     g = graph_of(crate)
     action = action_of(g)
@@ -226,3 +239,20 @@ def test_slurm_job_crate_validates(make_client, notebooks, backend_configs, tmp_
     system = g[action["location"]["@id"]]
     props = {g[p["@id"]]["name"]: g[p["@id"]]["value"] for p in system["additionalProperty"]}
     assert props["backend_type"] == "slurm" and props["native_id"] == info.native_id
+
+    assert sweep.wait(timeout=180).state == "succeeded"
+    for index, factor in ((0, 3), (1, 4)):
+        element = sweep.element(index)
+        crate = element.crate
+        assert validate(crate, tmp_path / "roc-cache") == []
+        g = graph_of(crate)
+        action = action_of(g)
+        params = [g[o["@id"]] for o in action["object"] if g[o["@id"]]["@type"] == "PropertyValue"]
+        assert [(p["name"], p["value"]) for p in params] == [("factor", factor)]
+        system = g[action["location"]["@id"]]
+        props = {g[p["@id"]]["name"]: g[p["@id"]]["value"] for p in system["additionalProperty"]}
+        assert props["native_id"] == element.info.native_id and "_" in props["native_id"]
+        client.fetch(element.id)
+        results = {g[r["@id"]]["name"]: g[r["@id"]] for r in action["result"]}
+        assert (crate / "result.txt").read_text() == str(6 * factor)
+        assert results["result.txt"]["sha256"] == sha(crate / "result.txt")
