@@ -86,6 +86,10 @@ SWEEP_MIGRATIONS = [
 SCRAP_JSON = "application/scrapbook.scrap.json+json"
 SCRAP_TEXT = "application/scrapbook.scrap.text+json"
 ARRAY, BOUNDED = "array", "bounded"
+# seconds after which elements claimed for an array that never got their ids are taken
+# back (the claiming process died between the claim and sbatch's answer): submit_array
+# with the same key answers the first submission's ids if sbatch did run
+ARRAY_CLAIM_STALE = 300.0
 
 
 @dataclass
@@ -450,6 +454,18 @@ class SweepManager:
             sweep = self.store.query_one("SELECT * FROM hpc_sweeps WHERE id = ?", (sweep_id,))
             if sweep is None or not sweep["ready"]:
                 return
+            rows = self.store.query(
+                "SELECT j.* FROM hpc_sweep_elements e JOIN hpc_jobs j ON j.id = e.job_id"
+                " WHERE e.sweep_id = ? ORDER BY e.idx",
+                (sweep_id,),
+            )
+            for r in rows:  # claimed for an array by a process that died before sbatch
+                if (
+                    loads(r["plan"], {}).get("held") == f"array:{sweep_id}"
+                    and not r["native_id"]
+                    and time.time() - r["updated_at"] > ARRAY_CLAIM_STALE
+                ):
+                    self._claim(r, sweep_id)  # the array's marker makes a resubmit safe
             rows = self.store.query(
                 "SELECT j.* FROM hpc_sweep_elements e JOIN hpc_jobs j ON j.id = e.job_id"
                 " WHERE e.sweep_id = ? ORDER BY e.idx",
