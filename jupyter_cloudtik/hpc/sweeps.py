@@ -745,10 +745,21 @@ class SweepManager:
             for k, v in recorded.items():
                 row[k if k not in row else f"recorded.{k}"] = v
             row["outputs"] = outputs
+            row["crate"] = _crate(mgr, r)
             row["location"] = spec.get("output") or _job_folder(be, r["id"])
             row["reason"] = r["reason"]
             out.append(row)
         return out
+
+
+def _crate(mgr: Any, row: Any) -> str | None:
+    """The folder of the element's provenance crate (hpc.provenance), once written."""
+    if row["state"] not in FINAL_STATES:
+        return None
+    for event in reversed(mgr.ops.events(row["op_id"])):
+        if event.step == "provenance" and (event.data or {}).get("crate"):
+            return str(event.data["crate"])
+    return None
 
 
 def _job_folder(be: Any, job_id: str) -> str:

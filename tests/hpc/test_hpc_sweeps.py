@@ -5,6 +5,7 @@ input refused before anything is recorded."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -131,6 +132,8 @@ def test_local_sweep_is_bounded_partial_failure_retry_and_results(make_client, s
     assert list(table["score"]) == [10, 30, 50]
     assert list(table["alpha"]) == [1, 3, 5] and list(table["state"]) == ["succeeded"] * 3
     assert all(outs == ["out.txt"] for outs in table["outputs"])
+    # each element's provenance record (hpc.provenance), where its results are fetched to
+    assert all((Path(c) / "ro-crate-metadata.json").is_file() for c in table["crate"])
     assert "sweep" in str(s) and "succeeded" in s._repr_html_()
 
 
