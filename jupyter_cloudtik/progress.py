@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Protocol, TextIO
 
+from .core import env
 from .core.errors import OperationCancelled
 from .core.operations import Event
 
@@ -174,7 +175,7 @@ def in_widget_kernel() -> bool:
         return False
     import os
 
-    return os.environ.get("CLOUDTIK_PROGRESS", "auto") != "text"
+    return os.environ.get(env.PROGRESS, "auto") != "text"
 
 
 def make_view(title: str, mode: str | bool = "auto") -> ProgressView:

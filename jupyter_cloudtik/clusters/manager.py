@@ -73,7 +73,7 @@ WORKER_WAIT_POLL = 0.01
 # runtime["secret_files"] = [{"name", "content", "env"}]: a provider writes each file where
 # only the node can read it and points the node's environment variable ``env`` at it (never
 # into plain user_data); runtime["env"] holds plain environment variables.
-# Features contribute through the ``jupyter_cloudtik.node_runtime`` entry points (storage's
+# Features contribute through their ``node_runtime`` parts (core/features.py; storage's
 # mounts are one), so the core names none of them.
 
 

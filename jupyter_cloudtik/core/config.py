@@ -18,14 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
 
 from . import jsontext, plugins
 from .errors import ConfigError, ConfigProblems
+from .lazy_jsonschema import jsonschema
 from .units import parse_bytes
 
 if TYPE_CHECKING:
+    from jsonschema.exceptions import ValidationError
+
     from ..providers.base import NodeProvider
     from .settings import CloudTik
 
@@ -137,7 +138,7 @@ def validate_against(
     instance: Any, schema: dict[str, Any], prefix: str = ""
 ) -> None:
     """Raise one ConfigError naming every schema violation (the most precise one first)."""
-    validator = Draft202012Validator(schema)
+    validator = jsonschema().Draft202012Validator(schema)
     errors = list(validator.iter_errors(instance))
     if not errors:
         return

@@ -6,11 +6,16 @@ rename is one edit and ``grep`` finds every reader.  Grouped by who sets them.
 
 from __future__ import annotations
 
+#: every variable of ours starts with it (jobs of a local backend never inherit them)
+PREFIX = "CLOUDTIK_"
+
 # where state lives (users, tests, the server, nodes)
 STATE_DIR = "CLOUDTIK_STATE_DIR"
 WORKDIR = "CLOUDTIK_WORKDIR"
 PROGRESS = "CLOUDTIK_PROGRESS"
 LAUNCHER_IDLE = "CLOUDTIK_LAUNCHER_IDLE"
+#: seconds a local head waits before adding its Bokeh dashboard (providers/local/dashboard_later.py)
+DASHBOARD_DELAY = "CLOUDTIK_DASHBOARD_DELAY"
 
 # set by the Jupyter server extension in the kernels it starts
 API_URL = "CLOUDTIK_API_URL"
@@ -34,6 +39,12 @@ NODE_ID = "CLOUDTIK_NODE_ID"
 NODE_DIR = "CLOUDTIK_NODE_DIR"
 CLUSTER = "CLOUDTIK_CLUSTER"
 
+# a Huawei Cloud node's bootstrap (providers/huaweicloud/userdata.py writes them into the
+# node's user data, whose shell and Python read them there, before the package is installed)
+RUNTIME_DIR = "CLOUDTIK_RUNTIME_DIR"
+NODE_LOOPBACK = "CLOUDTIK_NODE_LOOPBACK"
+OBS_PROXY = "CLOUDTIK_OBS_PROXY"
+
 # storage and hpc
 RCLONE = "CLOUDTIK_RCLONE"
 STORAGES = "CLOUDTIK_STORAGES"
@@ -55,11 +66,18 @@ JOB_GATEWAY_ROOT = "CLOUDTIK_JOB_GATEWAY_ROOT"
 ALLOW_LOCAL_EXECUTION = "CLOUDTIK_ALLOW_LOCAL_EXECUTION"
 # names of a side-kick's variables that hold secrets (jobs it starts never inherit them)
 SIDEKICK_SECRET_ENV = "CLOUDTIK_SIDEKICK_SECRET_ENV"
+#: the Python of the egress proxy's own environment (mitmproxy's pins; hub/egress)
+EGRESS_PYTHON = "CLOUDTIK_EGRESS_PYTHON"
 
 # emulators (testing/)
 EMULATOR_ID = "CLOUDTIK_EMULATOR_ID"
 EMULATED_SERVER = "CLOUDTIK_EMULATED_SERVER"
 METADATA_URL = "CLOUDTIK_METADATA_URL"
+#: caches of the emulators' root file systems (an ARC 7 chroot, a Huawei Cloud image)
+ARC_CACHE = "CLOUDTIK_ARC_CACHE"
+ARC7_CHROOT = "CLOUDTIK_ARC7_CHROOT"
+IMAGE_CACHE = "CLOUDTIK_IMAGE_CACHE"
+#: ``1``: jsonschema keeps its slow "iri" format checker (core/lazy_jsonschema.py)
 IRI_FORMAT = "CLOUDTIK_IRI_FORMAT"
 
 

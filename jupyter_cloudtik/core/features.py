@@ -17,9 +17,8 @@ feature adds, so none of them keeps a list of features:
 
 References are strings, imported only by the face that needs them: the CLI never imports
 IPython, a kernel never imports tornado handlers.  Features load in the order of their entry
-point names (a number prefix keeps the clusters' routes first).  The older single-purpose
-groups ``jupyter_cloudtik.routes`` and ``jupyter_cloudtik.node_runtime`` are still read, as
-features with only that part, so a plugin written for them keeps working.
+point names (a number prefix keeps the clusters' routes first).  ``jupyter_cloudtik.features``
+is the only group of features: a plugin adds routes or node-runtime parts through a Feature.
 
 A third-party package adds a feature with, in its own ``pyproject.toml``::
 
@@ -40,7 +39,6 @@ from . import plugins
 from .errors import ConfigError
 
 FEATURES = "jupyter_cloudtik.features"
-LEGACY_ROUTES = "jupyter_cloudtik.routes"
 
 
 @dataclass(frozen=True)
@@ -78,12 +76,6 @@ def features() -> tuple[Feature, ...]:
                               "not a jupyter_cloudtik.core.features.Feature",
                               field="feature", value=name)
         found.append((name, feature))
-    for name in plugins.installed(LEGACY_ROUTES):
-        ep = plugins._entry_points(LEGACY_ROUTES)[name]
-        found.append((name, Feature(name, routes=(ep.value,))))
-    for name in plugins.installed(plugins.NODE_RUNTIME):
-        ep = plugins._entry_points(plugins.NODE_RUNTIME)[name]
-        found.append((name, Feature(name, node_runtime=(ep.value,))))
     found.sort(key=lambda item: item[0])
     return tuple(feature for _name, feature in found)
 

@@ -15,9 +15,6 @@ from .errors import ConfigError
 
 PROVIDERS = "jupyter_cloudtik.providers"
 WORKSPACE_PROVIDERS = "jupyter_cloudtik.workspace_providers"
-# what a feature adds to every node's runtime config (files, environment), called as
-# ``contribute(manager, cluster_config, role) -> dict``: storage's mounts, for one
-NODE_RUNTIME = "jupyter_cloudtik.node_runtime"
 
 
 @cache

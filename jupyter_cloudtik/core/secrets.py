@@ -296,11 +296,11 @@ class VaultSecrets(Configurable):
 
     @default("mount_point")
     def _default_mount(self) -> str:
-        return os.environ.get("CLOUDTIK_VAULT_MOUNT", "secret")
+        return os.environ.get(env.VAULT_MOUNT, "secret")
 
     @default("path_prefix")
     def _default_prefix(self) -> str:
-        return os.environ.get("CLOUDTIK_VAULT_PREFIX", "jupyter-cloudtik")
+        return os.environ.get(env.VAULT_PREFIX, "jupyter-cloudtik")
 
 
 class VaultBackend:
@@ -328,7 +328,7 @@ class VaultBackend:
 
     def daemon_env(self) -> dict[str, str]:
         return {BACKEND_ENV: "vault", "VAULT_ADDR": self.url, "VAULT_TOKEN": self.token,
-                "CLOUDTIK_VAULT_MOUNT": self.mount_point, "CLOUDTIK_VAULT_PREFIX": self.prefix}
+                env.VAULT_MOUNT: self.mount_point, env.VAULT_PREFIX: self.prefix}
 
     def _path(self, scope: str) -> str:
         return f"{self.prefix}/{scope.replace(':', '/')}"

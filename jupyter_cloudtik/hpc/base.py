@@ -410,8 +410,9 @@ class HPCBackend:
 
     # configuration ------------------------------------------------------------------------
     def validate_config(self) -> None:
-        import jsonschema
+        from ..core.lazy_jsonschema import jsonschema as _jsonschema
 
+        jsonschema = _jsonschema()
         try:
             jsonschema.validate(self.config, self.config_schema)
         except jsonschema.ValidationError as e:

@@ -203,7 +203,7 @@ def _job_environment() -> dict[str, str]:
     env = dict(os.environ)
     held = {k for k in env.get(envnames.SIDEKICK_SECRET_ENV, "").split(",") if k}
     for key in list(env):
-        if key.startswith("CLOUDTIK_") or key in ("JPY_SESSION_NAME",) or key in held:
+        if key.startswith(envnames.PREFIX) or key in ("JPY_SESSION_NAME",) or key in held:
             env.pop(key)
     return env
 

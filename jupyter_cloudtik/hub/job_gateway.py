@@ -342,10 +342,10 @@ def _not_dumpable() -> None:
 
 
 async def serve() -> None:
-    port = os.environ.get("PORT") or os.environ.get("CLOUDTIK_SIDEKICK_PORT")
+    port = os.environ.get("PORT") or os.environ.get(envnames.SIDEKICK_PORT)
     if not port or not port.isdigit():
         raise SystemExit("job gateway: PORT must be set to the port to listen on")
-    state_dir = os.environ.get("CLOUDTIK_STATE_DIR")
+    state_dir = os.environ.get(envnames.STATE_DIR)
     if not state_dir:
         raise SystemExit("job gateway: CLOUDTIK_STATE_DIR must be set")
     root = os.environ.get(ROOT_ENV)

@@ -30,6 +30,7 @@ from urllib.parse import urlparse
 from jupyter_server.extension.application import ExtensionApp
 
 from ..api.routes import build_routes, lifecycle_hooks
+from ..core import env as envnames
 from ..core.errors import ConfigError
 from .context import HubContext
 
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from jupyter_server.serverapp import ServerApp
 
-    root = Path(os.environ.get("CLOUDTIK_STATE_DIR") or Path.cwd()) / "hub-root"
+    root = Path(os.environ.get(envnames.STATE_DIR) or Path.cwd()) / "hub-root"
     root.mkdir(parents=True, exist_ok=True, mode=0o700)
     app = ServerApp()
     # only the sidekick: no notebook UI or other server extensions in this process

@@ -26,14 +26,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core import env as envnames
 from ..core.errors import ConfigError, NotFoundError, PermissionDeniedError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 ENTRY_POINT_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
 ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # set by the supervisor for every process; a spec may not override them
-RESERVED_ENV = ("PORT", "CLOUDTIK_SIDEKICK_PORT", "CLOUDTIK_SIDEKICK_PREFIX",
-                "CLOUDTIK_SIDEKICK_USER", "CLOUDTIK_SIDEKICK_NAME", "CLOUDTIK_SIDEKICK_TOKEN")
+RESERVED_ENV = ("PORT", envnames.SIDEKICK_PORT, envnames.SIDEKICK_PREFIX,
+                envnames.SIDEKICK_USER, envnames.SIDEKICK_NAME, envnames.SIDEKICK_TOKEN)
 
 FIELDS = ("name", "description", "command", "entry_point", "env", "health_path",
           "health_interval", "health_timeout", "unhealthy_after", "startup_timeout",

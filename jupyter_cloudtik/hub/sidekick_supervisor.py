@@ -495,7 +495,7 @@ class SidekickSupervisor:
         variables (hub tokens, the secret key, catalogue secrets read from its env)."""
         env = self.sandbox.environment({
             "PYTHONUNBUFFERED": "1",
-            "CLOUDTIK_STATE_DIR": str(workdir / "state"),
+            envnames.STATE_DIR: str(workdir / "state"),
             envnames.ALLOW_LOCAL_EXECUTION: "1" if self.allow_local_execution else "0",
         }, home=workdir)
         values: set[str] = set()
@@ -509,9 +509,9 @@ class SidekickSupervisor:
         e.secret_values = values
         env[envnames.SIDEKICK_SECRET_ENV] = ",".join(secret_names)
         env.update({
-            "PORT": str(e.port), "CLOUDTIK_SIDEKICK_PORT": str(e.port),
-            "CLOUDTIK_SIDEKICK_PREFIX": e.prefix, "CLOUDTIK_SIDEKICK_USER": e.user,
-            "CLOUDTIK_SIDEKICK_NAME": e.name, "CLOUDTIK_SIDEKICK_TOKEN": e.token,
+            "PORT": str(e.port), envnames.SIDEKICK_PORT: str(e.port),
+            envnames.SIDEKICK_PREFIX: e.prefix, envnames.SIDEKICK_USER: e.user,
+            envnames.SIDEKICK_NAME: e.name, envnames.SIDEKICK_TOKEN: e.token,
         })
         return env
 

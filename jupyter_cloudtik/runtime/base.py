@@ -17,7 +17,7 @@ core finds each by name and asks it, never a runtime module directly:
                      ``SparkSession``).
 
 Node-runtime contributions that are not a runtime (storage mounts) come from the
-``jupyter_cloudtik.node_runtime`` entry points: every runtime's processes see them.
+features' ``node_runtime`` parts (``core/features.py``): every runtime's processes see them.
 """
 
 from __future__ import annotations

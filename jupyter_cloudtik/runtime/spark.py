@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core import env as envnames
 from ..core.errors import ConfigError, ConflictError
 from .base import Runtime, RuntimeUnreachable, http_json
 
@@ -285,8 +286,8 @@ def mount_storages(spec: dict[str, Any],
     A path that is already a mount point (another node of the cluster on this machine
     mounted it) is used as it is.  The ``rclone mount`` processes are children of the node
     (returned to be waited for and stopped with it; rclone unmounts on SIGTERM)."""
-    names = [n for n in os.environ.get("CLOUDTIK_STORAGES", "").split(",") if n]
-    rclone, conf = os.environ.get("CLOUDTIK_RCLONE"), os.environ.get("RCLONE_CONFIG")
+    names = [n for n in os.environ.get(envnames.STORAGES, "").split(",") if n]
+    rclone, conf = os.environ.get(envnames.RCLONE), os.environ.get("RCLONE_CONFIG")
     if not names:
         return [], {}
     if not rclone or not conf:

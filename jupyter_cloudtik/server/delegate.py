@@ -29,11 +29,11 @@ from urllib.parse import urlparse
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..api.base import CloudTikHandler
+from ..api.forward import forward, request_headers
 from ..core import env
 from ..core.errors import ConfigError, PermissionDeniedError
 from ..core.locations import check_file_name, resolve, split_named
-from .base import CloudTikHandler
-from .forward import forward, request_headers
 
 HUB_SERVICE_ENV = env.HUB_SERVICE_URL
 log = logging.getLogger("jupyter_cloudtik.server")

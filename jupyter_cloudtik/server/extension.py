@@ -21,12 +21,12 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
+from ..api.routes import build_routes, lifecycle_hooks
 from ..api.settings import CloudTikServer
 from ..clusters.manager import ClusterManager
 from ..core import env
 from ..core.settings import CloudTik
 from ..session import API_URL_ENV
-from .routes import build_routes, lifecycle_hooks
 
 API_TOKEN_ENV = env.API_TOKEN
 SETTINGS_KEY = "cloudtik"
@@ -181,8 +181,8 @@ class CloudTikExtension(ExtensionApp):
     def initialize_handlers(self) -> None:
         """The routes relative to the server's root: ``_prepare_handlers`` puts the
         base URL in front of each."""
+        from ..api.routes import API_PREFIX
         from .delegate import delegated_routes, hub_service_url
-        from .routes import API_PREFIX
 
         assert self.ctx is not None
         target = hub_service_url(self.ctx.server.hub_service_url)

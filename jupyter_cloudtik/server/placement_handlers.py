@@ -10,10 +10,10 @@ from __future__ import annotations
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
+from ..api.base import CloudTikHandler
 from ..placement.handlers import reservation_view
 from ..placement.settings import Placement
 from ..placement.zones import ZoneService
-from .base import CloudTikHandler
 
 RESERVATION_ID = r"(?P<reservation_id>[^/]+)"
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core import env as envnames
 from ..core.errors import ConfigError, NotFoundError
 from .rclone import Remote, render_config
 
@@ -39,7 +40,7 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     if getattr(cls, "delivers_secrets_at_runtime", False):
         # nothing private at boot: the manager hands the config to the workers over the
         # authenticated Dask connection once they are up (attach_to_workers)
-        return {"env": {"CLOUDTIK_STORAGES": ",".join(names)}}
+        return {"env": {envnames.STORAGES: ",".join(names)}}
     if not getattr(cls, "delivers_secret_files", False):
         raise ConfigError(
             f"storage.remotes: the {ptype} provider cannot yet hand credentials to its nodes "
@@ -48,8 +49,8 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     content, binary = rclone_config(manager, names, cfg)
     return {
         "secret_files": [{"name": CONFIG_FILE, "content": content, "env": "RCLONE_CONFIG"}],
-        "env": {"CLOUDTIK_RCLONE": binary,
-                "CLOUDTIK_STORAGES": ",".join(names)},
+        "env": {envnames.RCLONE: binary,
+                envnames.STORAGES: ",".join(names)},
     }
 
 

@@ -36,6 +36,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from tornado import web
 
+from ..core import env as envnames
+
 ADMIN_HEADER = "X-Emulator-Admin"
 
 
@@ -273,7 +275,7 @@ def _read(path: Path) -> str | None:
 def job_environment(extra: dict[str, str] | None = None) -> dict[str, str]:
     """A job's environment: the emulator's (the "login environment") without its secrets."""
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("CLOUDTIK_", "EMULATOR_"))}
+           if not k.startswith((envnames.PREFIX, "EMULATOR_"))}
     env.update(extra or {})
     return env
 

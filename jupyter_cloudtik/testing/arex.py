@@ -26,6 +26,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from ..core import env as envnames
+
 ARC_PACKAGES = ["nordugrid-arc-arex", "nordugrid-arc-client", "nordugrid-arc-plugins-needed",
                 "nordugrid-arc-plugins-arcrest", "nordugrid-arc-plugins-internal",
                 "nordugrid-arc-arcctl", "nordugrid-arc-arcctl-service", "nordugrid-arc-hed",
@@ -34,9 +36,9 @@ CHROOT_DONE = ".cloudtik-arc7-ready"
 # what the site's jobs run notebooks with: a remote site has its own Python, never the
 # session's (and nobody, the mapped account, cannot read a root-owned one anyway)
 CHROOT_JOB_PACKAGES = ["python3-papermill", "python3-ipykernel", "curl"]
-CACHE = Path(os.environ.get("CLOUDTIK_ARC_CACHE", "/var/cache/jupyter_cloudtik"))
+CACHE = Path(os.environ.get(envnames.ARC_CACHE, "/var/cache/jupyter_cloudtik"))
 HOST_JOB_PYTHON = CACHE / "arc6-job-python"
-ARC7_CHROOT = Path(os.environ.get("CLOUDTIK_ARC7_CHROOT", CACHE / "arc7-trixie"))
+ARC7_CHROOT = Path(os.environ.get(envnames.ARC7_CHROOT, CACHE / "arc7-trixie"))
 AREX_START = "/usr/share/arc/arc-arex-start"
 AREX_WS_START = "/usr/share/arc/arc-arex-ws-start"
 USER_DN = "/DC=org/DC=nordugrid/DC=ARC/O=TestCA/CN={name}"

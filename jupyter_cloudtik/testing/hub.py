@@ -27,6 +27,8 @@ from typing import Any
 
 import requests
 
+from ..core import env as envnames
+
 PASSWORD = "cloudtik-test-password"
 TESTER_TOKEN = "tester-" + "0123456789abcdef" * 2
 
@@ -187,8 +189,8 @@ def _sidekicks_under(base: Path) -> list:
     found = []
     for proc in psutil.process_iter(["environ"]):
         env = proc.info["environ"] or {}
-        if env.get("CLOUDTIK_SIDEKICK_NAME") and \
-                env.get("CLOUDTIK_STATE_DIR", "").startswith(root):
+        if env.get(envnames.SIDEKICK_NAME) and \
+                env.get(envnames.STATE_DIR, "").startswith(root):
             found.append(proc)
     return found
 
@@ -250,15 +252,15 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
     """) + sidekick_config)
     service_url = f"http://127.0.0.1:{service_port}"
     user_env = {
-        "CLOUDTIK_HUB_SERVICE_URL": f"{service_url}/services/cloudtik/",
+        envnames.HUB_SERVICE_URL: f"{service_url}/services/cloudtik/",
         "JUPYTER_PLATFORM_DIRS": "1",
-        "CLOUDTIK_LAUNCHER_IDLE": "3",
+        envnames.LAUNCHER_IDLE: "3",
     }
     tester_role = {"name": "tester", "services": ["tester"],
                    "scopes": ["admin:users", "tokens", "admin:servers", "read:users",
                               "admin:groups", "access:servers"]}
-    service_env = {"CLOUDTIK_STATE_DIR": str(state), "JUPYTER_PLATFORM_DIRS": "1",
-                   "CLOUDTIK_LAUNCHER_IDLE": "3"}
+    service_env = {envnames.STATE_DIR: str(state), "JUPYTER_PLATFORM_DIRS": "1",
+                   envnames.LAUNCHER_IDLE: "3"}
     cfg = base / "jupyterhub_config.py"
     if hub_config:
         own = string.Template(hub_config).safe_substitute(
@@ -316,7 +318,8 @@ def start_hub(base: Path, *, sidekick_config: str = "", hub_config: str = "",
                        service_port=ports[3], sidekick_config=sidekick_config,
                        hub_config=hub_config)
     env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("JUPYTERHUB_", "CLOUDTIK_API", "HTTP_PROXY", "HTTPS_PROXY",
+           if not k.startswith(("JUPYTERHUB_", envnames.API_URL, envnames.API_TOKEN,
+                                envnames.API_CA_BUNDLE, "HTTP_PROXY", "HTTPS_PROXY",
                                 "http_proxy", "https_proxy"))}
     env["CONFIGPROXY_AUTH_TOKEN"] = "proxy-" + os.urandom(16).hex()
     log = open(base / "hub.log", "ab")  # noqa: SIM115 - the hub writes it while it runs

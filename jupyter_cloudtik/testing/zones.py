@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..core import env as envnames
+
 
 @dataclass
 class Zone:
@@ -77,8 +79,8 @@ def start_zone(root: Path, name: str, offers: list[dict], token: str,
     (conf / "jupyter_cloudtik_config.json").write_text(
         json.dumps({**(config or {}),
                     "Placement": {"zone_name": name, **(placement or {})}}))
-    env = {"CLOUDTIK_STATE_DIR": str(state), "JUPYTER_CONFIG_DIR": str(conf),
-           "CLOUDTIK_ZONE_TOKEN": token, "CLOUDTIK_LAUNCHER_IDLE": "5"}
+    env = {envnames.STATE_DIR: str(state), "JUPYTER_CONFIG_DIR": str(conf),
+           envnames.ZONE_TOKEN: token, envnames.LAUNCHER_IDLE: "5"}
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyter_cloudtik.placement.server", "--port", "0",
          "--zone-name", name, "--catalog", str(catalog), "--providers", providers],

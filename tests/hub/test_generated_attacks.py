@@ -117,7 +117,7 @@ CONFIG_PLAIN = {"cluster_name", "provider.type", "head_node_type", "runtime.type
 
 
 def _openapi():
-    from jupyter_cloudtik.server import openapi
+    from jupyter_cloudtik.api import openapi
 
     return openapi.spec()
 

@@ -437,7 +437,7 @@ def test_stateful_workflows_through_the_sidekick_keep_users_apart(hub):
     from hypothesis.errors import FlakyStrategyDefinition
     from schemathesis import GenerationMode
 
-    from jupyter_cloudtik.server import openapi
+    from jupyter_cloudtik.api import openapi
     from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
 
     api = hub.sidekick_api

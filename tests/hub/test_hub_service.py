@@ -508,8 +508,8 @@ def _sidekick_routes(prefix: str) -> list[tuple[str, str, str]]:
 
     from jupyter_server.base.handlers import APIHandler, JupyterHandler
 
+    from jupyter_cloudtik.api.routes import build_routes
     from jupyter_cloudtik.hub.handlers import hub_routes
-    from jupyter_cloudtik.server.routes import build_routes
 
     fill = {"name": "x", "op_id": "x", "fmt": "yaml", "backend": "s3", "kind": "provider",
             "reservation_id": "x", "job_id": "x", "user": "alice", "rest": "/health",

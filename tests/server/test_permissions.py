@@ -8,7 +8,7 @@ import re
 import pytest
 import requests
 
-from jupyter_cloudtik.server.routes import build_routes, route_table
+from jupyter_cloudtik.api.routes import build_routes, route_table
 
 METHODS = ("get", "post", "put", "patch", "delete")
 FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml", "backend": "s3",

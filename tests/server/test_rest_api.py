@@ -11,9 +11,9 @@ import pytest
 import yaml
 from openapi_spec_validator import validate as validate_spec
 
+from jupyter_cloudtik.api import openapi
+from jupyter_cloudtik.api.routes import route_table
 from jupyter_cloudtik.rest_client import parse_sse
-from jupyter_cloudtik.server import openapi
-from jupyter_cloudtik.server.routes import route_table
 
 from .conftest import checked, unique
 

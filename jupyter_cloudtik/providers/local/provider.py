@@ -37,6 +37,7 @@ import psutil
 from traitlets import Bool, Enum, Float, Unicode, default
 from traitlets.config import Configurable
 
+from ...core import env as envnames
 from ...core.errors import ConfigError, NodeLaunchError
 from ...core.sandbox import sandbox_for
 from ...core.store import dumps, loads
@@ -157,7 +158,7 @@ class LocalProvider(Configurable):
     @default("launcher_idle_seconds")
     def _default_idle(self) -> float:
         try:
-            return float(os.environ.get("CLOUDTIK_LAUNCHER_IDLE", "300"))
+            return float(os.environ.get(envnames.LAUNCHER_IDLE, "300"))
         except ValueError:
             return 300.0
 

@@ -19,6 +19,8 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from ...core import env as envnames
+
 DEFAULT_CACHE = "/var/cache/jupyter_cloudtik/images"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"
 
@@ -28,7 +30,7 @@ class ImageError(RuntimeError):
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("CLOUDTIK_IMAGE_CACHE") or DEFAULT_CACHE)
+    return Path(os.environ.get(envnames.IMAGE_CACHE) or DEFAULT_CACHE)
 
 
 def apt_mirror() -> str:

@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from ...core import env as envnames
+
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -85,14 +87,14 @@ class Machines:
             "HOME": str(node_dir),
             "LANG": "C.UTF-8",
             "TMPDIR": str(node_dir / "tmp"),
-            "CLOUDTIK_NODE_DIR": str(node_dir),
-            "CLOUDTIK_METADATA_URL": f"{self.metadata_base}/{server_id}",
+            envnames.NODE_DIR: str(node_dir),
+            envnames.METADATA_URL: f"{self.metadata_base}/{server_id}",
             # the emulated OBS answers for its own domain through the emulator (a proxy)
-            "CLOUDTIK_OBS_PROXY": self.metadata_base.rsplit("/_emulator", 1)[0],
+            envnames.OBS_PROXY: self.metadata_base.rsplit("/_emulator", 1)[0],
             # stands for /run (a tmpfs on a real server): where the node keeps its TLS key
-            "CLOUDTIK_RUNTIME_DIR": str(node_dir / "run"),
-            "CLOUDTIK_EMULATED_SERVER": server_id,
-            "CLOUDTIK_EMULATOR_ID": self.emulator_id,
+            envnames.RUNTIME_DIR: str(node_dir / "run"),
+            envnames.EMULATED_SERVER: server_id,
+            envnames.EMULATOR_ID: self.emulator_id,
         }
 
     def boot(self, server: dict[str, Any], prefix: list[str] | None = None,
@@ -173,8 +175,8 @@ class Machines:
         for p in psutil.process_iter(["environ"]):
             try:
                 env = p.info.get("environ") or {}
-                if env.get("CLOUDTIK_EMULATOR_ID") == self.emulator_id and env.get(
-                        "CLOUDTIK_EMULATED_SERVER") == server_id:
+                if env.get(envnames.EMULATOR_ID) == self.emulator_id and env.get(
+                        envnames.EMULATED_SERVER) == server_id:
                     p.kill()
             except psutil.Error:
                 continue
@@ -200,7 +202,7 @@ class Machines:
                 if p.info["status"] == psutil.STATUS_ZOMBIE:
                     continue
                 env = p.info.get("environ") or {}
-                if env.get("CLOUDTIK_EMULATOR_ID") == self.emulator_id:
+                if env.get(envnames.EMULATOR_ID) == self.emulator_id:
                     out.append(p.pid)
             except psutil.Error:
                 continue

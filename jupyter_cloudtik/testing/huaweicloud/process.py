@@ -18,6 +18,7 @@ from typing import Any
 
 import psutil
 
+from ...core import env as envnames
 from .control import EmulatorControl
 
 
@@ -41,7 +42,7 @@ class EmulatorProcess:
             try:
                 if p.info["status"] == psutil.STATUS_ZOMBIE:
                     continue
-                if (p.info.get("environ") or {}).get("CLOUDTIK_EMULATOR_ID") == \
+                if (p.info.get("environ") or {}).get(envnames.EMULATOR_ID) == \
                         self.info["emulator_id"]:
                     out.append(p.pid)
             except psutil.Error:

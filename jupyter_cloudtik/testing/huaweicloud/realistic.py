@@ -31,6 +31,7 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
+from ...core import env as envnames
 from .network import METADATA_IP, Network
 
 USER_DATA = "/var/lib/cloud/instance/user-data"  # where cloud-init keeps it on a real image
@@ -105,16 +106,16 @@ class RealisticHosts:
             self.emu._server.add_sockets(api)
             self.endpoints[srv["vpc_id"]] = api[0].getsockname()[1]
         self.sync()
-        env = {"CLOUDTIK_METADATA_URL": f"http://{METADATA_IP}",
-               "CLOUDTIK_OBS_PROXY": f"http://{v.host_ip}:{self.endpoints[srv['vpc_id']]}"}
+        env = {envnames.METADATA_URL: f"http://{METADATA_IP}",
+               envnames.OBS_PROXY: f"http://{v.host_ip}:{self.endpoints[srv['vpc_id']]}"}
         prefix = ["ip", "netns", "exec", host.ns]
         if root is None:
             return prefix, env, None
         # the stock image: its own root (chroot into the overlay), its own process tree
         # (a PID namespace with its own /proc), its own paths
         env.update({"PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-                    "HOME": "/root", "TMPDIR": "/tmp", "CLOUDTIK_NODE_DIR": "/opt/cloudtik",
-                    "CLOUDTIK_RUNTIME_DIR": "/run/cloudtik"})
+                    "HOME": "/root", "TMPDIR": "/tmp", envnames.NODE_DIR: "/opt/cloudtik",
+                    envnames.RUNTIME_DIR: "/run/cloudtik"})
         prefix += ["unshare", "--pid", "--fork", f"--mount-proc={root}/proc", "chroot",
                    str(root)]
         return prefix, env, (root / USER_DATA.lstrip("/"), ["/bin/bash", "-c", INIT])

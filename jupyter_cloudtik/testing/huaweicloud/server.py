@@ -37,6 +37,7 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
+from ...core import env as envnames
 from .agency_credentials import check_temporary_credential, issue_temporary_credential
 from .cloud import Call, Cloud, dispatch, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded
@@ -373,7 +374,7 @@ class Emulator:
         if sid not in self.loopbacks and self._free_loopbacks:
             self.loopbacks[sid] = self._free_loopbacks.pop(0)
         lo = self.loopbacks.get(sid)
-        return {"CLOUDTIK_NODE_LOOPBACK": lo} if lo else {}
+        return {envnames.NODE_LOOPBACK: lo} if lo else {}
 
     def _watch_machines(self) -> None:
         if self.machines is None:
