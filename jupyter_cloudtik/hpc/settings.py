@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from traitlets import Dict, Float, Int, Unicode
+from traitlets import Bool, Dict, Float, Int, Unicode
 from traitlets.config import Configurable
 
 from ..core import env, plugins
@@ -82,6 +82,12 @@ class HPC(Configurable):
     results_dir = Unicode(
         "hpc-jobs", help="Folder (relative to the session's folder) `fetch` copies results "
                          "into: <results_dir>/<job id>/."
+    ).tag(config=True)
+
+    provenance = Bool(
+        True, help="Write a provenance crate (RO-Crate, Process Run Crate) into "
+                   "<results_dir>/<job id>/ when a job ends (docs/hpc.md, Provenance). "
+                   "Off: no crate, and no backend calls to read the job's checksums."
     ).tag(config=True)
 
     max_sweep_elements = Int(

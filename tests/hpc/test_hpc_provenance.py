@@ -256,3 +256,24 @@ def test_slurm_job_and_array_sweep_elements_get_crates_that_validate(
         results = {g[r["@id"]]["name"]: g[r["@id"]] for r in action["result"]}
         assert (crate / "result.txt").read_text() == str(6 * factor)
         assert results["result.txt"]["sha256"] == sha(crate / "result.txt")
+
+
+def test_provenance_can_be_turned_off(hpc_state):
+    """``c.HPC.provenance = False``: no crate, and the backend is not even asked."""
+    import asyncio
+
+    from jupyter_cloudtik.core.settings import CloudTik
+    from jupyter_cloudtik.hpc.jobs import JobManager
+    from jupyter_cloudtik.hpc.settings import HPC
+
+    manager = JobManager(settings=CloudTik(state_dir=str(hpc_state)), hpc=HPC(provenance=False))
+    assert asyncio.run(provenance.record(manager, None, None, "succeeded", None, 0)) is None
+    assert HPC().provenance is True
+
+
+def test_redact_leaves_no_credentials():
+    r = provenance.redact
+    assert r("ref=https://u:pw@h.org/x?token=t&sig=s&a=1") == (
+        "ref=https://REDACTED@h.org/x?token=REDACTED&sig=REDACTED&a=1"
+    )
+    assert r("/data/in.csv") == "/data/in.csv" and r("daint:/store/x") == "daint:/store/x"
