@@ -180,6 +180,14 @@ class Environment:
     container_runtime: str = "apptainer"
     setup: list[str] = field(default_factory=list)  # shell lines, e.g. "module load cray"
     variables: dict[str, str] = field(default_factory=dict)
+    # the session's environment built on the system (hpc/environment.py): "session" (every
+    # installed package), a list of names (those, with what they require), "system" (the
+    # system's own Python as it is); None: the backend's default
+    packages: Any = None
+    requirements: str | None = None  # a requirements file (name==version, wheel files)
+    base_python: str | None = None  # the system's Python the venv is made with
+    keep_days: float | None = None  # unused built environments are removed after this
+    build: dict[str, Any] | None = None  # how it was had: mode, hash, root, pins (the plan)
 
     @classmethod
     def session(cls) -> Environment:
@@ -445,6 +453,37 @@ class HPCBackend:
     def default_environment(self) -> Environment:
         env = Environment.session()
         return env.merged(self.config.get("environment"))
+
+    # the job's environment (hpc/environment.py) ---------------------------------------------
+    def builds_environment(self) -> bool:
+        """True when the jobs cannot run this session's interpreter (another machine or
+        account): the session's environment is then built on the system by default."""
+        return False
+
+    def environment_root(self) -> str | None:
+        """The folder on the system where environments are built (None: this backend
+        cannot build them)."""
+        return None
+
+    def environment_shell(self) -> Any:
+        """Commands and files on the system (``hpc/shell.py``), for building envs."""
+        return None
+
+    def prepare_environment(self, merged: Environment,
+                            given: Environment | None = None) -> Environment:
+        """Decide how the job gets its environment and check, before anything is
+        recorded, that the system can have it (``hpc/environment.py``)."""
+        from . import environment as envs
+
+        return envs.prepare(self, merged, given)
+
+    def stage_environment(self, sub: Submission) -> None:
+        """Put a built environment's wheels and build script on the system (submit)."""
+        from . import environment as envs
+
+        build = sub.environment.build or {}
+        if build.get("hash"):
+            envs.stage(self.environment_shell(), build["root"], build, self.name)
 
     # capabilities ---------------------------------------------------------------------------
     def limits(self) -> Limits:

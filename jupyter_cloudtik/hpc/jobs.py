@@ -410,6 +410,7 @@ class JobManager(ActsForUser):
         default_env = await asyncio.to_thread(be.default_environment)
         environment = default_env if env is None else \
             default_env.merged({k: v for k, v in env.__dict__.items() if v})
+        environment = await asyncio.to_thread(be.prepare_environment, environment, env)
         files: dict[str, str] = {}
         output_notebook = None
         if spec.notebook:

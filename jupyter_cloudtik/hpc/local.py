@@ -63,6 +63,16 @@ class LocalBackend(HPCBackend):
     def folder(self, job_id: str) -> Path:
         return files.inside(self.workdir, job_id)
 
+    def environment_root(self) -> str:
+        from .environment import ENVS_DIR
+
+        return str(self.workdir / ENVS_DIR)
+
+    def environment_shell(self):
+        from .shell import LocalShell
+
+        return LocalShell()
+
     def limits(self) -> Limits:
         lim = super().limits()
         lim.max_nodes = 1 if lim.max_nodes is None else min(lim.max_nodes, 1)
@@ -79,6 +89,7 @@ class LocalBackend(HPCBackend):
         if self._pid_record(folder):  # a submit that ran before: never start the job twice
             return sub.job_id
         text = script.render(sub, job_dir=str(folder))
+        self.stage_environment(sub)
         try:
             files.prepare_folder(folder, sub, text)
         except OSError as e:

@@ -51,6 +51,10 @@ def _activation(env: Environment) -> tuple[list[str], str]:
                      f"{shell_quote(env.container)})")
         python = env.python or "python3"
     else:
+        if (env.build or {}).get("hash"):  # the session's environment, built on the system
+            from .environment import activation
+
+            lines += activation(env.build)
         if env.venv:
             lines.append(f"export VIRTUAL_ENV={shell_quote(env.venv)}")
             lines.append('export PATH="$VIRTUAL_ENV/bin:$PATH"')

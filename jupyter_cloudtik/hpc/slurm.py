@@ -246,6 +246,18 @@ class SlurmBackend(HPCBackend):
             self._workdir = wd.rstrip("/")
         return self._workdir
 
+    def builds_environment(self) -> bool:
+        """Over SSH the jobs run as another account, maybe on another machine."""
+        return self.remote or not self.shares_local_filesystem
+
+    def environment_root(self) -> str:
+        from .environment import ENVS_DIR
+
+        return f"{self.workdir}/{ENVS_DIR}"
+
+    def environment_shell(self):
+        return self.shell
+
     def folder(self, job_id: str) -> str:
         if "/" in job_id or job_id in ("", ".", ".."):
             raise ConfigError(f"job: {job_id!r} is not a job id", field="job")
@@ -400,6 +412,7 @@ class SlurmBackend(HPCBackend):
         """The job's folder on the login node: its files, inputs, parameters and script."""
         folder = self.folder(sub.job_id)
         sh = self.shell
+        self.stage_environment(sub)  # a built environment's wheels and build script
         sh.mkdir(f"{folder}/{script.MARKER_DIR}")
         for name, local in sub.files.items():
             sh.put(Path(local), f"{folder}/{name}")

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 
 import pytest
@@ -97,7 +98,10 @@ def ssh_backend(sshd, slurm, tmp_path):
         pytest.skip("Slurm is not installed")
     return {"type": "slurm", "host": "127.0.0.1", "port": sshd.port, "user": "root",
             "known_hosts": str(sshd.folder / "known_hosts"), "env": slurm.env,
-            "workdir": str(tmp_path / "remote-jobs")}
+            "workdir": str(tmp_path / "remote-jobs"),
+            # root on this very machine: it can run the session's interpreter (a real
+            # site's account cannot; test_hpc_environment.py builds the session's there)
+            "environment": {"python": sys.executable}}
 
 
 def test_slurm_over_ssh_runs_and_fetches(make_client, ssh_backend, sshd, notebooks, tmp_path):

@@ -1,0 +1,247 @@
+"""The session's environment travels with the job (hpc/environment.py), tested as a real
+site is: the real Slurm over a real sshd, the job running as another Unix account whose
+Python is Debian's stock /usr/bin/python3 (no packages) and which cannot run the
+session's interpreter; plus the refusals at submit and the repair of a half-built
+environment on the local backend."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import pwd
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError
+from jupyter_cloudtik.hpc.commands import build_spec
+
+from .conftest import _nb
+from .test_hpc_slurm_ssh import SSHD, Sshd
+
+ACCOUNT = "ctenvjob"  # the job's own Unix account (made here, as a site has one)
+PY = "{}.{}".format(*sys.version_info[:2])
+
+REPORT = ("import getpass, importlib.metadata as md, json, sys\n"
+          "json.dump({'user': getpass.getuser(), 'executable': sys.executable,\n"
+          "           'python': '%d.%d' % sys.version_info[:2],\n"
+          "           'path': sys.path,\n"
+          "           'dists': {d.metadata['Name'].lower().replace('_', '-'): d.version\n"
+          "                     for d in md.distributions()}},\n"
+          "          open('env.json', 'w'))\n"
+          "import toolz\nprint('toolz', toolz.__version__)")
+
+
+@pytest.fixture
+def report_nb(tmp_path):
+    p = tmp_path / "report.ipynb"
+    p.write_text(json.dumps(_nb((REPORT, []))))
+    return p
+
+
+def _norm(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
+
+
+def _env_json(client, job_id: str, tmp_path: Path) -> dict:
+    got = {p.name: p for p in client.fetch(job_id, tmp_path / job_id)}
+    return json.loads(got["env.json"].read_text())
+
+
+def _runuser(*argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["runuser", "-u", ACCOUNT, "--", *argv], capture_output=True,
+                          text=True, timeout=60, cwd="/")
+
+
+@pytest.fixture(scope="module")
+def job_account():
+    """A Unix account of its own for the jobs (``useradd``), with a login shell and no
+    password (key-only SSH): what a site gives its users."""
+    if os.getuid() != 0 or shutil.which("useradd") is None:
+        pytest.skip("needs root and useradd to make the job's own account")
+    try:
+        pw = pwd.getpwnam(ACCOUNT)
+    except KeyError:
+        subprocess.run(["useradd", "-m", "-s", "/bin/bash", "-p", "*", ACCOUNT], check=True)
+        pw = pwd.getpwnam(ACCOUNT)
+    return pw
+
+
+@pytest.fixture(scope="module")
+def env_sshd(tmp_path_factory, job_account):
+    if not os.path.exists(SSHD) or os.getuid() != 0:
+        pytest.skip("needs openssh-server and root (scripts/install-system-deps.sh)")
+    d = Sshd(tmp_path_factory.mktemp("sshd-env"))
+    # sshd reads a user's keys as that user: the account's own ~/.ssh, as on a site
+    ssh = Path(job_account.pw_dir) / ".ssh"
+    ssh.mkdir(mode=0o700, exist_ok=True)
+    (ssh / "authorized_keys").write_bytes(d.client_key.export_public_key())
+    for p in (ssh, ssh / "authorized_keys"):
+        os.chown(p, job_account.pw_uid, job_account.pw_gid)
+    conf = d.folder / "sshd_config"
+    conf.write_text(conf.read_text().replace(
+        "AuthorizedKeysFile ", "AuthorizedKeysFile .ssh/authorized_keys "))
+    d.start()
+    yield d
+    d.stop()
+
+
+@pytest.fixture(scope="module")
+def site_slurm():
+    """The project's real Slurm (testing/slurm.py), in a folder other accounts can reach
+    (as a site's Slurm config and munge socket are): pytest's own temp folders are 0700
+    and pytest resets them, so it cannot be the session's ``slurm`` fixture."""
+    import tempfile
+
+    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
+
+    if missing_programs():
+        pytest.skip("Slurm is not installed (scripts/install-system-deps.sh)")
+    folder = Path(tempfile.mkdtemp(prefix="ct-site-slurm-", dir="/var/tmp"))
+    folder.chmod(0o711)
+    cluster = SlurmCluster(folder, cpus=2, memory_mb=2000, max_time_minutes=60,
+                           accounting=False)
+    try:
+        cluster.start()
+        (folder / "munge").chmod(0o711)  # the socket, not the key, is for everyone
+        (folder / "slurm.conf").chmod(0o644)
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_job_runs_as_another_account_with_the_sessions_exact_packages(
+        make_client, site_slurm, env_sshd, job_account, report_nb, tmp_path):
+    slurm = site_slurm
+    # the site as it is: the session's interpreter is out of reach of the job's account,
+    # and the system's own Python has none of the notebook's packages
+    assert _runuser(sys.executable, "-c", "pass").returncode != 0
+    assert _runuser("/usr/bin/python3", "-c", "import papermill").returncode != 0
+    assert _runuser("/usr/bin/python3", "-c", "import toolz").returncode != 0
+    workdir = f"{job_account.pw_dir}/t-{uuid.uuid4().hex[:8]}"  # never seen before
+    backend = {"type": "slurm", "host": "127.0.0.1", "port": env_sshd.port,
+               "user": ACCOUNT, "known_hosts": str(env_sshd.folder / "known_hosts"),
+               "env": slurm.env, "workdir": workdir,
+               "environment": {"packages": ["toolz"]}}
+    client = make_client({"site": backend}, {("site", "ssh_key"): env_sshd.private_key})
+    try:
+        # two jobs at once on an environment the system has never seen: built once
+        a = client.submit(build_spec(str(report_nb), time="10m"), "site")
+        b = client.submit(build_spec(str(report_nb), time="10m"), "site")
+        a, b = client.wait(a.id, 300), client.wait(b.id, 300)
+        logs = {j.id: client.logs(j.id).text for j in (a, b)}
+        for j in (a, b):
+            assert j.state == "succeeded", (j.reason, logs[j.id][-2000:])
+        assert sum("building environment" in t for t in logs.values()) == 1, logs
+        plan = client.manager._row(a.id)["plan"]
+        build = json.loads(plan)["environment"]["build"]
+        assert build["mode"] == "built" and build["python"] == PY
+        got = _env_json(client, a.id, tmp_path)
+        assert got["user"] == ACCOUNT and got["python"] == PY
+        assert got["executable"].startswith(f"{workdir}/.cloudtik-envs/{build['hash']}/")
+        assert not any(p.startswith(sys.prefix) for p in got["path"] if p)
+        # exactly the session's versions: every package the job has, the session has
+        # with the same version, and toolz and the runner are among them
+        session = {_norm(d.metadata["Name"]): d.version for d in md.distributions()}
+        assert {"toolz", "papermill", "ipykernel", "nbclient"} <= set(got["dists"])
+        for name, version in got["dists"].items():
+            if name != "pip":
+                assert session.get(_norm(name)) == version, (name, version)
+        assert got["dists"] == {**{n: v for n, v in build["pins"].items()}}
+        # the third job reuses it: no build, and the lock hash names the same folder
+        c = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "site").id, 300)
+        assert c.state == "succeeded" and "building" not in client.logs(c.id).text
+    finally:
+        client.close()
+        subprocess.run(["rm", "-rf", "--", workdir], check=False)
+
+
+# --- the local backend: refusals at submit, a half-built environment, old ones --------------
+
+
+def _wheel(folder: Path, name: str, tag: str, requires_python: str | None = None) -> Path:
+    """A real wheel file (PEP 427) of a one-module package."""
+    version = "1.0"
+    path = folder / f"{name}-{version}-{tag}.whl"
+    info = f"{name}-{version}.dist-info"
+    meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+    if requires_python:
+        meta += f"Requires-Python: {requires_python}\n"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr(f"{name}.py", "X = 1\n")
+        z.writestr(f"{info}/METADATA", meta)
+        z.writestr(f"{info}/WHEEL", f"Wheel-Version: 1.0\nRoot-Is-Purelib: true\nTag: {tag}\n")
+        z.writestr(f"{info}/RECORD", "")
+    return path
+
+
+def _check_refusals(make_client, report_nb, tmp_path) -> None:
+    """Refused at submit, one line each, nothing recorded."""
+    other = sorted(Path("/root/.pyenv/versions").glob("3.1[!1]*/bin/python3"))
+    reqs = tmp_path / "requirements.txt"
+    mac = _wheel(tmp_path, "macpkg", "py3-none-macosx_11_0_arm64")
+    future = _wheel(tmp_path, "futurepkg", "py3-none-any", requires_python=">=3.99")
+    backends = {"mac": {"type": "local", "environment": {"requirements": str(reqs)}}}
+    if other:  # another Python than the session's: a version mismatch
+        backends["old"] = {"type": "local", "environment": {
+            "packages": [], "base_python": str(other[0])}}
+    client = make_client(backends)
+    reqs.write_text(f"six==1.17.0\n{mac.name}\n")
+    with pytest.raises(ConfigError) as e:
+        client.submit(build_spec(str(report_nb)), "mac")
+    msg = str(e.value)
+    assert "\n" not in msg and "package macpkg 1.0 cannot be installed on backend 'mac'" in msg
+    assert "is not for Python" in msg
+    reqs.write_text(f"{future}\n")
+    with pytest.raises(ConfigError, match=r"package futurepkg 1\.0 .*requires Python >=3\.99"):
+        client.submit(build_spec(str(report_nb)), "mac")
+    if other:
+        with pytest.raises(ConfigError, match=rf"the session runs Python {PY} and backend "
+                                              r"'old' has no Python"):
+            client.submit(build_spec(str(report_nb)), "old")
+    with pytest.raises(ConfigError, match=r"environment\.packages: 7 is not allowed"):
+        make_client({"bad": {"type": "local", "environment": {"packages": 7}}}).submit(
+            build_spec(str(report_nb)), "bad")
+    assert client.list() == []  # nothing recorded, nothing queued
+
+
+@pytest.mark.slow
+def test_refusals_at_submit_half_built_repair_and_old_envs_collected(make_client, report_nb,
+                                                                     tmp_path):
+    _check_refusals(make_client, report_nb, tmp_path)
+    root = tmp_path / "jobs" / ".cloudtik-envs"
+    old = root / "0123456789abcdef"  # an environment nobody used for 60 days
+    (old / "bin").mkdir(parents=True)
+    (root / "0123456789abcdef.txt").write_text(f"{root}/wheels/gone-1.0-py3-none-any.whl\n")
+    (root / "wheels").mkdir()
+    orphan = root / "wheels" / "gone-1.0-py3-none-any.whl"
+    orphan.write_bytes(b"")
+    past = time.time() - 60 * 86400
+    os.utime(old, (past, past))
+    client = make_client({"loc": {"type": "local", "workdir": str(tmp_path / "jobs"),
+                                  "environment": {"packages": ["toolz"], "keep_days": 30}}})
+    first = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 240)
+    assert first.state == "succeeded", client.logs(first.id).text[-2000:]
+    assert not old.exists() and not orphan.exists()  # collected at the first staging
+    build = json.loads(client.manager._row(first.id)["plan"])["environment"]["build"]
+    env = root / build["hash"]
+    assert (env / ".cloudtik-complete").exists() and (env / ".cloudtik-used").exists()
+    # a build cut off half-way (no completion marker): found and built again
+    (env / ".cloudtik-complete").unlink()
+    (env / "bin" / "python").unlink()
+    second = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 240)
+    text = client.logs(second.id).text
+    assert second.state == "succeeded", text[-2000:]
+    assert "was left half-built; building it again" in text
+    got = _env_json(client, second.id, tmp_path)
+    assert got["dists"]["toolz"] == md.version("toolz")
+    assert got["executable"].startswith(str(env))
