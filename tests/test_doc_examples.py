@@ -227,6 +227,19 @@ def test_hpc_md_provenance(kernel, site):
     assert kernel.cell("again.id != job.id")[0] == "True"
 
 
+@pytest.mark.slow
+def test_hpc_md_job_environment(kernel, site):
+    """The session's environment built on the system (``daint`` is a local backend here:
+    the venv is made with this machine's python3 in the backend's work folder)."""
+    done = kernel.run(docs.block("docs/hpc.md", "The job's environment"), timeout=300)
+    assert done[-1][1] == "'succeeded'", done
+    said, _ = kernel.cell("'jupyter_cloudtik: environment ' in str(job.logs())")
+    assert said == "True", said
+    mode, _ = kernel.cell("import json\njson.loads(job.client.manager._row(job.id)['plan'])"
+                          "['environment']['build']['mode']")
+    assert mode == "'built'", mode
+
+
 def test_hpc_md_backends_config_and_secrets(site, tmp_path):
     """The backends config as a Jupyter config file, read by ``jobs backends`` and by
     ``jobs secret`` (its key file made here; the client secrets come on stdin)."""

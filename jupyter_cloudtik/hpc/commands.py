@@ -71,6 +71,7 @@ def build_spec(
     python: str | None = None,
     kernel: str | None = None,
     env: dict[str, str] | None = None,
+    packages: str | list[str] | None = None,
     allow_unknown_parameters: bool = False,
 ) -> JobSpec:
     """A ``JobSpec`` from the words people use (``time="30m"``, ``memory="4GiB"``)."""
@@ -85,9 +86,11 @@ def build_spec(
     attributes = JobAttributes(duration=parse_duration(time, "time"), queue_name=queue or None,
                                account=account or None, reservation_id=reservation or None)
     environment = None
-    if container or python or env:
+    if isinstance(packages, (list, tuple)) and list(packages) in (["session"], ["system"]):
+        packages = packages[0]  # --packages session / --packages system
+    if container or python or env or packages is not None:
         environment = Environment(python=python, container=container,
-                                  variables=dict(env or {}))
+                                  variables=dict(env or {}), packages=packages)
     if notebook and command:
         raise ConfigError("give a notebook or a command, not both", field="command")
     return JobSpec(name=name, notebook=notebook, command=command or None,
@@ -124,6 +127,10 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reservation", help="reservation to run in")
     p.add_argument("--container", help="container image (Apptainer/Singularity reference)")
     p.add_argument("--python", help="interpreter on the system (default: the session's)")
+    p.add_argument("--packages", nargs="+", metavar="NAME",
+                   help="the job's environment, built on the system from the session's "
+                        "exact versions: these packages (with what they require), "
+                        "'session' for all of them, 'system' for the system's own Python")
     p.add_argument("--kernel", help="kernel name for papermill (default: python3)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for the job (repeatable)")
@@ -144,7 +151,7 @@ def spec_from_args(args, notebook: str | None, command: str | None = None) -> Jo
         memory=args.memory, time=args.time, queue=args.queue, account=args.account,
         reservation=args.reservation, inputs=args.inputs, outputs=args.outputs,
         output=args.output, container=args.container, python=args.python,
-        kernel=args.kernel, env=env,
+        kernel=args.kernel, env=env, packages=getattr(args, "packages", None),
         allow_unknown_parameters=getattr(args, "allow_unknown_parameters", False))
 
 

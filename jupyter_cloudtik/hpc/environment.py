@@ -306,6 +306,10 @@ if [ ! -f "$env/{COMPLETE}" ]; then
     "$env/bin/python" {q(f"{root}/wheels/{pip_wheel}/pip")} install --quiet --no-index \\
       --no-deps --no-compile --disable-pip-version-check --no-warn-script-location \\
       -r {q(f"{root}/{env_hash}.txt")} || exit 1
+    # bytecode now, in parallel (pip compiles one file at a time): the jobs may not be
+    # allowed to write it (PYTHONDONTWRITEBYTECODE, a read-only share), and without it
+    # every job would compile its imports again
+    "$env/bin/python" -m compileall -q -j 0 "$env/lib" >/dev/null 2>&1
     touch "$env/{COMPLETE}" || exit 1
     echo "jupyter_cloudtik: environment {env_hash} built in $(( $(date +%s) - t0 )) s" >&2
   fi

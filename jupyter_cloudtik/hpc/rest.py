@@ -147,6 +147,7 @@ class RestJobsClient:
             "output": _absolute(spec.output) if spec.output else None,
             "container": env.container if env else None,
             "python": env.python if env else None, "kernel": spec.kernel,
+            "packages": env.packages if env else None,
             "env": dict(env.variables) if env and env.variables else None,
             "allow_unknown_parameters": spec.allow_unknown_parameters or None,
         }

@@ -157,9 +157,6 @@ def test_job_runs_as_another_account_with_the_sessions_exact_packages(
             if name != "pip":
                 assert session.get(_norm(name)) == version, (name, version)
         assert got["dists"] == {**{n: v for n, v in build["pins"].items()}}
-        # the third job reuses it: no build, and the lock hash names the same folder
-        c = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "site").id, 300)
-        assert c.state == "succeeded" and "building" not in client.logs(c.id).text
     finally:
         client.close()
         subprocess.run(["rm", "-rf", "--", workdir], check=False)
@@ -215,8 +212,8 @@ def _check_refusals(make_client, report_nb, tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_refusals_at_submit_half_built_repair_and_old_envs_collected(make_client, report_nb,
-                                                                     tmp_path):
+def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
+        make_client, report_nb, tmp_path, hpc_state):
     _check_refusals(make_client, report_nb, tmp_path)
     root = tmp_path / "jobs" / ".cloudtik-envs"
     old = root / "0123456789abcdef"  # an environment nobody used for 60 days
@@ -227,21 +224,27 @@ def test_refusals_at_submit_half_built_repair_and_old_envs_collected(make_client
     orphan.write_bytes(b"")
     past = time.time() - 60 * 86400
     os.utime(old, (past, past))
+    # a build cut off half-way (a folder without the completion marker) where the job's
+    # environment goes: found by the job, removed and built again
+    from jupyter_cloudtik.hpc import environment as envs
+    from jupyter_cloudtik.hpc.shell import LocalShell
+
+    system = envs.find_python(LocalShell(), "loc", [], None)
+    cache = hpc_state / "hpc" / "wheels"  # the session's wheels (make_client's state)
+    h = envs.lock(["toolz"], None, cache, system)[2]
+    (root / h / "bin").mkdir(parents=True)
+    (root / h / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
     client = make_client({"loc": {"type": "local", "workdir": str(tmp_path / "jobs"),
                                   "environment": {"packages": ["toolz"], "keep_days": 30}}})
-    first = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 240)
-    assert first.state == "succeeded", client.logs(first.id).text[-2000:]
-    assert not old.exists() and not orphan.exists()  # collected at the first staging
-    build = json.loads(client.manager._row(first.id)["plan"])["environment"]["build"]
-    env = root / build["hash"]
-    assert (env / ".cloudtik-complete").exists() and (env / ".cloudtik-used").exists()
-    # a build cut off half-way (no completion marker): found and built again
-    (env / ".cloudtik-complete").unlink()
-    (env / "bin" / "python").unlink()
-    second = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 240)
-    text = client.logs(second.id).text
-    assert second.state == "succeeded", text[-2000:]
+    job = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 300)
+    text = client.logs(job.id).text
+    assert job.state == "succeeded", text[-2000:]
     assert "was left half-built; building it again" in text
-    got = _env_json(client, second.id, tmp_path)
+    assert not old.exists() and not orphan.exists()  # collected at the first staging
+    build = json.loads(client.manager._row(job.id)["plan"])["environment"]["build"]
+    assert build["hash"] == h
+    env = root / h
+    assert (env / ".cloudtik-complete").exists() and (env / ".cloudtik-used").exists()
+    got = _env_json(client, job.id, tmp_path)
     assert got["dists"]["toolz"] == md.version("toolz")
     assert got["executable"].startswith(str(env))
