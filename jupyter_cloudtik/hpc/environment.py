@@ -259,6 +259,12 @@ def lock(packages: Any, requirements: str | None, cache: Path,
                 whl.append(Path(e))
             else:
                 entries.append(e)
+    for i, e in enumerate(packages if isinstance(packages, (list, tuple)) else []):
+        if rtenv.is_local(str(e)):  # names only: a folder would be built on this side
+            raise ConfigError(f"environment.packages.{i}: {e!r} is not a package name; "
+                              "give the name of a package installed in the session (or "
+                              "a wheel file in environment.requirements)",
+                              field=f"environment.packages.{i}", value=e)
     rtenv.check_pip_entries(entries, "environment.packages")
     try:
         wheels, pins = rtenv.collect([*entries, *RUNNER], packages == "session", cache, {})

@@ -84,6 +84,8 @@ OPENAPI_FIELDS = {
                    ".outputs[]": None,  # patterns inside the job's own folder
                    ".output": "location-write", ".container": "command",
                    ".python": "command", ".kernel": None, ".env.*": "command",
+                   # names of the session's installed packages (never folders)
+                   ".packages": "package", ".packages[]": "package",
                    ".files.*": None},  # content, written only into the job's folder
     "POST /jobs/{job_id}/fetch": {".dest": "location-write", ".files[]": None},
     # a sweep: the fields of POST /jobs (no command), its grid/zip/elements hold values
