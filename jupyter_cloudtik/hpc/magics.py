@@ -195,7 +195,7 @@ def _sweep_command(client, args) -> Any:
         sweep = Sweep(info.id, client, info)
         if args.wait:
             try:
-                sweep.wait()
+                _watch_sweep(sweep)
             except KeyboardInterrupt:
                 print(f"(stopped waiting; the sweep goes on: `%hpc sweeps {sweep.id}`)")
         return sweep
@@ -217,6 +217,27 @@ def _sweep_command(client, args) -> Any:
             print("(stopped waiting; the sweep goes on)")
             return None
     raise UsageError(f"%hpc {cmd}: unknown command")  # pragma: no cover
+
+
+def _watch_sweep(sweep, poll: float = 1.0) -> None:
+    """Show the sweep (state, counts, one row per element) and update it in place while
+    anything changes, until every element has ended."""
+    import time
+
+    from IPython.display import display
+
+    shown = sweep.info
+    handle = display(sweep, display_id=True)
+    while not shown.done:
+        time.sleep(poll)
+        info = sweep.info
+        if (info.counts, [e["state"] for e in info.elements]) != (
+                shown.counts, [e["state"] for e in shown.elements]):
+            if handle is not None:
+                handle.update(sweep)
+            shown = info
+    if handle is not None:
+        handle.update(sweep)
 
 
 def _warn(info) -> None:

@@ -327,6 +327,12 @@ class SweepManager:
         except BaseException:
             self._forget(sweep_id, recorded)
             raise
+        if not files and recorded:
+            # a retry records new jobs later, maybe from another folder: the notebook and
+            # inputs as they were resolved now (element 0's, the same for every element)
+            first = loads(mgr._row(recorded[0])["spec"], {})
+            base.notebook, base.inputs = first.get("notebook"), list(first.get("inputs") or [])
+            self._set(sweep_id, spec=dumps(base.to_dict()))
         self._set(sweep_id, ready=1)
         await self.advance(sweep_id)
         return self.get(sweep_id)
