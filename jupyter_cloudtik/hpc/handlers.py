@@ -136,6 +136,7 @@ def _spec_of(body: dict[str, Any]):
         reservation=body.get("reservation"),
         inputs=body.get("inputs"), outputs=body.get("outputs"), output=body.get("output"),
         container=body.get("container"), python=body.get("python"),
+        packages=body.get("packages"),
         kernel=body.get("kernel"), env=body.get("env"),
         allow_unknown_parameters=body.get("allow_unknown_parameters", False))
 

@@ -94,7 +94,7 @@ OPENAPI_FIELDS = {
                           ".reservation": None, ".inputs[]": "location", ".outputs[]": None,
                           ".output": "location-write", ".container": "command",
                           ".python": "command", ".kernel": None, ".env.*": "command",
-                          ".files.*": None},
+                          ".files.*": None, ".packages": "package", ".packages[]": "package"},
     "POST /jobs/sweeps/{sweep_id}/cancel": {},
 }
 #: what each marked field of the cluster config names (core/config_names.py): the
