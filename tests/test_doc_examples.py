@@ -220,7 +220,7 @@ def test_hpc_md_provenance(kernel, site):
     crate = site["work"] / "hpc-jobs" / job_id
     meta = json.loads((crate / "ro-crate-metadata.json").read_text())
     action = next(e for e in meta["@graph"] if e["@type"] == "CreateAction")
-    assert action["actionStatus"]["@id"] == "http://schema.org/CompletedActionStatus"
+    assert action["actionStatus"] == "http://schema.org/CompletedActionStatus"
     assert kernel.cell("again.differences")[0] == "[]"
     assert kernel.cell("again.info.state")[0] == "'succeeded'"
     assert kernel.cell("again.info.parameters")[0] == "{'alpha': 0.5}"

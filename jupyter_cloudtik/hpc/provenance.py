@@ -346,7 +346,7 @@ def build(
             "url": redact(spec["notebook"]),
             "description": "the notebook as the job ran it (papermill), before "
             "its parameters were injected",
-            "input": formal,
+            "input": _single(formal),
             "softwareRequirements": requirements,
         }
         if notebook is not None:
@@ -398,6 +398,11 @@ def build(
             f"({item.get('mode', 'upload')}) from {source}",
         }
         props.update(checksum(item["name"], before_files))
+        if not is_dir:
+            props["encodingFormat"] = _media_type(item["name"])
+        if "://" in source:  # a web resource: when the job read it
+            props["sdDatePublished"] = _iso((before or {}).get("time") or job.get("started_at"))
+        props = {k: v for k, v in props.items() if v is not None}
         objects.append(entity(_uri(source), props))
 
     # the outputs: what the job wrote, with checksums, where it wrote them (``fetch``
@@ -416,7 +421,12 @@ def build(
         if patterns and name != nb_out and not any(fnmatch.fnmatch(name, p) for p in patterns):
             continue
         digest, size = after_files[name]
-        props = {"name": name, "sha256": digest, "contentSize": str(size)}
+        props = {
+            "name": name,
+            "sha256": digest,
+            "contentSize": str(size),
+            "encodingFormat": _media_type(name),
+        }
         if name == nb_out:
             props.update(
                 encodingFormat="application/x-ipynb+json", description="the executed notebook"
@@ -465,11 +475,10 @@ def build(
         "identifier": job["id"],
         "agent": agent,
         "location": system,
-        "actionStatus": {
-            "@id": "http://schema.org/CompletedActionStatus"
-            if ok
-            else "http://schema.org/FailedActionStatus"
-        },
+        # a plain IRI string, as the profile's examples and roc-validator have it
+        "actionStatus": "http://schema.org/CompletedActionStatus"
+        if ok
+        else "http://schema.org/FailedActionStatus",
         "startTime": _iso(
             (before or {}).get("time") or job.get("started_at") or job.get("submitted_at")
         ),
@@ -481,9 +490,11 @@ def build(
     if container:
         props["containerImage"] = _container(entity, container)
     props = {k: v for k, v in props.items() if v is not None}
-    action = crate.add_action(
-        instrument, identifier=f"#run-{job['id']}", object=objects, result=results, properties=props
-    )
+    action = crate.add_action(instrument, identifier=f"#run-{job['id']}", properties=props)
+    if objects:
+        action["object"] = _single(objects)
+    if results:
+        action["result"] = _single(results)
 
     # the job as submitted, for rerun (environment variables' values are left out)
     record = dict(spec)
@@ -521,6 +532,7 @@ def build(
         e for e in [*objects, *results] if e.type in ("File", "Dataset") and e.id not in known
     ]
     root["mentions"] = action
+    root["author"] = agent
     # no license is the job's to choose: the text says so (RO-Crate 1.1 wants one)
     root["license"] = (
         "not specified: the person who ran the job decides how this record may be used"
@@ -532,6 +544,26 @@ def build(
     tmp.write_text(json.dumps(data, indent=1, sort_keys=True, ensure_ascii=False))
     os.replace(tmp, target)
     return target
+
+
+def _single(items: list[Any]) -> Any:
+    """One value alone, not in a list (RO-Crate 1.1's compact form)."""
+    return items[0] if len(items) == 1 else items
+
+
+def _many(value: Any) -> list[Any]:
+    """A property's values as a list (one value may stand alone)."""
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _media_type(name: str) -> str:
+    import mimetypes
+
+    if name.endswith(".ipynb"):
+        return "application/x-ipynb+json"
+    return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
 def _container(entity, image: str):
@@ -709,7 +741,7 @@ def read(crate: str | os.PathLike[str]) -> dict[str, Any]:
 
     instrument = ref(action.get("instrument") or {})
     inputs = {}
-    for o in action.get("object") or []:
+    for o in _many(action.get("object")):
         e = ref(o)
         if (
             e.get("@type") in ("File", "Dataset")
@@ -718,7 +750,7 @@ def read(crate: str | os.PathLike[str]) -> dict[str, Any]:
         ):
             inputs[e.get("name")] = {"source": e.get("url"), "sha256": e.get("sha256")}
     packages = {}
-    for r in instrument.get("softwareRequirements") or []:
+    for r in _many(instrument.get("softwareRequirements")):
         e = ref(r)
         packages[e.get("name")] = e.get("softwareVersion")
     return {
