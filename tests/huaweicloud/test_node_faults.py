@@ -197,3 +197,25 @@ def test_wheels_of_another_platform_are_refused_before_any_server(hwc, core, ws,
     assert f"the wheel {mac.name} is for macosx_11_0_arm64, the nodes are Linux x86_64" \
         in msg, msg
     assert _creates(hwc, mark) == [] and _servers(hwc, ws, "macwheels") == []
+
+
+def test_eips_are_of_a_type_the_region_has(hwc, core):
+    """A region without 5_bgp (here only 5_sbgp): the workspace's NAT EIP and the head's
+    EIP are 5_sbgp, as EIP v3 ListCommonPools says (5_bgp was hard-coded: the workspace
+    create failed at the NAT EIP there)."""
+    hwc.ctl.set_options(eip_pools=["5_sbgp"])
+    try:
+        core.run(core.workspaces.create("eiptype", workspace_config(hwc)))
+        try:
+            core.run(core.clusters.up(cluster_config("eipt", "eiptype", workers=0)))
+            state = hwc.ctl.state()
+            ours = {s["id"] for s in state["servers"]
+                    if s["tags"].get("cloudtik-workspace") == "eiptype"}
+            eips = [e for e in state["publicips"] if e["server_id"] in ours
+                    or (e["alias"] or "").startswith("cloudtik-eiptype")]
+            assert len(eips) == 2 and {e["type"] for e in eips} == {"5_sbgp"}, eips
+            core.run(core.clusters.down("eipt"))
+        finally:
+            core.run(core.workspaces.delete("eiptype"))
+    finally:
+        hwc.ctl.set_options(eip_pools=["5_bgp", "5_sbgp"])

@@ -109,6 +109,38 @@ def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     assert flavor_resources("odd") is None
 
 
+def test_the_eip_type_is_one_the_region_has(emu):
+    """EIP types differ by region (CreatePublicipOption docstring: cn-northeast-1 has only
+    5_telcom and 5_union) and a type the region has not is refused: 5_bgp was
+    hard-coded.  The type is asked of EIP v3 ListCommonPools: 5_bgp, else 5_sbgp, else
+    the region's first IPv4 pool."""
+    from huaweicloudsdkeip.v2 import (
+        CreatePublicipBandwidthOption,
+        CreatePublicipOption,
+        CreatePublicipRequest,
+        CreatePublicipRequestBody,
+    )
+
+    from jupyter_cloudtik.providers.huaweicloud.offers import eip_type
+
+    assert eip_type(_clients(emu)) == "5_bgp"
+    try:
+        for pools, want in ((["5_telcom", "5_union", "5_ipv6"], "5_telcom"),
+                            (["5_sbgp"], "5_sbgp")):
+            emu.cloud.set_options({"eip_pools": pools})
+            c = _clients(emu)
+            assert eip_type(c) == want
+            with pytest.raises(ProviderError) as e:  # what the hard-coded type met
+                c.call("eip", "create_publicip", CreatePublicipRequest(
+                    CreatePublicipRequestBody(
+                        bandwidth=CreatePublicipBandwidthOption(name="bw", share_type="PER",
+                                                                size=5),
+                        publicip=CreatePublicipOption(type="5_bgp"))))
+            assert "is not supported in this region" in e.value.message, e.value.message
+    finally:
+        emu.cloud.set_options({"eip_pools": ["5_bgp", "5_sbgp"]})
+
+
 def test_edge_and_dedicated_zones_are_not_offered(emu):
     """ListServerAzInfo lists edge zones (type Edge, mode dedicated, their own
     public_border_group: ECS "Listing AZs") beside the central ones, and flavors name

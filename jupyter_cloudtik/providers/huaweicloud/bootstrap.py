@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING, Any
 from ...core.errors import ConfigError
 from .account import names
 from .credentials import SECRET_SCOPE
-from .offers import flavor_hardware, list_zones, sale_status, sold, sold_pay_per_use
+from .offers import (
+    eip_type,
+    flavor_hardware,
+    list_zones,
+    sale_status,
+    sold,
+    sold_pay_per_use,
+)
 
 if TYPE_CHECKING:
     from .nodes import HuaweiCloudNodeProvider
@@ -293,6 +300,8 @@ def bootstrap(provider: HuaweiCloudNodeProvider, cfg: dict[str, Any]) -> dict[st
             # h: spot
             "market_type": "spot" if spot else None,
             "public_ip": bool(public),
+            # the region's EIP type (offers.eip_type), asked only when a node has an EIP
+            **({"eip_type": eip_type(c)} if public else {}),
             "bandwidth": int(p.get("bandwidth", 10)),
             "root_volume": nc.get("root_volume") or {"volumetype": "SSD", "size": 40},
         })

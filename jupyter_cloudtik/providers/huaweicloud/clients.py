@@ -29,7 +29,7 @@ from .retry import RetryPolicy, as_provider_error, call_with_retry
 
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 
-SERVICES = ("ecs", "vpc", "eip", "nat", "iam", "ims", "kps", "obs", "tms")
+SERVICES = ("ecs", "vpc", "eip", "eip3", "nat", "iam", "ims", "kps", "obs", "tms")
 EMULATED_OBS_DOMAIN = "emulated.invalid"
 REAL_OBS = "https://obs.{region}.myhuaweicloud.com"
 
@@ -166,6 +166,8 @@ class Clients:
             "ecs": ("huaweicloudsdkecs.v2", "EcsClient", "huaweicloudsdkecs.v2.region.ecs_region"),
             "vpc": ("huaweicloudsdkvpc.v2", "VpcClient", "huaweicloudsdkvpc.v2.region.vpc_region"),
             "eip": ("huaweicloudsdkeip.v2", "EipClient", "huaweicloudsdkeip.v2.region.eip_region"),
+            "eip3": ("huaweicloudsdkeip.v3", "EipClient",
+                     "huaweicloudsdkeip.v3.region.eip_region"),
             "nat": ("huaweicloudsdknat.v2", "NatClient", "huaweicloudsdknat.v2.region.nat_region"),
             "ims": ("huaweicloudsdkims.v2", "ImsClient", "huaweicloudsdkims.v2.region.ims_region"),
             "kps": ("huaweicloudsdkkps.v3", "KpsClient", "huaweicloudsdkkps.v3.region.kps_region"),

@@ -102,7 +102,7 @@ REPLAY_WITHIN = TOKEN_TTL - 3600
 #: request carries exactly the body the first one did)
 REQUEST_KEYS = ("flavor", "image_id", "vpc_id", "subnet_id", "security_group_ids",
                 "key_name", "agency_name", "availability_zone", "root_volume",
-                "market_type", "public_ip", "bandwidth")
+                "market_type", "public_ip", "bandwidth", "eip_type")
 JOURNAL_MIGRATIONS = [
     # 1: creates sent, before their answer: what a killed `up` leaves the next one to find
     """
@@ -635,7 +635,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
             extendparam=PostPaidServerExtendParam(market_type="spot")
             if nc.get("market_type") == "spot" else None,
             publicip=PostPaidServerPublicip(eip=PostPaidServerEip(
-                iptype="5_bgp", bandwidth=PostPaidServerEipBandwidth(
+                iptype=nc.get("eip_type") or "5_bgp", bandwidth=PostPaidServerEipBandwidth(
                     size=int(nc.get("bandwidth") or 10), sharetype="PER",
                     chargemode="traffic")), delete_on_termination=True)
             if nc.get("public_ip") else None,

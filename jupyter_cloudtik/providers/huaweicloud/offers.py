@@ -160,6 +160,43 @@ def list_zones(clients: Clients) -> list[str]:
             and (z.public_border_group or "center") == "center"]
 
 
+#: the EIP types asked for, best first: dynamic BGP, then static BGP
+PREFERRED_EIP_TYPES = ("5_bgp", "5_sbgp")
+
+
+def eip_type(clients: Clients) -> str:
+    """The EIP type (``publicip.type`` / ``iptype``) to ask for in this region: its first
+    of ``PREFERRED_EIP_TYPES``, else the first IPv4 pool it has (EIP v3
+    ListCommonPools, the central ``public_border_group``).  Why: the types differ by
+    region, and a type the region has not is refused ("must be a type the system
+    supports"; cn-northeast-1 has only 5_telcom and 5_union: CreatePublicipOption
+    docstring); ``5_bgp`` was hard-coded.  A region whose EIP service has no v3 pools
+    API (404) keeps ``5_bgp``, the documented default."""
+    from huaweicloudsdkeip.v3 import ListCommonPoolsRequest
+
+    cached = getattr(clients, "_eip_type", None)
+    if cached:
+        return cached
+    got = clients.call("eip3", "list_common_pools", ListCommonPoolsRequest(
+        public_border_group="center"), missing_ok=True, what="list the region's EIP types")
+    names = [p.name for p in ((got.common_pools if got is not None else None) or [])
+             if p.name and (p.public_border_group or "center") == "center"
+             and "ipv6" not in p.name]
+    if got is None:
+        chosen = PREFERRED_EIP_TYPES[0]
+    else:
+        chosen = next((t for t in PREFERRED_EIP_TYPES if t in names), None) or (
+            names[0] if names else None)
+    if chosen is None:
+        from ...core.errors import ConfigError
+
+        raise ConfigError(f"provider.region: {clients.region} offers no IPv4 EIP pool; "
+                          "choose another region", field="provider.region",
+                          value=clients.region)
+    clients._eip_type = chosen
+    return chosen
+
+
 def quota_limits(clients: Clients) -> dict[str, int]:
     """The project's ECS quota: totals and what is left (instances, cores, RAM in MiB)."""
     from huaweicloudsdkecs.v2 import ShowServerLimitsRequest

@@ -554,13 +554,15 @@ class HuaweiCloudWorkspaceProvider(WorkspaceProvider):
             CreatePublicipRequestBody,
         )
 
+        from .offers import eip_type
+
         alias = self.names["nat_eip"]
         got = self.clients.call("eip", "create_publicip", CreatePublicipRequest(
             CreatePublicipRequestBody(
                 bandwidth=CreatePublicipBandwidthOption(
                     name=self.names["bandwidth"], share_type="PER",
                     size=int(self.provider_config.get("nat_bandwidth", 5))),
-                publicip=CreatePublicipOption(type="5_bgp", alias=alias))),
+                publicip=CreatePublicipOption(type=eip_type(self.clients), alias=alias))),
             recover=lambda: self.find_eip(alias), what="create the NAT gateway's EIP")
         return getattr(got, "publicip", got)
 

@@ -189,6 +189,11 @@ class Cloud:
         #: flavors' cond:operation:az like any zone; a create there is refused here (the
         #: servers of an edge site need its own subnets and EIP pool: our reading)
         self.edge_zones: list[str] = []
+        #: the region's EIP pools (types): they differ by region (CreatePublicipOption
+        #: docstring: cn-northeast-1 5_telcom/5_union only, ap-southeast-1 5_bgp only,
+        #: cn-north-4 5_bgp/5_sbgp); EIP v3 ListCommonPools lists them, a create of
+        #: another type is refused
+        self.eip_pools: list[str] = ["5_bgp", "5_sbgp"]
         self.sold_out: set[tuple[str, str]] = set()  # (flavor, zone) without capacity
         #: flavor -> {"status": region-level status, "az": {zone: status} (zones it does
         #: not name take the status), "charge": "period" | "demand" | "period,demand"}:
@@ -976,12 +981,29 @@ class Cloud:
         self.r["publicip"][e["id"]] = e
         return e
 
+    def list_common_pools(self, call: Call):
+        q = call.query
+        border = q.get("public_border_group")
+        pools = [{"name": t, "status": "active", "type": t.split("_", 1)[-1], "used": 0,
+                  "public_border_group": "center", "allow_share_bandwidth_types": [t]}
+                 for t in self.eip_pools]
+        pools += [{"name": "5_bgp", "status": "active", "type": "bgp", "used": 0,
+                   "public_border_group": z, "allow_share_bandwidth_types": []}
+                  for z in self.edge_zones]  # an edge site's own pool
+        if border:
+            pools = [p for p in pools if p["public_border_group"] == border]
+        if q.get("name"):
+            pools = [p for p in pools if p["name"] == q["name"]]
+        return 200, {"common_pools": pools, "request_id": new_id()}
+
     def create_publicip(self, call: Call):
         body = self._body(call)
         pub = body.get("publicip") or {}
         bw = body.get("bandwidth") or {}
-        if pub.get("type") not in ("5_bgp", "5_sbgp", "5_telcom", "5_union"):
-            raise bad_request("eip", f"publicip.type {pub.get('type')!r} is not supported")
+        if pub.get("type") not in self.eip_pools:
+            # "must be a type the system supports" (the code is our reading)
+            raise bad_request("eip", f"publicip.type {pub.get('type')!r} is not supported "
+                              f"in this region ({', '.join(self.eip_pools)})", "EIP.0002")
         size = bw.get("size") or 0
         if bw.get("share_type") not in ("PER", "WHOLE") or not 1 <= int(size) <= 2000:
             raise bad_request("eip", "bandwidth.share_type must be PER or WHOLE and size 1..2000")
@@ -1378,9 +1400,9 @@ class Cloud:
         eip_req = (spec.get("publicip") or {}).get("eip")
         if eip_req:
             bw = eip_req.get("bandwidth") or {}
-            if eip_req.get("iptype") not in ("5_bgp", "5_sbgp"):
+            if eip_req.get("iptype") not in self.eip_pools:
                 raise bad_request("ecs", f"publicip.eip.iptype {eip_req.get('iptype')!r} is "
-                                  "not offered in this region (5_bgp, 5_sbgp)")
+                                  f"not offered in this region ({', '.join(self.eip_pools)})")
             if bw.get("sharetype") not in ("PER", "WHOLE"):
                 raise bad_request("ecs", "publicip.eip.bandwidth.sharetype must be PER or "
                                   "WHOLE")
@@ -1911,7 +1933,8 @@ class Cloud:
                 "security_groups": [{"id": g["id"], "name": g["name"]}
                                     for g in self.r["security_group"].values()],
                 "publicips": [{"id": e["id"], "alias": e.get("alias"),
-                               "address": e["address"], "server_id": e.get("server_id")}
+                               "address": e["address"], "server_id": e.get("server_id"),
+                               "type": e["type"]}
                               for e in self.r["publicip"].values()],
                 "nat_gateways": [{"id": n["id"], "name": n["name"], "status": n["status"]}
                                  for n in self.r["nat"].values()],
@@ -1968,6 +1991,8 @@ class Cloud:
                 if not 1 <= v <= 86400:
                     raise ValueError(f"credential_seconds {v}: use 1 to 86400")
                 self.credential_seconds = v
+            if "eip_pools" in options:
+                self.eip_pools = [str(t) for t in options["eip_pools"]]
             if "edge_zones" in options:
                 self.edge_zones = [str(z) for z in options["edge_zones"]]
             if "image_flavor_refusals" in options:

@@ -85,6 +85,7 @@ ROUTES: list[tuple[str, str, str, str]] = [
     ("GET", "/v1/{project_id}/routetables/{routetable_id}", "show_route_table", "vpc"),
     ("PUT", "/v1/{project_id}/routetables/{routetable_id}", "update_route_table", "vpc"),
     ("POST", "/v1/{project_id}/publicips", "create_publicip", "eip"),
+    ("GET", "/v3/{project_id}/eip/publicip-pools/common-pools", "list_common_pools", "eip"),
     ("GET", "/v1/{project_id}/publicips", "list_publicips", "eip"),
     ("GET", "/v1/{project_id}/publicips/{publicip_id}", "show_publicip", "eip"),
     ("DELETE", "/v1/{project_id}/publicips/{publicip_id}", "delete_publicip", "eip"),
