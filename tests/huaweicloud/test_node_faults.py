@@ -219,3 +219,24 @@ def test_eips_are_of_a_type_the_region_has(hwc, core):
             core.run(core.workspaces.delete("eiptype"))
     finally:
         hwc.ctl.set_options(eip_pools=["5_bgp", "5_sbgp"])
+
+
+def test_the_workspace_key_pair_serves_every_iam_user_of_the_account(hwc, core):
+    """The workspace's key pair is made by the first ``up`` with the user's credentials.
+    It was user-scope: another IAM user of the same account (the emulator's
+    ``colleague`` profile) could not see it, and making it again was refused (its name is
+    taken), so their ``up`` in the shared workspace failed.  It is domain-scope now."""
+    core.run(core.workspaces.create("keyscope", workspace_config(hwc)))
+    try:
+        core.run(core.clusters.up(cluster_config("mine", "keyscope", workers=0)))
+        (kp,) = [k for k in hwc.ctl.state()["keypairs"] if "keyscope" in k["name"]]
+        assert kp["scope"] == "domain", kp
+        theirs = cluster_config("theirs", "keyscope", workers=0, profile="colleague")
+        core.run(core.clusters.up(theirs))
+        servers = [s for s in hwc.ctl.state()["servers"]
+                   if s["tags"].get("cloudtik-workspace") == "keyscope"]
+        assert {s["key_name"] for s in servers} == {kp["name"]} and len(servers) == 2
+        for name in ("mine", "theirs"):
+            core.run(core.clusters.down(name))
+    finally:
+        core.run(core.workspaces.delete("keyscope"))

@@ -190,7 +190,10 @@ def ensure_keypair(provider: HuaweiCloudNodeProvider, workspace: str) -> str:
         return found
 
     made = c.call("kps", "create_keypair", CreateKeypairRequest(CreateKeypairRequestBody(
-        keypair=CreateKeypairAction(name=name, type="ssh", scope="user"))),
+        # domain scope: every IAM user of the account sees it, as the workspace is shared
+        # (a user-scope key pair is its creator's only: another user of the workspace
+        # found none, and making it again was refused, its name being taken)
+        keypair=CreateKeypairAction(name=name, type="ssh", scope="domain"))),
         recover=recover, what="create the cluster key pair")
     key = getattr(getattr(made, "keypair", None), "private_key", None)
     if key:

@@ -163,6 +163,12 @@ class Call:
     body: Any = None                                            # parsed JSON, or raw bytes
     headers: dict[str, str] = field(default_factory=dict)       # lower-case names
     host: str = ""
+    user: str = "emulated-user"                                 # the IAM user who signed
+
+
+#: the IAM users of the emulated account (server.py: the colleague's access key)
+DEFAULT_USER = "emulated-user"
+COLLEAGUE_USER = "colleague-user"
 
 
 @dataclass
@@ -1199,9 +1205,23 @@ class Cloud:
         return 200, {"images": out}
 
     # ============================================================== KPS ==================
+    # A key pair's scope (CreateKeypairAction.scope, "domain or user"): a user-scope one
+    # is the creating IAM user's only, a domain-scope one every user's of the account
+    # (terraform-provider-huaweicloud, huaweicloud_kps_keypair: "account: tenant-level,
+    # available to all users under the same account; user: user-level, only available to
+    # that user"; the default is user).  Names are unique in the account here (stricter).
+    def _keypair_visible(self, k, user: str) -> bool:
+        return k.get("scope") == "domain" or k.get("user_id", DEFAULT_USER) == user
+
+    def _my_keypair(self, call: Call, name: str):
+        k = self.r["keypair"].get(name)
+        if k is None or not self._keypair_visible(k, call.user):
+            raise not_found("kps", "key pair", name)
+        return k
+
     def _keypair_view(self, k, private: bool = False):
         out = {"name": k["name"], "type": "ssh", "public_key": k["public_key"],
-               "fingerprint": k["fingerprint"], "user_id": "emulated-user"}
+               "fingerprint": k["fingerprint"], "user_id": k.get("user_id", DEFAULT_USER)}
         if private:
             out["private_key"] = k["private_key"]
         return out
@@ -1214,6 +1234,9 @@ class Cloud:
             raise bad_request("kps", f"key pair name {name!r} is invalid")
         if any(k["name"] == name for k in self.r["keypair"].values()):
             raise conflict("kps", f"A key pair named {name} already exists.", "KPS.0003")
+        scope = opt.get("scope") or "user"
+        if scope not in ("domain", "user"):
+            raise bad_request("kps", f"scope {scope!r} must be domain or user")
         self._check_quota("kps", "keypair")
         private_key = None
         if opt.get("public_key"):
@@ -1232,29 +1255,31 @@ class Cloud:
              "private_key": private_key,
              "fingerprint": "SHA256:" + base64.b64encode(
                  hashlib.sha256(public_key.encode()).digest()).decode().rstrip("="),
-             "created": int(time.time() * 1000)}
+             "created": int(time.time() * 1000), "scope": scope, "user_id": call.user}
         self.r["keypair"][name] = k
         view = self._keypair_view(k, private=private_key is not None)
         k["private_key"] = None  # the cloud gives the private key once and forgets it
         return 200, {"keypair": view}
 
     def list_keypairs(self, call: Call):
-        items = sorted(self.r["keypair"].values(), key=lambda k: k["id"])
+        items = sorted((k for k in self.r["keypair"].values()
+                        if self._keypair_visible(k, call.user)), key=lambda k: k["id"])
         page = self._page_marker([{**k, "id": k["name"]} for k in items], call.query, 1000)
         nxt = page[-1]["name"] if page and page[-1]["name"] != items[-1]["name"] else None
         return 200, {"keypairs": [{"keypair": self._keypair_view(k)} for k in page],
                      "page_info": {"next_marker": nxt, "current_count": len(page)}}
 
     def list_keypair_detail(self, call: Call):
-        k = self._get("keypair", call.params["keypair_name"], "kps", "key pair")
-        return 200, {"keypair": {**self._keypair_view(k), "id": k["id"], "scope": "user",
+        k = self._my_keypair(call, call.params["keypair_name"])
+        return 200, {"keypair": {**self._keypair_view(k), "id": k["id"],
+                                 "scope": k.get("scope", "user"),
                                  "is_key_protection": False, "deleted": False,
                                  "create_time": k["created"], "update_time": k["created"],
                                  "frozen_state": 0}}
 
     def delete_keypair(self, call: Call):
         name = call.params["keypair_name"]
-        self._get("keypair", name, "kps", "key pair")
+        self._my_keypair(call, name)
         del self.r["keypair"][name]
         return 204, None
 
@@ -1456,7 +1481,9 @@ class Cloud:
         sgs = [g.get("id") for g in spec.get("security_groups") or []]
         for g in sgs:
             self._get("security_group", g or "-", "ecs", "security group")
-        if spec.get("key_name") and spec["key_name"] not in self.r["keypair"]:
+        if spec.get("key_name") and (spec["key_name"] not in self.r["keypair"] or not
+                                     self._keypair_visible(self.r["keypair"][spec["key_name"]],
+                                                           call.user)):
             raise bad_request("ecs", f"key pair {spec['key_name']} does not exist", "Ecs.0314")
         metadata = dict(metadata)
         agency = metadata.get("agency_name")
@@ -1950,7 +1977,9 @@ class Cloud:
                              for a in self.r["agency"].values()],
                 "policies": [{"id": p["id"], "name": p["display_name"],
                               "policy": p["policy"]} for p in self.r["policy"].values()],
-                "keypairs": [{"name": k["name"]} for k in self.r["keypair"].values()],
+                "keypairs": [{"name": k["name"], "scope": k.get("scope", "user"),
+                              "user_id": k.get("user_id", DEFAULT_USER)}
+                             for k in self.r["keypair"].values()],
                 "buckets": [{"name": b["name"], "objects": len(b["objects"])}
                             for b in self.r["bucket"].values()],
                 "quotas": dict(self.quotas),

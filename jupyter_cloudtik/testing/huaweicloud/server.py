@@ -39,7 +39,7 @@ from tornado.ioloop import PeriodicCallback
 
 from ...core import env as envnames
 from .agency_credentials import check_temporary_credential, issue_temporary_credential
-from .cloud import Call, Cloud, dispatch, now_iso
+from .cloud import COLLEAGUE_USER, DEFAULT_USER, Call, Cloud, dispatch, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded
 from .machines import Machines, _group_members, reap_children
 from .signing import SignatureError, verify_obs_signature, verify_sdk_signature
@@ -157,6 +157,11 @@ class Options:
     access_key: str = field(default_factory=lambda: "EMU" + "".join(
         random.choices(string.ascii_uppercase + string.digits, k=17)))
     secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(30))
+    #: a second IAM user of the same account (profile ``colleague`` of the credentials
+    #: file): what a user-scope key pair of the first is hidden from
+    colleague_access_key: str = field(default_factory=lambda: "EMC" + "".join(
+        random.choices(string.ascii_uppercase + string.digits, k=17)))
+    colleague_secret_key: str = field(default_factory=lambda: secrets.token_urlsafe(30))
     admin_token: str = field(default_factory=lambda: secrets.token_urlsafe(24))
     boot: bool = True             # run user data as processes
     realistic: bool = False       # servers are separate hosts (realistic.py)
@@ -238,7 +243,9 @@ class Emulator:
         return {"endpoint": self.endpoint, "obs_endpoint": self.obs_endpoint,
                 "obs_proxy": self.endpoint, "region": o.region, "project_id": o.project_id,
                 "domain_id": o.domain_id, "access_key": o.access_key,
-                "secret_key": o.secret_key, "admin_token": o.admin_token, "pid": os.getpid(),
+                "secret_key": o.secret_key, "colleague_access_key": o.colleague_access_key,
+                "colleague_secret_key": o.colleague_secret_key,
+                "admin_token": o.admin_token, "pid": os.getpid(),
                 "emulator_id": self.id}
 
     def _write_info(self) -> None:
@@ -251,6 +258,11 @@ class Emulator:
             f.write("# Huawei Cloud credentials of the emulator (jupyter_cloudtik format)\n"
                     "[default]\n"
                     f"access_key = {info['access_key']}\nsecret_key = {info['secret_key']}\n"
+                    f"project_id = {info['project_id']}\nregion = {info['region']}\n"
+                    f"endpoint = {info['endpoint']}\n"
+                    "# another IAM user of the same account\n[colleague]\n"
+                    f"access_key = {info['colleague_access_key']}\n"
+                    f"secret_key = {info['colleague_secret_key']}\n"
                     f"project_id = {info['project_id']}\nregion = {info['region']}\n"
                     f"endpoint = {info['endpoint']}\n")
         tmp = self.root / "emulator.json.tmp"
@@ -599,8 +611,10 @@ class ApiHandler(tornado.web.RequestHandler):
         name = f"{service}.{action}"
         self._action = name
         try:
-            verify_sdk_signature(req.method, req.path, query_pairs, headers, req.body or b"",
-                                 {emu.options.access_key: emu.options.secret_key})
+            ak = verify_sdk_signature(
+                req.method, req.path, query_pairs, headers, req.body or b"",
+                {emu.options.access_key: emu.options.secret_key,
+                 emu.options.colleague_access_key: emu.options.colleague_secret_key})
         except SignatureError as e:
             raise ApiError(401, BAD_SIGNATURE, f"Incorrect IAM authentication information: "
                            f"{e}", "apigw") from None
@@ -618,7 +632,9 @@ class ApiHandler(tornado.web.RequestHandler):
                 raise ApiError(400, "APIGW.0201", "The request body is not JSON", "apigw") \
                     from None
         call = Call(action=action, service=service, project_id=emu.cloud.project_id,
-                    params=params, query=dict(query_pairs), body=body, headers=headers)
+                    params=params, query=dict(query_pairs), body=body, headers=headers,
+                    user=COLLEAGUE_USER if ak == emu.options.colleague_access_key
+                    else DEFAULT_USER)
         with emu.cloud.lock:
             eff = emu.cloud.advance()
             status, out = dispatch(emu.cloud, call)
@@ -655,6 +671,7 @@ class ApiHandler(tornado.web.RequestHandler):
         try:
             ak = verify_obs_signature(req.method, bucket, key, query_pairs, headers, {
                 emu.options.access_key: emu.options.secret_key,
+                emu.options.colleague_access_key: emu.options.colleague_secret_key,
                 **{k: v["secret"] for k, v in emu.temporary_credentials.items()}})
         except SignatureError as e:
             raise ApiError(403 if "match" in str(e) else 401, "SignatureDoesNotMatch",
