@@ -88,6 +88,38 @@ def test_retries_are_bounded_and_reported(emu):
     ctl.clear_faults()
 
 
+def test_a_long_throttling_window_is_waited_out(emu):
+    """The gateway's flow control counts per window ("limit:XX,time:1 minute", FAQ "How
+    Do I Handle the Error APIG.0308?"): six tries over 8-15 s gave up in the first
+    quarter of a one-minute window.  A throttled call now waits out a window (more
+    tries, waits up to a quarter window, 1.5 windows of budget): the one the answer
+    names, else a minute (the SDK never shows the answer's text: every 429 is "too many
+    429 error responses").  Here the gateway throttles for 4 s against a schedule whose
+    six tries, as before, spend at most 1.55 s."""
+    import time
+
+    from huaweicloudsdkecs.v2 import ListFlavorsRequest
+
+    from jupyter_cloudtik.providers.huaweicloud.retry import RetryPolicy
+
+    policy = RetryPolicy(base_delay=0.05)
+    assert policy.for_window(1.0) == (6, 60.0, 8.0)  # short windows: as before
+    assert policy.for_window(60.0) == (16, 90.0, 15.0)
+    ctl = EmulatorControl(emu.endpoint, emu.options.admin_token)
+    seen = []
+    c = _clients(emu, base_delay=0.05)
+    c.on_retry = lambda what, n, delay, why: seen.append(why)
+    ctl.inject("ecs.list_flavors", "rate_window", times=60, delay=4)
+    try:
+        t0 = time.monotonic()
+        assert c.call("ecs", "list_flavors", ListFlavorsRequest()).flavors
+        took = time.monotonic() - t0
+    finally:
+        ctl.clear_faults()
+    assert len(seen) > 5 and "429" in seen[0], seen  # more than the 5 retries before
+    assert 4 <= took < 12, took
+
+
 def test_offers_are_flavors_times_zones_with_prices_and_quota(emu):
     emu.cloud.set_options({"sold_out": [["s6.large.2", "cn-north-4b"]]})
     got = offer_set(_clients(emu), prices={"s6.large.2": 0.05})

@@ -1,7 +1,8 @@
 """Retrying Huawei Cloud calls: exponential backoff with jitter inside a bounded budget.
 
 The SDK does not retry.  Throttling (HTTP 429, ``APIG.0308``) and server errors (5xx,
-dropped connections, timeouts) are retried with "equal jitter" backoff — half the
+dropped connections, timeouts) are retried with "equal jitter" backoff (a throttling
+answer whose window is long, "time:1 minute", is waited out: ``RetryPolicy.for_window``) — half the
 exponential delay fixed, half random — so many clients that were throttled together do not
 come back together.  Every call has a budget of attempts *and* of seconds spent waiting,
 so a cloud that stays unhealthy yields a clear error instead of a hang.
@@ -14,6 +15,7 @@ name or token, and returns it if it exists, so a retry never makes a second one.
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,16 +40,51 @@ QUOTA_CODES = {"Ecs.0001", "VPC.0106", "VPC.0513", "NAT.0024", "KPS.0004"}
 LAUNCH_CODES = QUOTA_CODES | {"Ecs.0319", "Ecs.0012", "Ecs.0007"}
 
 
+#: the throttling answer names its window: "The throttling threshold has been reached:
+#: policy user over ratelimit,limit:XX,time:1 minute" (Huawei Cloud FAQ "How Do I Handle
+#: the Error APIG.0308?", https://support.huaweicloud.com/intl/en-us/ocr_faq/
+#: ocr_01_0041.html; "time:1 second" in oce_faq/en-us_topic_0000001887959462.html)
+WINDOW_RE = re.compile(r"time\s*:\s*(\d+(?:\.\d+)?)\s*(second|minute|hour)", re.I)
+WINDOW_UNITS = {"second": 1.0, "minute": 60.0, "hour": 3600.0}
+#: a window longer than this is waited out (more tries, longer waits); shorter ones are
+#: what the ordinary schedule covers
+LONG_WINDOW = 2.0
+#: the window assumed when the answer's text is not seen: the SDK turns every 429 into
+#: "too many 429 error responses" before reading the body (huaweicloudsdkcore
+#: http_client.py: urllib3 Retry(total=retry_times=0, status_forcelist=[429]);
+#: exception_handler.py process_retry_error), and per-minute limits are the documented
+#: case
+DEFAULT_THROTTLE_WINDOW = 60.0
+
+
+def throttle_window(exc: BaseException) -> float | None:
+    """Seconds of the rate-limit window a throttling answer names, or None."""
+    m = WINDOW_RE.search(str(getattr(exc, "error_msg", "") or exc))
+    return float(m.group(1)) * WINDOW_UNITS[m.group(2).lower()] if m else None
+
+
 @dataclass
 class RetryPolicy:
     attempts: int = 6          # tries in all (1 = no retry)
     base_delay: float = 0.5    # seconds before the first retry (doubles each time)
     max_delay: float = 8.0     # cap of one wait
     budget: float = 60.0       # most seconds spent waiting for one call
+    #: tries in all when throttled over a long window (per-minute limits): the ordinary
+    #: 6 tries wait 8-15 s, a quarter of a one-minute window
+    throttle_attempts: int = 16
 
-    def delay(self, retry: int) -> float:
-        exp = min(self.max_delay, self.base_delay * (2 ** retry))
+    def delay(self, retry: int, cap: float | None = None) -> float:
+        exp = min(cap or self.max_delay, self.base_delay * (2 ** retry))
         return exp / 2 + random.uniform(0, exp / 2)
+
+    def for_window(self, window: float | None) -> tuple[int, float, float]:
+        """(tries, waiting budget, cap of one wait) for a throttling answer naming
+        ``window``: a long window is waited out (1.5 windows at least), in waits of up to
+        a quarter window, so the call is tried again soon after the window turns."""
+        if window is None or window <= LONG_WINDOW:
+            return self.attempts, self.budget, self.max_delay
+        return (max(self.attempts, self.throttle_attempts), max(self.budget, 1.5 * window),
+                max(self.max_delay, window / 4))
 
 
 def classify(exc: BaseException) -> str | None:
@@ -108,8 +145,11 @@ def call_with_retry(
             kind = classify(exc)
             if kind is None:
                 raise
-            delay = policy.delay(attempt - 1)
-            if attempt >= policy.attempts or waited + delay > policy.budget:
+            tries, budget, cap = policy.for_window(
+                (throttle_window(exc) or DEFAULT_THROTTLE_WINDOW) if kind == "throttled"
+                else None)
+            delay = policy.delay(attempt - 1, cap)
+            if attempt >= tries or waited + delay > budget:
                 raise ProviderError(
                     f"Huawei Cloud {what} failed after {attempt} attempt(s) over "
                     f"{waited:.1f}s of retrying: {describe(exc)}",

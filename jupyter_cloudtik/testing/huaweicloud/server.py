@@ -119,8 +119,12 @@ ROUTES: list[tuple[str, str, str, str]] = [
 CREATE_ACTIONS = {a for m, _, a, _ in ROUTES if a.startswith("create_")}
 # slow_response: the call is carried out and its answer comes ``delay`` seconds later (a
 # client killed meanwhile never learns what the cloud made)
+# rate_window: every matching call is throttled for ``delay`` seconds from the first one,
+# with the window in the answer ("...over ratelimit,limit:N,time:W second"), as the API
+# gateway's per-second/per-minute flow control answers (FAQ "How Do I Handle the Error
+# APIG.0308?": "time:1 minute")
 FAULT_KINDS = ("throttle", "error", "lost_response", "quota", "half_fail", "server_error",
-               "slow_response")
+               "slow_response", "rate_window")
 OBS_DOMAIN = "emulated.invalid"
 OBS_MAX_PUT = 5 * 1024**3  # bytes, one PutObject (see _serve)
 
@@ -142,6 +146,7 @@ class Fault:
     delay: float = 0.0   # slow_response: seconds before the answer
     seen: int = 0
     fired: int = 0
+    started: float = 0.0  # rate_window: when its window began
 
     def to_dict(self) -> dict[str, Any]:
         return {"action": self.action, "kind": self.kind, "times": self.times,
@@ -469,6 +474,13 @@ class Emulator:
     # faults -------------------------------------------------------------------------------
     def _fault_for(self, name: str) -> Fault | None:
         for f in self.faults:
+            if f.kind == "rate_window" and fnmatch.fnmatchcase(name, f.action):
+                now = time.monotonic()
+                f.started = f.started or now
+                if now - f.started < f.delay:
+                    f.fired += 1
+                    return f
+                continue
             if f.fired >= f.times or not fnmatch.fnmatchcase(name, f.action):
                 continue
             f.seen += 1
@@ -584,6 +596,10 @@ class ApiHandler(tornado.web.RequestHandler):
             return None
         if fault.kind == "throttle":
             raise ApiError(429, *THROTTLED, "apigw")
+        if fault.kind == "rate_window":
+            raise ApiError(429, THROTTLED[0], "The throttling threshold has been reached: "
+                           f"policy user over ratelimit,limit:{fault.times},"
+                           f"time:{fault.delay:g} second", "apigw")
         if fault.kind == "error":
             raise ApiError(fault.status, "SYS.5000" if service != "ecs" else "Ecs.0500",
                            "Internal server error (injected)", service)
