@@ -235,8 +235,7 @@ def test_hpc_md_job_environment(kernel, site):
     assert done[-1][1] == "'succeeded'", done
     said, _ = kernel.cell("'jupyter_cloudtik: environment ' in str(job.logs())")
     assert said == "True", said
-    mode, _ = kernel.cell("import json\njson.loads(job.client.manager._row(job.id)['plan'])"
-                          "['environment']['build']['mode']")
+    mode, _ = kernel.cell("job.info.environment['mode']")
     assert mode == "'built'", mode
 
 

@@ -514,3 +514,24 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
                  "pins": dict(sorted(pins.items())), "keep_days": env.keep_days,
                  "packages": packages if isinstance(packages, str) else list(packages or [])}
     return env
+
+
+def summary(plan_env: dict[str, Any] | None) -> dict[str, Any]:
+    """What a job's record shows of its environment (the plan keeps every pin): how it
+    was had, and for a built one its hash, Python, system and number of packages."""
+    if not plan_env:
+        return {}
+    build = plan_env.get("build") or {}
+    out: dict[str, Any] = {"mode": build.get("mode") or (
+        CONTAINER if plan_env.get("container") else SESSION_INTERPRETER)}
+    if plan_env.get("container"):
+        out["container"] = plan_env["container"]
+        out["container_runtime"] = plan_env.get("container_runtime")
+    else:
+        out["python"] = plan_env.get("python")
+    if plan_env.get("setup"):
+        out["setup"] = list(plan_env["setup"])
+    if build.get("hash"):
+        out.update(hash=build["hash"], python_version=build.get("python"),
+                   system=build.get("system"), packages=len(build.get("pins") or {}))
+    return out

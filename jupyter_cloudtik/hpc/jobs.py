@@ -76,6 +76,7 @@ from .base import (
     Submission,
     check_limits,
 )
+from .environment import summary as env_summary
 from .models import JobInfo
 from .settings import HPC, BackendRegistry, hpc_settings
 from .staging import (
@@ -644,6 +645,7 @@ class JobManager(ActsForUser):
             inputs=[_public_input(i) for i in plan.get("inputs") or []],
             output=spec.get("output"), output_notebook=plan.get("output_notebook"),
             warnings=list(plan.get("warnings") or []),
+            environment=env_summary(plan.get("environment")),
             op_id=row["op_id"], user=row["user"], created_at=row["created_at"],
             updated_at=row["updated_at"], submitted_at=row["submitted_at"],
             started_at=row["started_at"], finished_at=row["finished_at"])

@@ -145,6 +145,9 @@ def test_job_runs_as_another_account_with_the_sessions_exact_packages(
         plan = client.manager._row(a.id)["plan"]
         build = json.loads(plan)["environment"]["build"]
         assert build["mode"] == "built" and build["python"] == PY
+        assert a.environment == {"mode": "built", "hash": build["hash"], "python_version": PY,
+                                 "python": f"{workdir}/.cloudtik-envs/{build['hash']}/bin/python",
+                                 "system": build["system"], "packages": len(build["pins"])}
         got = _env_json(client, a.id, tmp_path)
         assert got["user"] == ACCOUNT and got["python"] == PY
         assert got["executable"].startswith(f"{workdir}/.cloudtik-envs/{build['hash']}/")
