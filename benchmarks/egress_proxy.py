@@ -13,7 +13,14 @@ its direct baseline in rounds so both see the same machine noise:
 Also one large download per mode, for throughput; each mode prints
 ``egress MODE mitmproxy proxy X ms direct Y ms ratio Z`` (medians) after its detail line.
 
+Fairness (issue 27; needs root for the proxy's private resolv.conf, see
+tests/hub/egress_fairness.py): an honest client's sequential keep-alive GETs, each to a new
+name (a real look-up), quiet and while another client runs each abuse; one line per abuse
+``egress fairness ABUSE p99 ratio X`` (p99 under abuse / quiet p99).  Then 2,000 keep-alive
+GETs while two CPU burners load the machine: ``egress keepalive 2000 max X s p99 Y ms``.
+
     .venv/bin/python benchmarks/egress_proxy.py [--requests 500] [--mib 64]
+        [--only latency|fairness|keepalive] [--fair-requests 300]
 """
 
 from __future__ import annotations
@@ -132,9 +139,86 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--requests", type=int, default=500)
     ap.add_argument("--mib", type=int, default=64)
+    ap.add_argument("--only", choices=("latency", "fairness", "keepalive"), default=None)
+    ap.add_argument("--fair-requests", type=int, default=300)
     args = ap.parse_args()
     Handler.mib = args.mib
-    bench("mitmproxy", args)
+    if args.only in (None, "latency"):
+        bench("mitmproxy", args)
+    if args.only in (None, "fairness", "keepalive"):
+        fairness(args)
+
+
+def fairness(args: argparse.Namespace) -> None:
+    """Per-client fairness (``egress fairness ABUSE p99 ratio X``) and keep-alive under
+    load (``egress keepalive 2000 max X s p99 Y ms``)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "hub"))
+    import egress_fairness as ef
+
+    from jupyter_cloudtik.hub.egress.supervisor import egress_python
+
+    why = ef.available()
+    if why:
+        print(f"egress fairness skipped: {why}")
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="egress-fair-"))
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+
+    def run(coro):
+        return asyncio.run_coroutine_threadsafe(coro, loop).result(60)
+
+    with ef.upstreams(tmp) as (http_port, abuse_port, tls_port, upstream_ca), \
+            ef.name_server() as dns_ip:
+        python = ef.resolving_python(tmp, dns_ip, egress_python())
+        sup = EgressSupervisor(tmp / "state", upstream_ca_bundle=str(upstream_ca),
+                               no_proxy="", deny_networks=[], python=python)
+        run(sup.start())
+        try:
+            clients, rules, setup = ef.configure(http_port, abuse_port, tls_port)
+            run(sup.update(clients, rules))
+            setup.proxy_port = sup.port
+            n = args.fair_requests
+            if args.only in (None, "fairness"):
+                ef.normal_latencies(setup, 20)  # warm-up
+                quiet, failed = ef.normal_latencies(setup, n)
+                print(f"fairness: {n} sequential keep-alive GETs of one client, each a new "
+                      f"name; quiet {ef.summary(quiet)} failed {failed}", flush=True)
+                q99 = ef.pct(quiet, .99)
+                for kind in ef.ABUSES:
+                    with ef.abuse(kind, setup, seconds=60):
+                        lat, failed = ef.normal_latencies(setup, n)
+                    print(f"  under {kind}: {ef.summary(lat)} failed {failed}")
+                    print(f"egress fairness {kind} p99 ratio {ef.pct(lat, .99) / q99:.2f}",
+                          flush=True)
+            if args.only in (None, "keepalive"):
+                keepalive(setup)
+        finally:
+            run(sup.stop())
+            loop.call_soon_threadsafe(loop.stop)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def keepalive(setup) -> None:
+    import egress_fairness as ef
+
+    s = requests.Session()
+    s.trust_env = False
+    s.proxies = {"http": f"http://{setup.normal[0]}:{setup.normal[1]}@127.0.0.1:"
+                         f"{setup.proxy_port}"}
+    url = f"http://k.fast.test:{setup.http_port}/x"
+    s.get(url, timeout=30)
+    lat = []
+    with ef.cpu_burners(2):
+        for _ in range(2000):
+            t = time.perf_counter()
+            r = s.get(url, timeout=30)
+            lat.append((time.perf_counter() - t) * 1000)
+            assert r.status_code == 200, r.status_code
+    s.close()
+    print(f"keep-alive under 2 CPU burners: {ef.summary(lat)}")
+    print(f"egress keepalive 2000 max {max(lat) / 1000:.2f} s p99 {ef.pct(lat, .99):.1f} ms",
+          flush=True)
 
 
 def bench(engine: str, args: argparse.Namespace) -> None:

@@ -205,7 +205,13 @@ def start_services(ctx: Any) -> None:
                 state, port=ctx.hub.egress_port,
                 upstream_ca_bundle=ctx.hub.egress_upstream_ca_bundle or None,
                 no_proxy=ctx.hub.egress_no_proxy,
-                deny_networks=ctx.hub.egress_deny_networks, engine=ctx.hub.egress_engine)
+                deny_networks=ctx.hub.egress_deny_networks, engine=ctx.hub.egress_engine,
+                extra_args=[
+                    "--client-connections", str(ctx.hub.egress_client_connections),
+                    "--client-lookups", str(ctx.hub.egress_client_lookups),
+                    "--client-handshakes", str(ctx.hub.egress_client_handshakes),
+                    "--lookup-timeout", str(ctx.hub.egress_lookup_timeout),
+                    "--min-body-rate", str(ctx.hub.egress_min_body_rate)])
             await ctx.egress.start()
             await push_egress(ctx)
 

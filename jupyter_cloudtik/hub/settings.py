@@ -102,6 +102,32 @@ class CloudTikHub(Configurable):
              "(loopback, link-local and private ranges, against SSRF).",
     ).tag(config=True)
 
+    egress_client_connections = Int(
+        256, help="""Open connections one client (an authenticated user; the peer address
+        before it authenticated) may hold at the egress proxy; more are answered 429.""",
+    ).tag(config=True)
+
+    egress_client_lookups = Int(
+        4, help="""Name look-ups of one client at once in the egress proxy; its others wait
+        for its own slots (up to egress_lookup_timeout, then 504), never for another
+        client's.""",
+    ).tag(config=True)
+
+    egress_client_handshakes = Int(
+        4, help="""TLS set-ups (intercepted CONNECTs) of one client at once in the egress
+        proxy; more wait up to the handshake timeout, then 503.""",
+    ).tag(config=True)
+
+    egress_lookup_timeout = Float(
+        5.0, help="Seconds the egress proxy gives one name look-up (504 after).",
+    ).tag(config=True)
+
+    egress_min_body_rate = Float(
+        1024.0, help="""Bytes per second a request body must average through the egress
+        proxy once it has been read for 10 s; slower bodies are cut off (their connection
+        closed).  0 disables the check.""",
+    ).tag(config=True)
+
     egress_no_proxy = Unicode(
         "localhost,127.0.0.1,::1",
         help="NO_PROXY given to sessions with the proxy settings.",

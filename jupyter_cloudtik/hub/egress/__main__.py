@@ -64,7 +64,12 @@ async def _main(args: argparse.Namespace) -> int:
                     connect_timeout=args.connect_timeout,
                     response_timeout=args.response_timeout,
                     idle_timeout=args.idle_timeout,
-                    handshake_timeout=args.handshake_timeout)
+                    handshake_timeout=args.handshake_timeout,
+                    lookup_timeout=args.lookup_timeout,
+                    lookup_threads=args.lookup_threads,
+                    min_body_rate=args.min_body_rate,
+                    body_grace=args.body_grace,
+                    client_loop_share=args.client_loop_share)
     # idle sockets are cheap for asyncio; file descriptors are the limit that counts
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
@@ -120,6 +125,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="name look-ups at once per client (more wait their turn)")
     p.add_argument("--client-handshakes", type=int, default=Limits.client_handshakes,
                    help="TLS set-ups at once per client (more wait their turn)")
+    p.add_argument("--lookup-timeout", type=float, default=Limits.lookup_timeout,
+                   help="seconds for one name look-up, its wait for a slot included (504)")
+    p.add_argument("--lookup-threads", type=int, default=Limits.lookup_threads,
+                   help="resolver threads shared by all clients")
+    p.add_argument("--min-body-rate", type=float, default=Limits.min_body_rate,
+                   help="bytes/s a request body must average after --body-grace seconds")
+    p.add_argument("--body-grace", type=float, default=Limits.body_grace)
+    p.add_argument("--client-loop-share", type=float, default=Limits.client_loop_share,
+                   help="share of the proxy's loop one client may take while others wait")
     p.add_argument("--connect-timeout", type=float, default=Limits.connect_timeout)
     p.add_argument("--response-timeout", type=float, default=Limits.response_timeout)
     p.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)

@@ -22,6 +22,8 @@ take, see docs/hub-egress.md) and imports nothing of jupyter_cloudtik but this p
 from __future__ import annotations
 
 import asyncio
+import collections
+import concurrent.futures
 import contextlib
 import ipaddress
 import logging
@@ -91,6 +93,68 @@ class _Conn:
     port: int | None = None
     intercept: bool = False
     decided: bool = False
+    key: str = ""                     # the client it counts for (see EgressAddon.key)
+    counted: str | None = None        # the key its connection slot is counted under
+    tls_since: float | None = None    # holds a TLS set-up slot since
+    body_since: float | None = None   # a request body is being read since
+    body_bytes: int = 0
+
+
+class _Client:
+    """One client's shares of what all clients share (see ``Limits``)."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.lookups = asyncio.Semaphore(limits.client_lookups)
+        self.handshakes = asyncio.Semaphore(limits.client_handshakes)
+        self.connections = 0
+        self.next_read = 0.0   # its connections' next read waits until then (loop share)
+        self.seen = 0.0        # its last read
+
+
+class _Fair:
+    """Per-client bookkeeping of the event loop: one client's expensive reads (a body in
+    one-byte chunks, a flood of requests over many connections) are paid for by waiting
+    before its next read while other clients are active, and read in small pieces, so no
+    single step of the loop takes long.  Work-conserving: a client alone is never held."""
+
+    ACTIVE = 0.5   # seconds: a client that read within this is "active"
+    SLOW = 0.002   # a read whose handling took longer: the next read of that connection is small
+
+    def __init__(self, addon: EgressAddon) -> None:
+        self.addon = addon
+        self.wait = 1.0 / max(0.01, min(1.0, addon.limits.client_loop_share)) - 1.0
+        self.small: weakref.WeakSet[connection.Connection] = weakref.WeakSet()
+
+    def _others_active(self, key: str, now: float) -> bool:
+        return any(k != key and c.seen > now - self.ACTIVE
+                   for k, c in self.addon.clients.items())
+
+    def size(self, conn: connection.Connection) -> int:
+        """How much to read next from ``conn``: little after a read that was expensive."""
+        return 2048 if conn in self.small else 65535
+
+    async def pace(self, client: connection.Client) -> None:
+        """Before data read for ``client`` is handled: wait while it is over its share.
+        Checked again after each wait, so its connections take turns, one at a time."""
+        cl = self.addon.client(self.addon.key(client))
+        while True:
+            delay = cl.next_read - time.monotonic()
+            if delay <= 0.001:
+                return
+            await asyncio.sleep(delay)
+
+    def after(self, client: connection.Client, conn: connection.Connection,
+              spent: float) -> None:
+        key = self.addon.key(client)
+        cl = self.addon.client(key)
+        now = time.monotonic()
+        cl.seen = now
+        if spent > self.SLOW:
+            self.small.add(conn)
+        else:
+            self.small.discard(conn)
+        if self.wait and self._others_active(key, now):
+            cl.next_read = max(now, cl.next_read) + spent * self.wait
 
 
 def _valid_host(host: str) -> str:
@@ -158,8 +222,89 @@ class EgressAddon:
         self.config = ProxyConfig()
         self.conns: weakref.WeakKeyDictionary[connection.Client, _Conn] = \
             weakref.WeakKeyDictionary()
+        self.clients: dict[str, _Client] = {}
+        self.fair = _Fair(self)
+        # name look-ups run here, not in the loop's default executor (a handful of threads
+        # one client's slow names could fill for everyone)
+        self._resolver = concurrent.futures.ThreadPoolExecutor(
+            max_workers=limits.lookup_threads, thread_name_prefix="egress-dns")
+        self._lookups: collections.OrderedDict[tuple[str, int], tuple[float, list[str]]] = \
+            collections.OrderedDict()
         self._sweeper: asyncio.Task | None = None
         self._store: certs.CertStore | None = None
+
+    # -- clients ---------------------------------------------------------------------------
+    def key(self, client: connection.Client) -> str:
+        """Who a connection counts for: its authenticated user, else its peer address
+        (anonymous sessions and connections that have not authenticated yet)."""
+        st = self.conns.get(client)
+        if st is not None and st.key:
+            return st.key
+        peer = client.peername[0] if client.peername else "?"
+        return f"peer:{peer}"
+
+    def client(self, key: str) -> _Client:
+        cl = self.clients.get(key)
+        if cl is None:
+            cl = self.clients[key] = _Client(self.limits)
+        return cl
+
+    def _admit(self, flow: http.HTTPFlow, st: _Conn, ident: Identity) -> Refused | None:
+        """Count this connection for its client once it is known; over the share: 429."""
+        key = (f"user:{ident.user}" if ident.user is not None
+               else f"peer:{flow.client_conn.peername[0] if flow.client_conn.peername else '?'}")
+        st.key = key
+        if st.counted == key:
+            return None
+        if st.counted is not None:
+            self.client(st.counted).connections -= 1
+        cl = self.client(key)
+        cl.connections += 1
+        st.counted = key
+        if cl.connections > self.limits.client_connections:
+            return Refused(429, f"{ident.name} has more than {self.limits.client_connections} "
+                           "open connections to the egress proxy (limit client_connections)")
+        return None
+
+    async def resolve(self, key: str, host: str, port: int) -> list[str]:
+        """The addresses of ``host``: at most ``client_lookups`` look-ups of one client at
+        once (its others wait for its own slots), each bounded by ``lookup_timeout``.  A
+        slot stays taken until the look-up's thread is really done (a timed-out libc call
+        still runs), so one client can never hold more than its share of the threads."""
+        now = time.monotonic()
+        hit = self._lookups.get((host, port))
+        if hit is not None and hit[0] > now:
+            return hit[1]
+        cl = self.client(key)
+        deadline = now + self.limits.lookup_timeout
+        try:
+            await asyncio.wait_for(cl.lookups.acquire(), self.limits.lookup_timeout)
+        except asyncio.TimeoutError:
+            raise Refused(504, f"name look-up of {host[:100]} waited more than "
+                          f"{self.limits.lookup_timeout:g} s for a slot: this client has "
+                          f"{self.limits.client_lookups} look-ups running (limit "
+                          "client_lookups)") from None
+        loop = asyncio.get_running_loop()
+        fut = loop.run_in_executor(self._resolver, socket.getaddrinfo, host, port, 0,
+                                   socket.SOCK_STREAM)
+        fut.add_done_callback(lambda _f: cl.lookups.release())
+        try:
+            infos = await asyncio.wait_for(asyncio.shield(fut),
+                                           max(0.1, deadline - time.monotonic()))
+        except asyncio.TimeoutError:
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            raise Refused(504, f"name look-up of {host[:100]} took more than "
+                          f"{self.limits.lookup_timeout:g} s") from None
+        except OSError:
+            raise Refused(502, f"cannot resolve {host[:100]}") from None
+        addrs = list(dict.fromkeys(str(i[4][0]) for i in infos))
+        if self.limits.lookup_cache_seconds > 0:
+            self._lookups[(host, port)] = (time.monotonic() + self.limits.lookup_cache_seconds,
+                                           addrs)
+            self._lookups.move_to_end((host, port))
+            while len(self._lookups) > 4096:
+                self._lookups.popitem(last=False)
+        return addrs
 
     # -- lifecycle -------------------------------------------------------------------------
     def running(self) -> None:
@@ -180,6 +325,7 @@ class EgressAddon:
     def done(self) -> None:
         if self._sweeper is not None:
             self._sweeper.cancel()
+        self._resolver.shutdown(wait=False, cancel_futures=True)
 
     async def _sweep(self) -> None:
         """Close connections that have not authenticated within the handshake timeout:
@@ -191,12 +337,35 @@ class EgressAddon:
             ps = ctx.master.addons.get("proxyserver")
             for handler in list(ps.connections.values()):
                 st = self.conns.get(handler.client)
-                if st is None or st.ident is not None or now - st.connected < limit:
+                if st is None:
+                    continue
+                why = None
+                if st.ident is None and now - st.connected >= limit:
+                    why = f"closing an unauthenticated connection after {limit:.0f}s"
+                elif st.tls_since is not None and now - st.tls_since >= limit:
+                    why = (f"closing a connection of {st.ident.name if st.ident else '-'} "
+                           f"whose TLS set-up took more than {limit:.0f}s")
+                elif (st.body_since is not None and self.limits.min_body_rate > 0
+                      and now - st.body_since >= self.limits.body_grace
+                      and st.body_bytes / (now - st.body_since) < self.limits.min_body_rate):
+                    why = (f"closing a connection of {st.ident.name if st.ident else '-'} "
+                           f"whose request body came slower than "
+                           f"{self.limits.min_body_rate:g} bytes/s (limit min_body_rate)")
+                if why is None:
                     continue
                 io = handler.transports.get(handler.client)
                 if io is not None and io.handler is not None:
-                    log.info("closing an unauthenticated connection after %.0fs", limit)
-                    io.handler.cancel("unauthenticated")
+                    log.info("%s", why)
+                    st.body_since = None
+                    self._tls_done(handler.client)
+                    io.handler.cancel("egress limit")
+            # forget clients that hold nothing and did nothing for a while
+            for k in [k for k, c in self.clients.items()
+                      if c.connections <= 0 and c.seen < now - 60
+                      and not c.lookups.locked() and not c.handshakes.locked()
+                      and c.lookups._value == self.limits.client_lookups
+                      and c.handshakes._value == self.limits.client_handshakes]:
+                del self.clients[k]
 
     def set_config(self, config: ProxyConfig) -> None:
         self.config = config  # one reference swap
@@ -204,6 +373,27 @@ class EgressAddon:
     # -- connections -----------------------------------------------------------------------
     def client_connected(self, client: connection.Client) -> None:
         self.conns[client] = _Conn()
+
+    def client_disconnected(self, client: connection.Client) -> None:
+        st = self.conns.get(client)
+        if st is None:
+            return
+        self._tls_done(client)
+        if st.counted is not None:
+            self.client(st.counted).connections -= 1
+            st.counted = None
+
+    def _tls_done(self, client: connection.Client) -> None:
+        st = self.conns.get(client)
+        if st is not None and st.tls_since is not None:
+            st.tls_since = None
+            self.client(st.key).handshakes.release()
+
+    def tls_established_client(self, data: object) -> None:
+        self._tls_done(data.context.client)  # type: ignore[attr-defined]
+
+    def tls_failed_client(self, data: object) -> None:
+        self._tls_done(data.context.client)  # type: ignore[attr-defined]
 
     def _state(self, client: connection.Client) -> _Conn:
         st = self.conns.get(client)
@@ -242,13 +432,33 @@ class EgressAddon:
             return
         if "proxy-authorization" in flow.request.headers:
             del flow.request.headers["proxy-authorization"]
-        if await self._denied(host, port):
-            flow.response = _error(403, f"{host}:{port} is in a network the egress proxy "
-                                   "does not reach")
-            self._log(ident, "CONNECT", f"{host}:{port}", 403, (), started, note="denied")
+        try:
+            over = self._admit(flow, st, ident)
+            if over is not None:
+                raise over
+            if await self._denied(st.key, host, port):
+                raise Refused(403, f"{host}:{port} is in a network the egress proxy does "
+                              "not reach")
+            intercept = bool(self.config.rules.for_host(ident.user, ident.groups, host, port))
+            if intercept and st.tls_since is None:
+                # a TLS set-up (upstream connection, leaf, two handshakes) is work the
+                # proxy does for this client: at most client_handshakes of its at once
+                sem = self.client(st.key).handshakes
+                try:
+                    await asyncio.wait_for(sem.acquire(), self.limits.handshake_timeout)
+                except asyncio.TimeoutError:
+                    raise Refused(503, f"{ident.name} has {self.limits.client_handshakes} "
+                                  "TLS set-ups in progress for more than "
+                                  f"{self.limits.handshake_timeout:g} s (limit "
+                                  "client_handshakes)") from None
+                st.tls_since = time.monotonic()
+        except Refused as e:
+            flow.response = _error(e.status, e.text)
+            self._log(ident, "CONNECT", f"{host}:{port}", e.status, (), started,
+                      note="denied" if e.status == 403 else e.text)
             return
         st.ident, st.host, st.port, st.decided = ident, host, port, False
-        st.intercept = bool(self.config.rules.for_host(ident.user, ident.groups, host, port))
+        st.intercept = intercept
         flow.metadata["egress_mode"] = "mitm" if st.intercept else "tunnel"
 
     def next_layer(self, nextlayer: layer.NextLayer) -> None:
@@ -270,6 +480,7 @@ class EgressAddon:
         st.decided = True
         if data[0] != 0x16:
             # a ruled host but not TLS inside the CONNECT: never injected, tunnelled as is
+            self._tls_done(nextlayer.context.client)
             nextlayer.layer = layers.TCPLayer(nextlayer.context, ignore=True)
             self._log(st.ident, "CONNECT", f"{st.host}:{st.port}", 200, (), time.monotonic(),
                       mode="tunnel", note="not TLS: not intercepted")
@@ -284,30 +495,32 @@ class EgressAddon:
             # the client names another host than it connected to: not intercepted (a
             # blind tunnel to the CONNECT host carries nothing of ours)
             data.ignore_connection = True
+            self._tls_done(data.context.client)
             self._log(st.ident, "CONNECT", f"{st.host}:{st.port}", 200, (), time.monotonic(),
                       mode="tunnel", note="SNI differs from the CONNECT host: not intercepted")
 
-    async def _denied(self, host: str, port: int) -> bool:
+    async def _denied(self, key: str, host: str, port: int) -> bool:
         """Whether every address of ``host`` is denied (an early, readable 403; the
-        connection itself is checked again in ``server_connect``)."""
+        connection itself is checked again in ``server_connect``).  A look-up that takes
+        too long is this client's 504 (``Refused``)."""
         try:
             ipaddress.ip_address(host)
             return self.config.denied(host)
         except ValueError:
             pass
         try:
-            infos = await asyncio.wait_for(asyncio.get_running_loop().getaddrinfo(
-                host, port, type=socket.SOCK_STREAM), self.limits.connect_timeout)
-        except (OSError, asyncio.TimeoutError):
+            addrs = await self.resolve(key, host, port)
+        except Refused as e:
+            if e.status == 504:
+                raise
             return False  # server_connect says it cannot resolve
-        return all(self.config.denied(str(i[4][0])) for i in infos)
+        return all(self.config.denied(a) for a in addrs)
 
     async def server_connect(self, data: ServerConnectionHookData) -> None:
         """Resolve here, refuse denied networks, connect to the address we checked."""
         if data.server.address is None:
             return
         host, port = data.server.address[0], data.server.address[1]
-        loop = asyncio.get_running_loop()
         try:
             ipaddress.ip_address(host)
             addrs = [host]
@@ -315,12 +528,10 @@ class EgressAddon:
         except ValueError:
             is_name = True
             try:
-                infos = await asyncio.wait_for(loop.getaddrinfo(
-                    host, port, type=socket.SOCK_STREAM), self.limits.connect_timeout)
-            except (OSError, asyncio.TimeoutError):
-                data.server.error = f"cannot resolve {host}"
+                addrs = await self.resolve(self.key(data.client), host, port)
+            except Refused as e:
+                data.server.error = e.text
                 return
-            addrs = list(dict.fromkeys(str(i[4][0]) for i in infos))
         allowed = [a for a in addrs if not self.config.denied(a)]
         if not allowed:
             data.server.error = (f"{host}:{port} is in a network the egress proxy does not "
@@ -330,6 +541,27 @@ class EgressAddon:
             if data.server.sni is None:
                 data.server.sni = host
             data.server.address = (allowed[0], port)
+        st = self.conns.get(data.client)
+        if st is not None and st.host is None:
+            self._close_idle_upstreams(data.client, data.server)
+
+    def _close_idle_upstreams(self, client: connection.Client,
+                              keep: connection.Server) -> None:
+        """A plain-HTTP client connection that asks for another upstream is done with its
+        others (HTTP/1: the next request is read only once the last response is sent):
+        they are closed.  mitmproxy kept them until its 600 s idle timeout, and allows 5
+        per upstream address per client connection, so a keep-alive session visiting a
+        sixth name of one address (virtual hosts, a CDN) stalled until an upstream hung up."""
+        ps = ctx.master.addons.get("proxyserver")
+        for handler in list(ps.connections.values()):
+            if handler.client is not client:
+                continue
+            for conn, io in list(handler.transports.items()):
+                if conn is client or conn is keep or io.handler is None:
+                    continue
+                conn.state = connection.ConnectionState.CLOSED
+                io.handler.cancel("egress: superseded by a connection to another upstream")
+            return
 
     # -- requests --------------------------------------------------------------------------
     async def requestheaders(self, flow: http.HTTPFlow) -> None:
@@ -364,6 +596,9 @@ class EgressAddon:
                     self._log(None, req.method[:20], "-", 407, (), started, mode="http")
                     return
                 st.ident = st.ident or ident
+                over = self._admit(flow, st, ident)
+                if over is not None:
+                    raise over
                 # mitmproxy took the target from the absolute-form URI (or, for an
                 # origin-form request, from its Host): the rules match that, and the Host
                 # sent upstream is rewritten to it below
@@ -376,7 +611,7 @@ class EgressAddon:
                 if not 0 < port < 65536:
                     raise Refused(400, "invalid port in request target")
             self._check_head(req)
-            if not tls and await self._denied(host, port):
+            if not tls and await self._denied(st.key, host, port):
                 raise Refused(403, f"{host}:{port} is in a network the egress proxy does "
                               "not reach")
         except Refused as e:
@@ -405,8 +640,18 @@ class EgressAddon:
             req.headers["Accept-Encoding"] = "identity"
         flow.metadata["egress_rules"] = rules
         flow.metadata["egress_skipped"] = skipped
-        # bodies are streamed: bounded memory, and a body never delays a decision
-        req.stream = True
+        # bodies are streamed: bounded memory, and a body never delays a decision; one
+        # that comes slower than min_body_rate is cut off by the sweeper
+        st.body_since, st.body_bytes = time.monotonic(), 0
+
+        def count(data: bytes) -> bytes:
+            if data:
+                st.body_bytes += len(data)
+            else:
+                st.body_since = None  # the end of the body
+            return data
+
+        req.stream = count
 
     def _rules_for(self, req: http.Request, ident: Identity, tls: bool, host: str,
                    port: int) -> tuple[list[Rule], list[Rule]]:
@@ -440,6 +685,9 @@ class EgressAddon:
                 raise Refused(400, "malformed header field")
 
     def request(self, flow: http.HTTPFlow) -> None:
+        st = self.conns.get(flow.client_conn)
+        if st is not None:
+            st.body_since = None
         # trailers of the client are not relayed: a trailer field could carry a header the
         # rules own (Authorization, Host) past every check made on the head
         if flow.request.trailers:
@@ -622,14 +870,12 @@ def bound_http1_heads(max_bytes: int, max_fields: int) -> None:
 
         cls.read_headers = read_headers
 
-        body = cls.read_body
-
         def read_body(self, event):  # type: ignore[no-untyped-def]
             # mitmproxy 11 raises NotImplementedError on HTTP/1 trailer fields, which
             # kills the connection with a traceback: refuse them (400) instead.  The
             # trailers themselves are never relayed either way.
             try:
-                yield from body(self, event)
+                yield from _read_body_coalesced(self, event)
             except NotImplementedError:
                 if server:
                     yield commands.SendData(self.conn, _http1.make_error_response(
@@ -644,6 +890,131 @@ def bound_http1_heads(max_bytes: int, max_fields: int) -> None:
     wrap(_http1.Http1Server, True)
     wrap(_http1.Http1Client, False)
     _BOUNDED = True
+
+
+def _read_body_coalesced(self, event):  # type: ignore[no-untyped-def]
+    """mitmproxy's ``Http1Connection.read_body``, but the data of consecutive chunks of one
+    read go on as one piece: mitmproxy passed each chunk of a chunked body through its
+    layers and wrote it upstream on its own, so a body in one-byte chunks cost a socket
+    write (and its framing) per byte, on the loop every client shares (issue 27)."""
+    from mitmproxy.proxy import commands, events
+    from mitmproxy.proxy.layers.http import _http1
+    from mitmproxy.proxy.layers.http._base import ReceiveHttp
+
+    h11 = _http1.h11
+    assert self.stream_id is not None
+    pending: list[bytes] = []
+
+    def flush():  # type: ignore[no-untyped-def]
+        if pending:
+            data = b"".join(pending)
+            pending.clear()
+            yield ReceiveHttp(self.ReceiveData(self.stream_id, data))
+
+    while True:
+        try:
+            if isinstance(event, events.DataReceived):
+                h11_event = self.body_reader(self.buf)
+            elif isinstance(event, events.ConnectionClosed):
+                h11_event = self.body_reader.read_eof()
+            else:
+                raise AssertionError(f"Unexpected event: {event}")
+        except h11.ProtocolError as e:
+            yield from flush()
+            yield commands.CloseConnection(self.conn)
+            yield ReceiveHttp(self.ReceiveProtocolError(self.stream_id,
+                                                        f"HTTP/1 protocol error: {e}"))
+            return
+        if h11_event is None:
+            yield from flush()
+            return
+        if isinstance(h11_event, h11.Data):
+            data = bytes(h11_event.data)
+            if data:
+                pending.append(data)
+        elif isinstance(h11_event, h11.EndOfMessage):
+            yield from flush()
+            assert self.request
+            if h11_event.headers:
+                raise NotImplementedError("HTTP trailers are not implemented yet.")
+            if self.request.data.method.upper() != b"CONNECT":
+                yield ReceiveHttp(self.ReceiveEndOfMessage(self.stream_id))
+            is_request = isinstance(self, _http1.Http1Server)
+            yield from self.mark_done(request=is_request, response=not is_request)
+            return
+
+
+_GATE: _Fair | None = None
+
+
+def fair_reads(gate: _Fair) -> None:
+    """mitmproxy reads every connection as fast as data comes and hands it to its layers
+    at once: a client whose reads are expensive (tiny chunks, a flood of requests) takes the
+    loop every other client waits on.  Reads of client connections go through ``gate``
+    (``_Fair``): they are taken in small pieces after an expensive one, and a client that
+    used more than its share of the loop waits before its data is handled while others are
+    active (the reads of its upstream connections count for it too).  The rest is
+    mitmproxy's ``ConnectionHandler.handle_connection`` (11.0.2)."""
+    global _GATE
+    first = _GATE is None
+    _GATE = gate
+    if not first:
+        return
+    from mitmproxy.connection import ConnectionState
+    from mitmproxy.proxy import events
+
+    async def handle_connection(self, connection):  # type: ignore[no-untyped-def]
+        cancelled = None
+        reader = self.transports[connection].reader
+        assert reader
+        gate = _GATE
+        while True:
+            try:
+                data = await reader.read(gate.size(connection) if gate else 65535)
+                if not data:
+                    raise OSError("Connection closed by peer.")
+                if gate is not None:
+                    await gate.pace(self.client)
+            except OSError:
+                break
+            except asyncio.CancelledError as e:
+                cancelled = e
+                break
+            t0 = time.perf_counter()
+            await self.server_event(events.DataReceived(connection, data))
+            if gate is not None:
+                gate.after(self.client, connection, time.perf_counter() - t0)
+            try:
+                await self.drain_writers()
+            except asyncio.CancelledError as e:
+                cancelled = e
+                break
+
+        if cancelled is None and connection.transport_protocol == "tcp":
+            connection.state &= ~ConnectionState.CAN_READ
+        else:
+            connection.state = ConnectionState.CLOSED
+
+        await self.server_event(events.ConnectionClosed(connection))
+
+        if connection.state is ConnectionState.CAN_WRITE:
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError as e:
+                cancelled = e
+
+        try:
+            writer = self.transports[connection].writer
+            assert writer
+            writer.close()
+        except OSError:
+            pass
+        self.transports.pop(connection)
+
+        if cancelled:
+            raise cancelled
+
+    mitm_server.ConnectionHandler.handle_connection = handle_connection
 
 
 class MitmEgressProxy:
@@ -671,6 +1042,7 @@ class MitmEgressProxy:
         mitm_server.TCP_TIMEOUT = int(max(self.limits.idle_timeout,
                                           self.limits.tunnel_idle_timeout))
         bound_http1_heads(self.limits.max_header_bytes, self.limits.max_headers)
+        fair_reads(self.addon.fair)
         opts = options.Options(listen_host=self.host, listen_port=self.requested_port,
                                mode=["regular"], confdir=self._confdir)
         master = Master(opts, event_loop=asyncio.get_running_loop())

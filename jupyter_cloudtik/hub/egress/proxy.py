@@ -89,12 +89,37 @@ class Limits:
     idle_timeout: float = 120.0      # no byte in either direction of a request/response
     tunnel_idle_timeout: float = 600.0
     handshake_timeout: float = 10.0
-    # per client (one user, or all anonymous sessions together)
-    client_connections: int = 256    # open connections; more are closed at once
-    client_requests: int = 16        # requests being served at once; more wait their turn
+    # per client (one authenticated user; the peer address before it authenticated or when
+    # it is anonymous): what one client may hold of what all share
+    client_connections: int = 256    # open connections; more are answered 429 and closed
+    client_requests: int = 16        # kept for the CLI; mitmproxy serves one request per
+                                     # connection at a time, client_connections bounds them
     client_lookups: int = 4          # name look-ups at once; more wait their turn
     client_handshakes: int = 4       # TLS set-ups (intercepted CONNECTs) at once
-    lookup_threads: int = 32         # the resolver's threads, shared by all clients
+    lookup_timeout: float = 5.0      # one look-up (waiting for a slot included): then 504
+    lookup_threads: int = 64         # the resolver's threads, shared by all clients
+    lookup_cache_seconds: float = 5.0  # successful look-ups are reused this long
+    min_body_rate: float = 1024.0    # bytes/s a request body must average after body_grace
+    body_grace: float = 10.0         # seconds before min_body_rate applies
+    client_loop_share: float = 0.5   # share of the proxy's loop one client may take while
+                                     # other clients are active (its reads wait otherwise)
+
+    def __post_init__(self) -> None:
+        for name in ("client_connections", "client_lookups", "client_handshakes",
+                     "lookup_threads", "max_headers", "max_header_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"egress limit {name} is {v!r}; expected an integer >= 1")
+        for name in ("lookup_timeout", "connect_timeout", "handshake_timeout", "body_grace"):
+            v = getattr(self, name)
+            if not v > 0:
+                raise ValueError(f"egress limit {name} is {v!r}; expected seconds > 0")
+        if self.min_body_rate < 0:
+            raise ValueError(f"egress limit min_body_rate is {self.min_body_rate!r}; "
+                             "expected bytes/s >= 0 (0: no minimum)")
+        if not 0 < self.client_loop_share <= 1:
+            raise ValueError(f"egress limit client_loop_share is {self.client_loop_share!r};"
+                             " expected a share in (0, 1]")
 
 
 @dataclass(frozen=True)
