@@ -64,6 +64,9 @@ _SYSTEM_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-
                    "/etc/ssl/cert.pem")
 # the port of TLS: a rule for it is a rule for HTTPS, never sent over plain http://
 TLS_PORT = 443
+# a connection over its client's client_connections is answered 429 after this long: a
+# client that reconnects at once cannot turn refusals into work the loop does for everyone
+OVER_LIMIT_DELAY = 1.0
 
 
 def system_ca_file() -> str | None:
@@ -108,6 +111,7 @@ class _Client:
         self.handshakes = asyncio.Semaphore(limits.client_handshakes)
         self.connections = 0
         self.next_read = 0.0   # its connections' next read waits until then (loop share)
+        self.turn = asyncio.Lock()  # its connections take turns (FIFO) while it is paced
         self.seen = 0.0        # its last read
 
 
@@ -133,26 +137,38 @@ class _Fair:
         """How much to read next from ``conn``: little after a read that was expensive."""
         return 2048 if conn in self.small else 65535
 
-    async def pace(self, client: connection.Client) -> None:
-        """Before data read for ``client`` is handled: wait while it is over its share.
-        Checked again after each wait, so its connections take turns, one at a time."""
+    async def pace(self, client: connection.Client) -> asyncio.Lock | None:
+        """Before data read for ``client`` is handled: while it is over its share, its
+        connections queue (FIFO, one woken at a time) and each waits for the client's next
+        turn; the lock returned is released once the data is handled."""
         cl = self.addon.client(self.addon.key(client))
-        while True:
+        if cl.next_read - time.monotonic() <= 0.001 and not cl.turn.locked():
+            return None
+        await cl.turn.acquire()
+        try:
             delay = cl.next_read - time.monotonic()
-            if delay <= 0.001:
-                return
-            await asyncio.sleep(delay)
+            if delay > 0.001:
+                await asyncio.sleep(delay)
+        except BaseException:
+            cl.turn.release()
+            raise
+        return cl.turn
 
-    def after(self, client: connection.Client, conn: connection.Connection,
-              spent: float) -> None:
-        key = self.addon.key(client)
-        cl = self.addon.client(key)
-        now = time.monotonic()
-        cl.seen = now
+    def after(self, conn: connection.Connection, spent: float) -> None:
+        """A read of ``conn`` took ``spent`` to handle: the next one is small if it was
+        expensive."""
         if spent > self.SLOW:
             self.small.add(conn)
         else:
             self.small.discard(conn)
+
+    def charge(self, client: connection.Client, spent: float) -> None:
+        """``client``'s connection handler used the loop for ``spent`` (any event: data,
+        a hook's completion, a connection opened or closed)."""
+        key = self.addon.key(client)
+        cl = self.addon.client(key)
+        now = time.monotonic()
+        cl.seen = now
         if self.wait and self._others_active(key, now):
             cl.next_read = max(now, cl.next_read) + spent * self.wait
 
@@ -435,6 +451,7 @@ class EgressAddon:
         try:
             over = self._admit(flow, st, ident)
             if over is not None:
+                await asyncio.sleep(OVER_LIMIT_DELAY)
                 raise over
             if await self._denied(st.key, host, port):
                 raise Refused(403, f"{host}:{port} is in a network the egress proxy does "
@@ -598,6 +615,7 @@ class EgressAddon:
                 st.ident = st.ident or ident
                 over = self._admit(flow, st, ident)
                 if over is not None:
+                    await asyncio.sleep(OVER_LIMIT_DELAY)
                     raise over
                 # mitmproxy took the target from the absolute-form URI (or, for an
                 # origin-form request, from its Host): the rules match that, and the Host
@@ -973,17 +991,20 @@ def fair_reads(gate: _Fair) -> None:
                 data = await reader.read(gate.size(connection) if gate else 65535)
                 if not data:
                     raise OSError("Connection closed by peer.")
-                if gate is not None:
-                    await gate.pace(self.client)
+                turn = await gate.pace(self.client) if gate is not None else None
             except OSError:
                 break
             except asyncio.CancelledError as e:
                 cancelled = e
                 break
-            t0 = time.perf_counter()
-            await self.server_event(events.DataReceived(connection, data))
-            if gate is not None:
-                gate.after(self.client, connection, time.perf_counter() - t0)
+            try:
+                t0 = time.perf_counter()
+                await self.server_event(events.DataReceived(connection, data))
+                if gate is not None:
+                    gate.after(connection, time.perf_counter() - t0)
+            finally:
+                if turn is not None:
+                    turn.release()
             try:
                 await self.drain_writers()
             except asyncio.CancelledError as e:
@@ -1015,6 +1036,17 @@ def fair_reads(gate: _Fair) -> None:
             raise cancelled
 
     mitm_server.ConnectionHandler.handle_connection = handle_connection
+    original_event = mitm_server.ConnectionHandler.server_event
+
+    async def server_event(self, event):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            await original_event(self, event)
+        finally:
+            if _GATE is not None:
+                _GATE.charge(self.client, time.perf_counter() - t0)
+
+    mitm_server.ConnectionHandler.server_event = server_event
 
 
 class MitmEgressProxy:
