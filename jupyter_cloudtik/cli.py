@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -254,10 +255,25 @@ def run(argv: list[str]) -> int:
     if cmd == "operations":
         ops = backend.operations(args.cluster)
         _emit(args, [o.to_dict() for o in ops], "\n".join(
-            f"{o.id}  {o.kind:14} {o.target:24} {o.state:10} {o.reason or ''}" for o in ops)
-            or "no operations")
+            [f"{'ID':32}  {'STARTED':19} {'TOOK':>7} {'KIND':14} {'TARGET':24} STATE"] +
+            [f"{o.id:32}  {_when(o.created_at):19} {_took(o):>7} {o.kind:14} {o.target:24} "
+             f"{o.state:10} {o.reason or ''}".rstrip() for o in ops]) if ops
+            else "no operations")
         return 0
     raise AssertionError(cmd)  # pragma: no cover
+
+
+def _when(at: float) -> str:
+    """A start time as `operations` lists it: this machine's local date and time."""
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+
+
+def _took(op: Any) -> str:
+    """How long an operation took (or has run so far, with a trailing '+')."""
+    end = op.finished_at
+    seconds = (end if end is not None else time.time()) - op.created_at
+    text = f"{seconds:.1f}s" if seconds < 90 else f"{seconds / 60:.1f}m"
+    return text if end is not None else text + "+"
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -40,6 +41,11 @@ def test_life_cycle_with_json(venv_bin, state_dir):
 
     ops = json.loads(cli(venv_bin, "operations", "--cluster", "c1", "--json").stdout)
     assert [o["kind"] for o in ops][:2] == ["cluster.scale", "cluster.up"]
+    # the table says when each started and how long it took (issue 28)
+    table = cli(venv_bin, "operations", "--cluster", "c1").stdout.splitlines()
+    assert table[0].split()[:3] == ["ID", "STARTED", "TOOK"], table
+    up = next(line for line in table if "cluster.up" in line)
+    assert re.search(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d +\d+\.\ds ", up), up
 
     down = cli(venv_bin, "down", "c1", "--json")
     assert down.returncode == 0 and json.loads(down.stdout) == {"stopped": ["c1"]}

@@ -344,6 +344,46 @@ _STATE_COLORS = {"running": "#2e7d32", "degraded": "#ef6c00", "failed": "#c62828
                  "stopping": "#757575"}
 
 
+class ClusterStatus:
+    """What ``%cluster status`` shows: the cluster's row, then a row per node (id, kind,
+    type, status, address, cores, memory) as the CLI's ``status`` lists them.  Attributes
+    are the cluster's (``s = %cluster status; s.scale(2)`` works as before)."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.cluster, name)
+
+    def node_rows(self) -> list[dict[str, Any]]:
+        return [{"node": n.node_id, "kind": n.kind, "type": n.node_type, "status": n.status,
+                 "address": n.internal_ip or "-",
+                 "cores": n.resources.get("CPU", "-"),
+                 "memory": format_bytes(n.resources["memory"])
+                 if n.resources.get("memory") else "-"}
+                for n in self.cluster.info.nodes]
+
+    def _repr_html_(self) -> str:
+        rows = self.node_rows()
+        if not rows:
+            return self.cluster._repr_html_()
+        cols = list(rows[0])
+        head = "".join(f"<th style='text-align:left'>{c}</th>" for c in cols)
+        body = "".join(
+            "<tr>" + "".join(f"<td style='text-align:left'>{html.escape(str(r[c]))}</td>"
+                             for c in cols) + "</tr>" for r in rows)
+        return (self.cluster._repr_html_() +
+                f"<table class='cloudtik-nodes'><thead><tr>{head}</tr></thead>"
+                f"<tbody>{body}</tbody></table>")
+
+    def __repr__(self) -> str:
+        lines = [repr(self.cluster)]
+        for r in self.node_rows():
+            lines.append(f"  {r['node']:34} {r['kind']:7} {r['type']:10} {r['status']:9} "
+                         f"{r['address']:15} cores={r['cores']} memory={r['memory']}")
+        return "\n".join(lines)
+
+
 def _html_table(rows: list[dict[str, Any]], reason: str | None = None) -> str:
     cols = ["name", "provider", "state", "nodes", "workers", "cores", "memory", "cost/h",
             "dashboard", "age"]

@@ -55,7 +55,7 @@ class CloudTikMagics(Magics):
         is ignored, quotes group words (`jupyter_cloudtik/magic_line.py`).
         """
         from ..session import get_backend, resolve_name
-        from .api import Cluster
+        from .api import Cluster, ClusterStatus
 
         args = parse_magic_line("%cluster", _parser(), line)
         if args is None:  # help was printed
@@ -83,7 +83,7 @@ class CloudTikMagics(Magics):
             if cmd == "status":
                 c = Cluster(resolve_name(backend, args.name), backend)
                 c.refresh()
-                return c
+                return ClusterStatus(c)  # the cluster's row and a row per node
             if cmd == "list":
                 return Cluster.list(include_stopped=args.all, backend=backend)
             if cmd == "scale":
