@@ -483,7 +483,7 @@ class HPCBackend:
 
         build = sub.environment.build or {}
         if build.get("hash"):
-            envs.stage(self.environment_shell(), build["root"], build, self.name)
+            envs.stage(self.environment_shell(), build["root"], build, f"backend '{self.name}'")
 
     # capabilities ---------------------------------------------------------------------------
     def limits(self) -> Limits:

@@ -214,6 +214,27 @@ def _check_refusals(make_client, report_nb, tmp_path) -> None:
     assert client.list() == []  # nothing recorded, nothing queued
 
 
+def _full_disk(make_client, report_nb, tmp_path) -> None:
+    """A work folder on a full file system (a 1 MiB tmpfs): the wheels cannot be staged,
+    the job fails at its submission with one line saying so and is never queued."""
+    if os.getuid() != 0:
+        return
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                      capture_output=True).returncode != 0:
+        return  # no tmpfs mounts here (a container without the capability)
+    try:
+        client = make_client({"full": {"type": "local", "workdir": str(mnt / "jobs"),
+                                       "environment": {"packages": ["toolz"]}}})
+        info = client.submit(build_spec(str(report_nb)), "full")
+        assert info.state == "failed" and info.native_id is None, info
+        assert "cannot stage the job's environment in" in info.reason, info.reason
+        assert info.reason.endswith("the disk is full"), info.reason
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
 @pytest.mark.slow
 def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
         make_client, report_nb, tmp_path, hpc_state):
@@ -239,6 +260,7 @@ def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
     (root / h / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
     client = make_client({"loc": {"type": "local", "workdir": str(tmp_path / "jobs"),
                                   "environment": {"packages": ["toolz"], "keep_days": 30}}})
+    _full_disk(make_client, report_nb, tmp_path)
     job = client.wait(client.submit(build_spec(str(report_nb)), "loc").id, 300)
     text = client.logs(job.id).text
     assert job.state == "succeeded", text[-2000:]
