@@ -171,6 +171,13 @@ def test_rerun_says_what_differs_from_python_the_magic_and_the_cli(ip, notebooks
     assert [d for d in again.differences if d.startswith("input data.txt")], again.differences
     assert "input data.txt" in said and "changed" in said
     assert not [d for d in again.differences if d.startswith("notebook")]
+    # package versions that differ from the record are said too (one short line)
+    recorded = provenance.read(job.crate)
+    now = {**provenance.session_packages(), "papermill": "0.0.1", "brand-new": "1.0"}
+    said = provenance.differences(recorded, packages=now)
+    assert said[-1] == (
+        f"packages: papermill {recorded['packages']['papermill']} -> 0.0.1, brand-new 1.0 new"
+    ), said
     by_magic = ip.run_line_magic("hpc", f"rerun {job.id}")
     assert "input data.txt" in capsys.readouterr().out
 
