@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import time
 
-from .conftest import unique
+from .conftest import checked, unique
 
 
-def test_usage_records_size_changes_and_cost_so_far(lab):
+def test_usage_records_size_changes_and_cost_so_far(lab, spec_checker):
     name = unique("usage")
     r = lab.request("POST", "clusters", json={"name": name, "workers": 1,
                                               "config": {"max_workers": 2}})
@@ -28,6 +28,15 @@ def test_usage_records_size_changes_and_cost_so_far(lab):
             assert time.monotonic() < deadline, u
             time.sleep(0.5)
             u = lab.get(f"clusters/{name}/usage").json()
+        # the workers' load, from the scheduler's metrics (every 10 s), in the schema
+        deadline = time.monotonic() + 40
+        while not any(s["cpu"] is not None for s in u["samples"]):
+            assert time.monotonic() < deadline, u
+            time.sleep(0.5)
+            u = lab.get(f"clusters/{name}/usage").json()
+        u = checked(spec_checker, lab.get(f"clusters/{name}/usage")).json()
+        load = [s for s in u["samples"] if s["cpu"] is not None]
+        assert all(0 <= s["cpu"] <= 100 and s["memory"] > 0 for s in load), load
         ats = [s["at"] for s in u["samples"]]
         assert ats == sorted(ats)
         info = lab.get(f"clusters/{name}").json()
