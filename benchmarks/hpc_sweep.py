@@ -188,22 +188,29 @@ def ours(
 
 
 def instrument(client, calls: collections.Counter, ticks: list[int]) -> None:
-    """Count scheduler commands of the backend, and which of them each poll made."""
+    """Count scheduler commands of the backend, and how many each poll made (counted in
+    the poll's own thread, so a poll in flight while ``calls`` is cleared counts right)."""
+    import threading
+
     be = client.manager.registry.get("slurm")
     shell = be.shell
     run, poll = shell.run, be.poll
+    local = threading.local()
 
     def counted_run(argv, *a, **kw):
         if argv and argv[0] in SCHEDULER:
             calls[argv[0]] += 1
+            if getattr(local, "n", None) is not None:
+                local.n += 1
         return run(argv, *a, **kw)
 
     def counted_poll(jobs):
-        before = sum(calls.values())
+        local.n = 0
         try:
             return poll(jobs)
         finally:
-            ticks.append(sum(calls.values()) - before)
+            ticks.append(local.n)
+            local.n = None
 
     shell.run = counted_run
     be.poll = counted_poll
