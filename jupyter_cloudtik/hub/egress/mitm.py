@@ -963,6 +963,8 @@ def _read_body_coalesced(self, event):  # type: ignore[no-untyped-def]
 
 
 _GATE: _Fair | None = None
+# a hook is charged its wall time up to this (beyond it, it was waiting, not working)
+HOOK_CHARGE_CAP = 0.005
 
 
 def fair_reads(gate: _Fair) -> None:
@@ -1047,6 +1049,18 @@ def fair_reads(gate: _Fair) -> None:
                 _GATE.charge(self.client, time.perf_counter() - t0)
 
     mitm_server.ConnectionHandler.server_event = server_event
+
+    async def hook_task(self, hook):  # type: ignore[no-untyped-def]
+        # the add-ons' work for a hook is the client's too (ours: credentials, rules, the
+        # log line); its wall time, capped, since it may await a look-up
+        t0 = time.perf_counter()
+        await self.handle_hook(hook)
+        if _GATE is not None:
+            _GATE.charge(self.client, min(time.perf_counter() - t0, HOOK_CHARGE_CAP))
+        if hook.blocking:
+            await self.server_event(events.HookCompleted(hook))
+
+    mitm_server.ConnectionHandler.hook_task = hook_task
 
 
 class MitmEgressProxy:
