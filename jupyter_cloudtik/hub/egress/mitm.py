@@ -127,15 +127,18 @@ class _Fair:
     def __init__(self, addon: EgressAddon) -> None:
         self.addon = addon
         self.wait = 1.0 / max(0.01, min(1.0, addon.limits.client_loop_share)) - 1.0
-        self.small: weakref.WeakSet[connection.Connection] = weakref.WeakSet()
+        # connections whose last read was cheap to handle: read in full (64 KiB); the
+        # others, new ones included, in small pieces
+        self.cheap: weakref.WeakSet[connection.Connection] = weakref.WeakSet()
 
     def _others_active(self, key: str, now: float) -> bool:
         return any(k != key and c.seen > now - self.ACTIVE
                    for k, c in self.addon.clients.items())
 
     def size(self, conn: connection.Connection) -> int:
-        """How much to read next from ``conn``: little after a read that was expensive."""
-        return 2048 if conn in self.small else 65535
+        """How much to read next from ``conn``: little at first and after a read that was
+        expensive (64 KiB of one-byte chunks is one long step of the loop)."""
+        return 65535 if conn in self.cheap else 2048
 
     async def pace(self, client: connection.Client) -> asyncio.Lock | None:
         """Before data read for ``client`` is handled: while it is over its share, its
@@ -158,9 +161,9 @@ class _Fair:
         """A read of ``conn`` took ``spent`` to handle: the next one is small if it was
         expensive."""
         if spent > self.SLOW:
-            self.small.add(conn)
+            self.cheap.discard(conn)
         else:
-            self.small.discard(conn)
+            self.cheap.add(conn)
 
     def charge(self, client: connection.Client, spent: float) -> None:
         """``client``'s connection handler used the loop for ``spent`` (any event: data,
