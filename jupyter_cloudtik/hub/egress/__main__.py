@@ -55,21 +55,26 @@ def _apply(proxy: Any, line: bytes) -> None:
     _emit({"applied": seq, "clients": len(config.clients), "rules": len(config.rules)})
 
 
+def _limits(args: argparse.Namespace) -> Limits:
+    """The limits of the command line (ValueError naming a bad one)."""
+    return Limits(client_connections=args.client_connections,
+                  client_requests=args.client_requests,
+                  client_lookups=args.client_lookups,
+                  client_handshakes=args.client_handshakes,
+                  connect_timeout=args.connect_timeout,
+                  response_timeout=args.response_timeout,
+                  idle_timeout=args.idle_timeout,
+                  handshake_timeout=args.handshake_timeout,
+                  lookup_timeout=args.lookup_timeout,
+                  lookup_threads=args.lookup_threads,
+                  min_body_rate=args.min_body_rate,
+                  body_grace=args.body_grace,
+                  client_loop_share=args.client_loop_share)
+
+
 async def _main(args: argparse.Namespace) -> int:
     ca = DeploymentCA.load_or_create(Path(args.ca_dir))
-    limits = Limits(client_connections=args.client_connections,
-                    client_requests=args.client_requests,
-                    client_lookups=args.client_lookups,
-                    client_handshakes=args.client_handshakes,
-                    connect_timeout=args.connect_timeout,
-                    response_timeout=args.response_timeout,
-                    idle_timeout=args.idle_timeout,
-                    handshake_timeout=args.handshake_timeout,
-                    lookup_timeout=args.lookup_timeout,
-                    lookup_threads=args.lookup_threads,
-                    min_body_rate=args.min_body_rate,
-                    body_grace=args.body_grace,
-                    client_loop_share=args.client_loop_share)
+    limits = _limits(args)
     # idle sockets are cheap for asyncio; file descriptors are the limit that counts
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
@@ -146,6 +151,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(asctime)s egress %(levelname)s %(message)s")
     # mitmproxy's own info lines (client connect/disconnect) are noise; warnings stay
     logging.getLogger("mitmproxy").setLevel(os.environ.get("EGRESS_MITM_LOG", "WARNING"))
+    try:
+        _limits(args)
+    except ValueError as e:
+        p.error(str(e))  # one line naming the limit and what is allowed; exit 2
     with contextlib.suppress(KeyboardInterrupt):
         return asyncio.run(_main(args))
     return 0
