@@ -92,8 +92,10 @@ class Limits:
     # per client (one authenticated user; the peer address before it authenticated or when
     # it is anonymous): what one client may hold of what all share
     client_connections: int = 256    # open connections; more are answered 429 and closed
-    client_requests: int = 16        # kept for the CLI; mitmproxy serves one request per
-                                     # connection at a time, client_connections bounds them
+    client_requests: int = 16        # not enforced (kept for the CLI): an HTTP/1 connection
+                                     # carries one request at a time, client_connections
+                                     # bounds those; HTTP/2 streams inside an interception
+                                     # are mitmproxy's (its own stream limits)
     client_lookups: int = 4          # name look-ups at once; more wait their turn
     client_handshakes: int = 4       # TLS set-ups (intercepted CONNECTs) at once
     lookup_timeout: float = 5.0      # one look-up (waiting for a slot included): then 504
