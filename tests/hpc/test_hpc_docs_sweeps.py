@@ -51,6 +51,7 @@ def test_sweeps_section_on_a_real_slurm(slurm, tmp_path, monkeypatch, ip):
     assert list(table["result"]) == [6.0, 60.0, 30.0, 300.0]  # alpha * n * (1+2+3)
     assert all(o == ["result.csv"] for o in table["outputs"])
 
+    ip.init_user_ns()  # an earlier test's teardown cleared it (the displayhook needs _oh)
     result = ip.run_cell(magics.text)
     assert result.error_in_exec is None and result.error_before_exec is None, result
     magic_sweep = ip.user_ns["sweep"]
