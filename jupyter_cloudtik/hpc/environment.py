@@ -184,6 +184,15 @@ def _requirements(path: str) -> list[str]:
     return out
 
 
+def _direct_reference(entry: str) -> bool:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        return Requirement(entry).url is not None
+    except InvalidRequirement:
+        return False
+
+
 def wheel_tags(path: Path) -> set[Any]:
     from packaging.utils import parse_wheel_filename
 
@@ -266,6 +275,15 @@ def lock(packages: Any, requirements: str | None, cache: Path,
                               "a wheel file in environment.requirements)",
                               field=f"environment.packages.{i}", value=e)
     rtenv.check_pip_entries(entries, "environment.packages")
+    for i, e in enumerate(packages if isinstance(packages, (list, tuple)) else []):
+        # 'name @ file:///folder' or 'name @ https://...' is a folder or an archive that
+        # ``pip wheel`` would fetch and build (running its setup code) on this side: on a
+        # hub, the sidekick's machine, past its location policy and egress proxy
+        if _direct_reference(str(e)):
+            raise ConfigError(f"environment.packages.{i}: {e!r} is a direct reference "
+                              "(NAME @ URL); give the name of a package installed in the "
+                              "session (or a wheel file in environment.requirements)",
+                              field=f"environment.packages.{i}", value=e)
     try:
         wheels, pins = rtenv.collect([*entries, *RUNNER], packages == "session", cache, {})
         wheels += rtenv.wheels_for({"pip": rtenv.md.version("pip")}, cache)

@@ -273,3 +273,28 @@ def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
     got = _env_json(client, job.id, tmp_path)
     assert got["dists"]["toolz"] == md.version("toolz")
     assert got["executable"].startswith(str(env))
+
+
+def test_a_direct_reference_in_packages_is_refused_before_anything_is_built(
+        make_client, report_nb, tmp_path):
+    """``packages`` are names of the session's packages: ``NAME @ URL`` would have
+    ``pip wheel`` fetch and build a folder or an archive on the submitting side (the
+    sidekick's machine on a hub, past its location policy), running its setup code."""
+    project = tmp_path / "evil"
+    project.mkdir()
+    marker = tmp_path / "built-here"
+    (project / "setup.py").write_text(
+        f"open({str(marker)!r}, 'w').write('ran')\n"
+        "from setuptools import setup\nsetup(name='evil', version='1.0')\n")
+    client = make_client({"loc": {"type": "local", "workdir": str(tmp_path / "jobs")}})
+    for i, entry in enumerate([f"evil @ {project.as_uri()}",
+                               "evil @ https://example.invalid/evil-1.0.tar.gz"]):
+        spec = build_spec(str(report_nb), packages=["toolz", entry][i:])
+        with pytest.raises(ConfigError) as e:
+            client.submit(spec, "loc")
+        msg = str(e.value)
+        assert "\n" not in msg and msg.startswith(f"environment.packages.{1 - i}: "), msg
+        assert "is a direct reference (NAME @ URL)" in msg, msg
+        assert e.value.field == f"environment.packages.{1 - i}"
+    assert not marker.exists()  # its setup code never ran here
+    assert client.list() == []  # nothing recorded
