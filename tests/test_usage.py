@@ -98,3 +98,25 @@ def test_load_of_an_identity_without_metrics_is_none():
         }
     }
     assert usage.load_from_identity(two) == {"cpu": 50.0, "memory": 50, "memory_limit": 200}
+
+
+def test_load_of_an_answer_of_another_shape_is_none():
+    """The head is the cluster owner's machine: whatever its scheduler's HTTP server
+    answers, the sampler gets no figure (and goes on with the other clusters), never an
+    exception."""
+    bad = [
+        [],  # not an object
+        {"workers": ["a"]},
+        {"workers": {"a": "x"}},
+        {"workers": {"a": {"metrics": ["cpu", "memory"]}}},
+        {"workers": {"a": {"metrics": {"cpu": {"x": 1}, "memory": 1}}}},
+        {"workers": {"a": {"metrics": {"cpu": 1.0, "memory": "lots"}}}},
+        {"workers": {"a": {"metrics": {"cpu": "nan", "memory": 1}}}},
+        {"workers": {"a": {"metrics": {"cpu": 1.0, "memory": 1e400}}}},
+    ]
+    for answer in bad:
+        assert usage.load_from_identity(answer) is None, answer
+    # threads that sum to nothing: no division by zero (each worker has at least one)
+    odd = {"workers": {"a": {"nthreads": -1, "metrics": {"cpu": 1.0, "memory": 1}},
+                       "b": {"nthreads": 1, "metrics": {"cpu": 1.0, "memory": 1}}}}
+    assert usage.load_from_identity(odd) == {"cpu": 1.0, "memory": 2, "memory_limit": 0}

@@ -60,20 +60,25 @@ def load_from_identity(identity: dict[str, Any]) -> dict[str, Any] | None:
     workers' CPU use in percent of their threads (0..100; a worker's ``metrics.cpu`` is
     its process's percent of one core), ``memory`` the bytes their processes hold,
     ``memory_limit`` the sum of their limits (0 when none is set).  None without workers
-    or metrics (nothing to plot, not a zero)."""
+    or metrics (nothing to plot, not a zero), and None for an answer of another shape: the
+    head is the cluster owner's machine, and what it answers must not stop the samples of
+    the other clusters."""
     threads = used = limit = 0
     cpu = 0.0
     seen = False
-    for w in (identity.get("workers") or {}).values():
-        metrics = w.get("metrics") or {}
-        if "cpu" not in metrics or "memory" not in metrics:
-            continue
-        seen = True
-        threads += int(w.get("nthreads") or 1)
-        cpu += float(metrics["cpu"] or 0.0)
-        used += int(metrics["memory"] or 0)
-        limit += int(w.get("memory_limit") or 0)
-    if not seen:
+    try:
+        for w in (identity.get("workers") or {}).values():
+            metrics = w.get("metrics") or {}
+            if "cpu" not in metrics or "memory" not in metrics:
+                continue
+            seen = True
+            threads += max(int(w.get("nthreads") or 1), 1)
+            cpu += float(metrics["cpu"] or 0.0)
+            used += int(metrics["memory"] or 0)
+            limit += int(w.get("memory_limit") or 0)
+    except (AttributeError, TypeError, ValueError, OverflowError):
+        return None
+    if not seen or cpu != cpu:  # NaN: no figure
         return None
     return {
         "cpu": round(min(max(cpu / threads, 0.0), 100.0), 1),
