@@ -801,8 +801,11 @@ def read_recorded(nb: bytes | str | dict[str, Any]) -> dict[str, Any]:
         except (ValueError, UnicodeDecodeError):
             return {}
     out: dict[str, Any] = {}
-    for cell in nb.get("cells") or []:
-        for o in cell.get("outputs") or []:
+    # the notebook is what the job wrote (the user's code): another shape records nothing
+    cells = nb.get("cells") if isinstance(nb, dict) else None
+    for cell in cells if isinstance(cells, list) else []:
+        outputs = cell.get("outputs") if isinstance(cell, dict) else None
+        for o in outputs if isinstance(outputs, list) else []:
             data = o.get("data") if isinstance(o, dict) else None
             if not isinstance(data, dict):
                 continue

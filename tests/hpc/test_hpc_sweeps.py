@@ -11,7 +11,7 @@ import pytest
 
 from jupyter_cloudtik.core.errors import ConfigError
 from jupyter_cloudtik.hpc.api import Job, Sweep
-from jupyter_cloudtik.hpc.sweeps import expand
+from jupyter_cloudtik.hpc.sweeps import expand, read_recorded
 
 from .conftest import _nb, wait_for
 
@@ -37,6 +37,18 @@ def sweep_nb(tmp_path):
     path = d / "sweep.ipynb"
     path.write_text(json.dumps(nb))
     return path, flag
+
+
+def test_recorded_values_of_a_notebook_of_another_shape_are_none():
+    """The output notebook is what the job wrote (the user's code): a shape that is no
+    notebook's records nothing, it never fails the sweep's results (a 500)."""
+    scrap = {"application/scrapbook.scrap.json+json": {"name": "x", "data": 1}}
+    good = {"cells": [{"outputs": [{"data": scrap}]}]}
+    assert read_recorded(json.dumps(good)) == {"x": 1}
+    for bad in ("[]", "3", '{"cells": {"a": 1}}', '{"cells": ["text"]}',
+                '{"cells": [{"outputs": "x"}]}', '{"cells": [{"outputs": [1, null]}]}',
+                b"\xff"):
+        assert read_recorded(bad) == {}, bad
 
 
 def test_expand_grid_zip_and_elements():
