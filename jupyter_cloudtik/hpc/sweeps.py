@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import locations as locs
-from ..core.errors import CloudTikError, ConfigError, NotFoundError
+from ..core.errors import CloudTikError, ConfigError
 from ..core.ids import resolve_row
 from ..core.operations import OperationContext
 from ..core.store import dumps, loads
@@ -656,12 +656,19 @@ class SweepManager:
         rows = self._element_rows(sweep["id"])
         mgr = self.jobs
         if element is not None:
-            match = [r for r in rows if r["idx"] == element]
-            if not match:
-                raise NotFoundError(
-                    f"element: the sweep has no element {element!r} (it has 0-{len(rows) - 1})",
+            # a bool is an int to Python (True == 1): refuse it, and any other type or an
+            # index out of range, as bad input
+            if (
+                isinstance(element, bool)
+                or not isinstance(element, int)
+                or not 0 <= element < len(rows)
+            ):
+                raise ConfigError(
+                    f"element: {element!r} is not an element index of the sweep (a whole "
+                    f"number 0-{len(rows) - 1})",
                     field="element",
                 )
+            match = [r for r in rows if r["idx"] == element]
             await mgr.cancel(match[0]["id"])
             return self.get(sweep["id"])
         self._set(sweep["id"], cancel_requested=1)

@@ -159,11 +159,17 @@ def test_cancel_one_element_then_the_local_sweep(make_client, notebooks):
         timeout=120,
         what="two elements running",
     )
+    # True is no element 1 (bool is an int to Python), and 4 (of 0-3) is out of range
+    for bad in (True, 4):
+        with pytest.raises(ConfigError) as e:
+            s.cancel(element=bad)
+        assert e.value.field == "element" and "0-3" in e.value.message, e.value.message
     s.cancel(element=0)
     wait_for(
         lambda: s.info.elements[0]["state"] == "cancelled", timeout=60, what="element 0 cancelled"
     )
     assert s.info.state in ("running", "queued")
+    assert [e["state"] for e in s.info.elements].count("cancelled") == 1, s.info.elements
     s.cancel()
     info = s.wait(60)
     assert info.state == "cancelled" and info.counts["cancelled"] == 4, str(s)

@@ -133,3 +133,24 @@ def test_bad_sweeps_over_rest_name_the_field(lab, spec_checker, sweep_files):
         assert "Traceback" not in resp.text
     assert len(lab.get("jobs").json()["jobs"]) == before  # nothing was recorded
     assert checked(spec_checker, lab.get("jobs/sweeps/sfeedbee")).status_code == 404
+
+
+def test_cancel_element_of_another_type_or_range_is_400(lab, spec_checker, sweep_files):
+    """``true`` is no element 1, and "1", 1.0 or 2 (of 0-1) are bad input, not a 404."""
+    long = lab.request(
+        "POST", "jobs/sweeps",
+        json={"notebook": "sweeps-api/long.ipynb", "zip": {"seconds": [300, 301]}},
+    ).json()["sweep"]
+    try:
+        for bad in (True, False, "1", 1.0, [1], 2, -1):
+            resp = checked(spec_checker, lab.request(
+                "POST", f"jobs/sweeps/{long['id']}/cancel", json={"element": bad}))
+            assert resp.status_code == 400, (bad, resp.text)
+            body = resp.json()
+            assert body["field"] == "element" and "\n" not in body["message"], body
+            assert "Traceback" not in resp.text
+        sweep = lab.get(f"jobs/sweeps/{long['id']}").json()
+        assert sweep["counts"]["cancelled"] == 0, sweep  # nothing was cancelled
+    finally:
+        lab.request("DELETE", f"jobs/sweeps/{long['id']}")
+        wait_sweep(lab, long["id"], timeout=60)
