@@ -255,7 +255,11 @@ def main() -> None:
     client = JobsClient(
         settings=CloudTik(state_dir=os.environ["CLOUDTIK_STATE_DIR"]),
         hpc=HPC(
-            backends={"slurm": {"type": "slurm", "env": cluster.env, "workdir": str(base / "jobs")}}
+            backends={
+                "slurm": {"type": "slurm", "env": cluster.env, "workdir": str(base / "jobs")}
+            },
+            # the admin's ceiling: a sweep may not ask for more than this
+            sweep_max_concurrent=max(1, args.max_concurrent),
         ),
     )
     calls: collections.Counter = collections.Counter()

@@ -99,7 +99,8 @@ class HPC(Configurable):
         32, help="How many elements of a sweep run at once unless the sweep says "
                  "(max_concurrent): Slurm's --array=0-N%LIMIT; on backends without job "
                  "arrays (local, ARC, FirecREST, Dask), at most this many of its jobs are "
-                 "submitted and not yet ended."
+                 "submitted and not yet ended. Also the ceiling: a sweep asking for more "
+                 "is refused."
     ).tag(config=True)
 
     def backend_configs(self) -> dict[str, dict[str, Any]]:

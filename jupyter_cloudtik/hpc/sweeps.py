@@ -273,7 +273,15 @@ class SweepManager:
                 f"max_concurrent: {max_concurrent!r} is not a whole number of at least 1",
                 field="max_concurrent",
             )
-        concurrent = max_concurrent or max(1, int(hpc.sweep_max_concurrent))
+        ceiling = max(1, int(hpc.sweep_max_concurrent))
+        if max_concurrent is not None and max_concurrent > ceiling:
+            # the admin's value is a ceiling: a user's request cannot raise it
+            raise ConfigError(
+                f"max_concurrent: {max_concurrent!r} is more than HPC.sweep_max_concurrent "
+                f"allows (at most {ceiling})",
+                field="max_concurrent",
+            )
+        concurrent = max_concurrent or ceiling
         if not spec.notebook:
             raise ConfigError(
                 "notebook: a sweep runs a notebook with each element's parameters; give a notebook",

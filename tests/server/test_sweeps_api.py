@@ -124,6 +124,8 @@ def test_bad_sweeps_over_rest_name_the_field(lab, spec_checker, sweep_files):
         ),  # 1100 elements > HPC.max_sweep_elements (1000)
         ({"notebook": nb, "grid": {"alpha": [1]}, "backend": "nope"}, 400, "backend"),
         ({"grid": {"alpha": [1]}}, 400, "body"),
+        # HPC.sweep_max_concurrent (32 here) is a ceiling, not a default a user raises
+        ({"notebook": nb, "grid": {"alpha": [1]}, "max_concurrent": 33}, 400, "max_concurrent"),
     ]
     before = len(lab.get("jobs").json()["jobs"])
     for body, status, field in cases:
@@ -133,6 +135,11 @@ def test_bad_sweeps_over_rest_name_the_field(lab, spec_checker, sweep_files):
         assert "Traceback" not in resp.text
     assert len(lab.get("jobs").json()["jobs"]) == before  # nothing was recorded
     assert checked(spec_checker, lab.get("jobs/sweeps/sfeedbee")).status_code == 404
+
+    resp = lab.request("POST", "jobs/sweeps", json={
+        "notebook": nb, "grid": {"alpha": [1]}, "max_concurrent": 1000})
+    msg = resp.json()["message"]
+    assert "\n" not in msg and "1000" in msg and "at most 32" in msg, msg
 
 
 def test_cancel_element_of_another_type_or_range_is_400(lab, spec_checker, sweep_files):
