@@ -186,6 +186,17 @@ def redact(location: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+# a URL in prose: its last character is no sentence punctuation ("to URL: HTTP 403")
+_URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]*[^\s'"<>`.,;:)\]]""")
+
+
+def redact_text(text: str) -> str:
+    """``text`` (a failure message: a stage-out error names where it copied to) with
+    every URL in it redacted as ``redact`` does a location: the message goes into a
+    crate that is shared, and a location's ``user:password@`` or ``?sig=`` must not."""
+    return _URL_IN_TEXT.sub(lambda m: redact(m.group(0)), text)
+
+
 def session_packages() -> dict[str, str]:
     """This session's installed packages (normalized name -> version), read as a job's
     snapshot reads its own."""
@@ -485,7 +496,7 @@ def build(
         "endTime": _iso((after or {}).get("time") or job.get("finished_at")),
     }
     if not ok:
-        props["error"] = reason or state
+        props["error"] = redact_text(reason or state)
     container = (plan.get("environment") or {}).get("container")
     if container:
         props["containerImage"] = _container(entity, container)

@@ -289,3 +289,31 @@ def test_redact_leaves_no_credentials():
         "ref=https://REDACTED@h.org/x?token=REDACTED&sig=REDACTED&a=1"
     )
     assert r("/data/in.csv") == "/data/in.csv" and r("daint:/store/x") == "daint:/store/x"
+
+
+def test_a_failure_message_goes_into_the_crate_redacted(tmp_path):
+    """A stage-out failure names where it copied to: the crate (shared with others)
+    gets that message with the URL's credentials redacted, and nothing else of it lost."""
+    import time
+
+    reason = (
+        f"stage-out failed: copying results to https://alice:{SECRET}@store.example/out"
+        f"?sig={SECRET}&a=1: HTTP 403 Forbidden (see s3://bob:{SECRET}@bucket/x)"
+    )
+    now = time.time()
+    job = {"id": "j1234567", "name": "stage", "backend": "here", "backend_type": "local",
+           "native_id": "1", "user": "u", "submitted_at": now - 5, "started_at": now - 4,
+           "finished_at": now}
+    crate = provenance.build(
+        tmp_path / "crate", job=job, spec={"command": ["true"]}, plan={}, state="failed",
+        reason=reason, exit_code=0, before=None, after=None, notebook=None,
+        parameters_file=None,
+    )
+    files = [p for p in (tmp_path / "crate").rglob("*") if p.is_file()]
+    assert crate.is_file()
+    assert all(SECRET not in p.read_text(errors="replace") for p in files)
+    action = action_of(graph_of(tmp_path / "crate"))
+    assert action["error"] == (
+        "stage-out failed: copying results to https://REDACTED@store.example/out"
+        "?sig=REDACTED&a=1: HTTP 403 Forbidden (see s3://REDACTED@bucket/x)"
+    )
