@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import ConfigError
 from ..core.operations import Event
 from ..rest_client import RestBackend, _seg
 from .base import JobSpec, LogChunk, OutputFile, follow_logs
@@ -136,6 +137,15 @@ class RestJobsClient:
     def _body(self, spec: JobSpec, backend: str | None) -> dict[str, Any]:
         r, a = spec.resources, spec.attributes
         env = spec.environment
+        if env is not None and env.requirements:
+            # the REST body has no requirements: sent as it was, the file would be dropped
+            # and the job would run with other packages than asked; its path is this
+            # kernel's, which the server must never read for a request
+            raise ConfigError(
+                f"environment.requirements: {env.requirements!r} is not sent to the server "
+                "(a requirements file is read only where the job is submitted); give "
+                "packages by name (packages=[...]) instead",
+                field="environment.requirements", value=env.requirements)
         body: dict[str, Any] = {
             "notebook": _absolute(spec.notebook) if spec.notebook else None,
             "command": spec.command, "backend": backend, "name": spec.name,

@@ -171,3 +171,32 @@ def test_cancel_over_rest(lab, spec_checker, job_files):
     assert wait_job(lab, job["id"], timeout=60)["state"] == "cancelled"
     outside = lab.request("POST", f"jobs/{job['id']}/fetch", json={"dest": "/tmp"})
     assert outside.status_code == 403 and outside.json()["field"] == "dest"
+
+
+def test_requirements_are_refused_by_the_rest_client_not_dropped(lab, job_files, tmp_path):
+    """The REST body has no requirements: the real REST client against the real server
+    refuses a spec with a requirements file in one line (before, it was dropped and the
+    job ran with other packages than asked), and nothing reaches the server."""
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.hpc.base import Environment, JobSpec
+    from jupyter_cloudtik.hpc.rest import RestJobsClient
+    from jupyter_cloudtik.rest_client import RestBackend
+
+    req = tmp_path / "requirements.txt"
+    req.write_text("numpy==1.26.4\n")
+    client = RestJobsClient(RestBackend(lab.api_url, lab.token))
+    before = len(client.list(limit=1000))
+    nb = str(job_files / "param.ipynb")
+    spec = JobSpec(notebook=nb, environment=Environment(requirements=str(req)))
+    for call in (lambda: client.submit(spec, "local"),
+                 lambda: client.sweep(spec, "local", grid={"factor": [1, 2]})):
+        with pytest.raises(ConfigError) as e:
+            call()
+        assert e.value.field == "environment.requirements", e.value.message
+        assert str(req) in e.value.message and "\n" not in e.value.message
+    assert len(client.list(limit=1000)) == before
+    # the same spec without the file is sent and runs
+    info = client.submit(JobSpec(notebook=nb, parameters={"factor": 2},
+                                 inputs=[str(job_files / "data.txt")]), "local")
+    done = wait_job(lab, info.id)
+    assert done["state"] == "succeeded", done
