@@ -103,6 +103,13 @@ class HPC(Configurable):
                  "is refused."
     ).tag(config=True)
 
+    sweep_results_max_bytes = Int(
+        64 << 20, help="Most bytes of executed notebooks one sweep's results table reads "
+                       "(the values they recorded), all elements together: it is read in "
+                       "the server for whoever asks. Rows past it say their values were "
+                       "not read (fetch those notebooks to see them)."
+    ).tag(config=True)
+
     def backend_configs(self) -> dict[str, dict[str, Any]]:
         configs: dict[str, dict[str, Any]] = {k: dict(v) for k, v in DEFAULT_BACKENDS.items()}
         path = self.config_file or os.environ.get(CONFIG_ENV, "")

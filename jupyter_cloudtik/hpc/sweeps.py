@@ -90,6 +90,8 @@ ARRAY, BOUNDED = "array", "bounded"
 # back (the claiming process died between the claim and sbatch's answer): submit_array
 # with the same key answers the first submission's ids if sbatch did run
 ARRAY_CLAIM_STALE = 300.0
+# most bytes of one element's executed notebook the results table reads (its values)
+RESULTS_NOTEBOOK_MAX = 16 << 20
 
 
 @dataclass
@@ -733,10 +735,18 @@ class SweepManager:
 
     async def results(self, sweep_id: str, user: str | None = None) -> list[dict[str, Any]]:
         """One row per element: its index, job, state, parameters, the values its notebook
-        recorded (scrapbook's ``glue`` or ``hpc.recording.record``) and its outputs."""
+        recorded (scrapbook's ``glue`` or ``hpc.recording.record``) and its outputs.
+
+        Bounded, as this runs in the server (or a hub's sidekick) for whoever asks: each
+        executed notebook is read (at most ``RESULTS_NOTEBOOK_MAX``) and parsed in a worker
+        thread, never on the event loop, one element after the other, and all of them
+        together at most ``HPC.sweep_results_max_bytes``; a row whose notebook is not read
+        says so and why in ``unread`` (its values can still be had by fetching it)."""
         sweep = self._sweep_row(sweep_id, user)
         mgr = self.jobs
         be = mgr.registry.get(sweep["backend"])
+        budget = max(0, int(getattr(mgr.hpc, "sweep_results_max_bytes", 64 << 20)))
+        left = budget
         out = []
         for r in self._element_rows(sweep["id"]):
             params = loads(r["element_parameters"], {})
@@ -750,17 +760,20 @@ class SweepManager:
             }
             recorded: dict[str, Any] = {}
             outputs: list[str] = []
+            unread: str | None = None
             if r["native_id"] and r["state"] in (SUCCEEDED, FAILED):
                 nb_out = plan.get("output_notebook")
                 try:
+                    listed = await mgr.outputs(r["id"])
+                    outputs = [f.name for f in listed if f.name != nb_out and not f.is_dir]
                     if nb_out:
-                        data = await mgr.read_file(r["id"], nb_out)
-                        recorded = read_recorded(data)
-                    outputs = [
-                        f.name
-                        for f in await mgr.outputs(r["id"])
-                        if f.name != nb_out and not f.is_dir
-                    ]
+                        size = next((f.size for f in listed if f.name == nb_out), None)
+                        data, unread = await self._read_notebook(
+                            r["id"], nb_out, size, left, budget
+                        )
+                        if data is not None:
+                            left -= len(data)
+                            recorded = await asyncio.to_thread(read_recorded, data)
                 except (CloudTikError, OSError):
                     pass  # not there (the job ended before writing): no values
             for k, v in recorded.items():
@@ -769,8 +782,31 @@ class SweepManager:
             row["crate"] = _crate(mgr, r)
             row["location"] = spec.get("output") or _job_folder(be, r["id"])
             row["reason"] = r["reason"]
+            if unread:
+                row["unread"] = unread
             out.append(row)
         return out
+
+    async def _read_notebook(
+        self, job_id: str, name: str, size: int | None, left: int, budget: int
+    ) -> tuple[bytes | None, str | None]:
+        """(the executed notebook, None), or (None, why it is not read)."""
+        cap = min(RESULTS_NOTEBOOK_MAX, left)
+        too_big = (
+            f"values not read: its executed notebook {name} is larger than "
+            f"{RESULTS_NOTEBOOK_MAX} bytes; fetch it to see them"
+        )
+        spent = (
+            f"values not read: this results table already read {budget - left} bytes of "
+            f"executed notebooks (HPC.sweep_results_max_bytes = {budget}); fetch this "
+            "element's notebook to see them"
+        )
+        if size is not None and size > cap:
+            return None, too_big if size > RESULTS_NOTEBOOK_MAX else spent
+        data = await self.jobs.read_file(job_id, name, cap + 1)
+        if len(data) > cap:  # its size was not listed, and it is larger
+            return None, too_big if cap == RESULTS_NOTEBOOK_MAX else spent
+        return data, None
 
 
 def _crate(mgr: Any, row: Any) -> str | None:

@@ -322,3 +322,33 @@ def test_sweep_on_backends_without_an_array(kind, make_client, backend_configs, 
     rows = c.sweep_results(s.id)
     assert [(r["alpha"], r["score"]) for r in rows] == [(1, 3), (5, 15)]
     assert all("out.txt" in r["outputs"] for r in rows), rows
+
+
+def test_results_read_at_most_the_budget_and_say_what_was_not_read(make_client, tmp_path):
+    """The results table is read in the server for whoever asks: past
+    HPC.sweep_results_max_bytes of executed notebooks, the rows say their values were
+    not read and why, and still list their outputs."""
+    nb = tmp_path / "big.ipynb"
+    nb.write_text(json.dumps(_nb(
+        ("alpha = 1", ["parameters"]),
+        ("from jupyter_cloudtik.hpc import record\nrecord('big', 'x' * 200_000)\n"
+         "record('alpha2', alpha * 2)\nopen('out.txt', 'w').write('x')", []),
+    )))
+    c = make_client({"local": {"type": "local"}})
+    s = Job.sweep(str(nb), grid={"alpha": [1, 2, 3]}, client=c, max_concurrent=3)
+    info = s.wait(180)
+    assert info.state == "succeeded", str(s)
+    rows = c.sweep_results(s.id)
+    assert [r["alpha2"] for r in rows] == [2, 4, 6] and not any("unread" in r for r in rows)
+    first = {o.name: o.size for o in c.outputs(rows[0]["job"])}
+    size = max(v for k, v in first.items() if k.endswith(".ipynb"))
+    assert size > 200_000
+    # room for one and a half notebooks: the first is read, the others are not
+    c.manager.hpc.sweep_results_max_bytes = size * 3 // 2
+    rows = c.sweep_results(s.id)
+    assert rows[0]["alpha2"] == 2 and len(rows[0]["big"]) == 200_000
+    assert "unread" not in rows[0]
+    for r in rows[1:]:
+        assert "alpha2" not in r and "big" not in r, r.keys()
+        assert "HPC.sweep_results_max_bytes" in r["unread"] and "\n" not in r["unread"]
+        assert r["outputs"] == ["out.txt"] and r["state"] == "succeeded"
