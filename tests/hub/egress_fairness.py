@@ -232,7 +232,11 @@ def configure(http_port: int, abuse_port: int, tls_port: int
               "users": ["abuser"]},
              {"id": "fair-tls", "host": "127.0.0.1", "port": tls_port,
               "header": "Authorization", "value": "Bearer " + uuid.uuid4().hex,
-              "users": ["abuser"]}]
+              "users": ["abuser"]},
+             # the honest client's TLS set-ups are intercepted too (test_same_host_users)
+             {"id": "fair-tls-normal", "host": "127.0.0.1", "port": tls_port,
+              "header": "Authorization", "value": "Bearer " + uuid.uuid4().hex,
+              "users": ["normal"]}]
     return clients, rules, Setup(0, http_port, abuse_port, tls_port, normal, abuser)
 
 
@@ -382,8 +386,25 @@ async def _slow_tls(setup: Setup, stop: float) -> None:
     await asyncio.gather(*(one(i) for i in range(100)))
 
 
-_RUNNERS = {"slow-names": _slow_names, "tiny-chunk-upload": _tiny_chunks,
-            "slow-body": _slow_body, "many-connections": _many_connections,
+async def _preauth_idle(setup: Setup, stop: float) -> None:
+    """3,000 connections that never send a byte (nobody's yet: no credentials), renewed
+    as the proxy closes them."""
+
+    async def one(i: int) -> None:
+        while time.monotonic() < stop:
+            with contextlib.suppress(OSError, asyncio.TimeoutError):
+                r, w = await _open(setup)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(r.read(1), max(0.1, stop - time.monotonic()))
+                w.close()
+            await asyncio.sleep(0.05)
+
+    await asyncio.gather(*(one(i) for i in range(3000)))
+
+
+_RUNNERS = {"preauth-idle": _preauth_idle, "slow-names": _slow_names,
+            "tiny-chunk-upload": _tiny_chunks, "slow-body": _slow_body,
+            "many-connections": _many_connections,
             "slow-tls": _slow_tls}
 
 

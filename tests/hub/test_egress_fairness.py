@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import re
 import shutil
 import socket
+import ssl
 import time
+import uuid
 from pathlib import Path
 
 import egress_fairness as ef
@@ -37,6 +40,9 @@ pytestmark = [pytest.mark.skipif(ef.available() is not None, reason=ef.available
 BOUND_MS = 5000
 
 
+_RUN: dict = {}
+
+
 @pytest.fixture(scope="module")
 def fair(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("egress-fair")
@@ -45,13 +51,17 @@ def fair(tmp_path_factory):
             ef.name_server() as dns_ip:
         python = ef.resolving_python(tmp, dns_ip, egress_python())
         sup = EgressSupervisor(tmp / "state", upstream_ca_bundle=str(upstream_ca),
-                               no_proxy="", deny_networks=[], python=python)
+                               no_proxy="", deny_networks=[], python=python,
+                               # idle clients forgotten soon (test_idle_clients_are_forgotten)
+                               extra_args=["--client-forget-seconds", "2"])
         loop.run_until_complete(sup.start())
         try:
             clients, rules, setup = ef.configure(http_port, abuse_port, tls_port)
             loop.run_until_complete(sup.update(clients, rules))
             setup.proxy_port = sup.port
             setup.log = sup.log_path  # type: ignore[attr-defined]
+            # not on setup: it is pickled for the abuser's process
+            _RUN.update(sup=sup, loop=loop, clients=clients, rules=rules)
             yield setup
         finally:
             loop.run_until_complete(sup.stop())
@@ -111,3 +121,100 @@ def test_keepalive_under_cpu_load_never_stalls(fair):
             assert r.status_code == 200
     s.close()
     assert max(lat) < 2.0, f"slowest keep-alive GET {max(lat):.2f} s"
+
+
+def _fresh_requests(fair, n: int) -> list[str]:
+    """``n`` rounds of what an honest user on the same host does with new connections: a
+    plain GET on a connection of its own, and a CONNECT whose TLS is intercepted (a TLS
+    set-up slot) then a GET inside.  What went wrong, one line each."""
+    auth = base64.b64encode(f"{fair.normal[0]}:{fair.normal[1]}".encode()).decode()
+    ctx = ssl.create_default_context(cafile=str(_RUN['sup'].ca_cert_path))
+    bad = []
+    for i in range(n):
+        host = f"f{i}-{uuid.uuid4().hex[:6]}.fast.test:{fair.http_port}"
+        with socket.create_connection(("127.0.0.1", fair.proxy_port), timeout=30) as s:
+            s.sendall(f"GET http://{host}/x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                      f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            head = s.recv(4096)
+            if not head.startswith(b"HTTP/1.1 200"):
+                bad.append(f"plain GET {i}: {head[:120]!r}")
+        target = f"127.0.0.1:{fair.tls_port}"
+        with socket.create_connection(("127.0.0.1", fair.proxy_port), timeout=30) as s:
+            s.sendall(f"CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n"
+                      f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = s.recv(4096)
+                if not chunk:
+                    break
+                head += chunk
+            if not head.startswith(b"HTTP/1.1 200"):
+                bad.append(f"CONNECT {i}: {head[:120]!r}")
+                continue
+            with ctx.wrap_socket(s, server_hostname="127.0.0.1") as t:
+                t.sendall(f"GET /x HTTP/1.1\r\nHost: {target}\r\nConnection: close\r\n\r\n"
+                          .encode())
+                head = t.recv(4096)
+                if not head.startswith(b"HTTP/1.1 200"):
+                    bad.append(f"GET inside CONNECT {i}: {head[:120]!r}")
+    return bad
+
+
+@pytest.mark.parametrize("kind", ["many-connections", "slow-tls", "preauth-idle"])
+def test_same_host_users_do_not_share_a_budget(fair, kind):
+    """Every user server of a single-host hub connects from 127.0.0.1: one user's hundreds
+    of connections (over its 256: 429s), its TLS set-ups (over its 4: 503s) or 3,000
+    connections that never authenticate must not give another user on the same address a
+    429, 503 or anything but its answers, on connections it opens fresh each time."""
+    log = Path(fair.log)
+    start = log.stat().st_size
+    with ef.abuse(kind, fair, seconds=60):
+        bad = _fresh_requests(fair, 15)
+        # the abuse really went over the limits: 429s, 503s, or (pre-auth) its oldest
+        # connections closed; honest rounds go on until it shows (a loaded machine opens
+        # 3,000 connections slowly)
+        sign = {"many-connections": "(limit client_connections)",
+                "slow-tls": "(limit client_handshakes)",
+                "preauth-idle": "(limit preauth_connections)"}[kind]
+        deadline = time.monotonic() + 40
+        while sign not in _since(log, start) and time.monotonic() < deadline:
+            bad += _fresh_requests(fair, 1)
+    assert not bad, f"during {kind}: " + "; ".join(bad[:5])
+    got = _since(log, start)
+    assert sign in got, f"{kind} never reached its limit ({sign[1:-1]})"
+
+
+def _since(log: Path, start: int) -> str:
+    with log.open("rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace")
+
+
+def test_idle_clients_are_forgotten(fair):
+    """The per-client table is bounded: 40 distinct users each make a request and leave;
+    once idle (--client-forget-seconds 2 here) they are forgotten, and the table is back to
+    the few clients still around."""
+    extra = [{"user": f"passer{i}", "token": uuid.uuid4().hex} for i in range(40)]
+    _RUN['loop'].run_until_complete(_RUN['sup'].update(_RUN['clients'] + extra, _RUN['rules']))
+    log = Path(fair.log)
+    start = log.stat().st_size
+    for c in extra:
+        auth = base64.b64encode(f"{c['user']}:{c['token']}".encode()).decode()
+        host = f"p.fast.test:{fair.http_port}"
+        with socket.create_connection(("127.0.0.1", fair.proxy_port), timeout=30) as s:
+            s.sendall(f"GET http://{host}/x HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n"
+                      f"Proxy-Authorization: Basic {auth}\r\n\r\n".encode())
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+    forgotten, known = 0, None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with log.open("rb") as f:
+            f.seek(start)
+            text = f.read().decode(errors="replace")
+        found = re.findall(r"forgot (\d+) idle client\(s\); (\d+) known", text)
+        forgotten = sum(int(a) for a, _ in found)
+        known = int(found[-1][1]) if found else None
+        if forgotten >= 40 and known is not None and known <= 3:
+            break
+        time.sleep(0.5)
+    assert forgotten >= 40 and known is not None and known <= 3, (forgotten, known)

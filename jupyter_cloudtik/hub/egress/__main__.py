@@ -69,7 +69,9 @@ def _limits(args: argparse.Namespace) -> Limits:
                   lookup_threads=args.lookup_threads,
                   min_body_rate=args.min_body_rate,
                   body_grace=args.body_grace,
-                  client_loop_share=args.client_loop_share)
+                  client_loop_share=args.client_loop_share,
+                  preauth_connections=args.preauth_connections,
+                  client_forget_seconds=args.client_forget_seconds)
 
 
 async def _main(args: argparse.Namespace) -> int:
@@ -139,6 +141,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--body-grace", type=float, default=Limits.body_grace)
     p.add_argument("--client-loop-share", type=float, default=Limits.client_loop_share,
                    help="share of the proxy's loop one client may take while others wait")
+    p.add_argument("--preauth-connections", type=int, default=Limits.preauth_connections,
+                   help="connections of one peer address not authenticated yet (over it, "
+                        "its oldest is closed)")
+    p.add_argument("--client-forget-seconds", type=float,
+                   default=Limits.client_forget_seconds,
+                   help="a client with no connection, idle this long, is forgotten")
     p.add_argument("--connect-timeout", type=float, default=Limits.connect_timeout)
     p.add_argument("--response-timeout", type=float, default=Limits.response_timeout)
     p.add_argument("--idle-timeout", type=float, default=Limits.idle_timeout)

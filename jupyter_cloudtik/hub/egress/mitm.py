@@ -101,6 +101,8 @@ class _Conn:
     tls_since: float | None = None    # holds a TLS set-up slot since
     body_since: float | None = None   # a request body is being read since
     body_bytes: int = 0
+    peer: str = ""                    # its peer address while it is pre-auth (see _preauth)
+    preauth_spent: float = 0.0        # loop time before it authenticated: its user pays it
 
 
 class _Client:
@@ -144,7 +146,14 @@ class _Fair:
         """Before data read for ``client`` is handled: while it is over its share, its
         connections queue (FIFO, one woken at a time) and each waits for the client's next
         turn; the lock returned is released once the data is handled."""
-        cl = self.addon.client(self.addon.key(client))
+        st = self.addon.conns.get(client)
+        if st is None or not st.key:
+            # not authenticated yet: nobody's turn to wait for (a per-peer bucket would be
+            # one bucket for every user of a single-host hub); its work is charged to its
+            # user once it authenticates (``EgressAddon._admit``), and pre-auth connections
+            # are bounded per peer and in time (``preauth_connections``, handshake_timeout)
+            return None
+        cl = self.addon.client(st.key)
         if cl.next_read - time.monotonic() <= 0.001 and not cl.turn.locked():
             return None
         await cl.turn.acquire()
@@ -168,7 +177,15 @@ class _Fair:
     def charge(self, client: connection.Client, spent: float) -> None:
         """``client``'s connection handler used the loop for ``spent`` (any event: data,
         a hook's completion, a connection opened or closed)."""
-        key = self.addon.key(client)
+        st = self.addon.conns.get(client)
+        if st is None or not st.key:
+            if st is not None:
+                st.preauth_spent += spent  # its user pays once known
+            return
+        key = st.key
+        self._bill(key, spent)
+
+    def _bill(self, key: str, spent: float) -> None:
         cl = self.addon.client(key)
         now = time.monotonic()
         cl.seen = now
@@ -242,6 +259,8 @@ class EgressAddon:
         self.conns: weakref.WeakKeyDictionary[connection.Client, _Conn] = \
             weakref.WeakKeyDictionary()
         self.clients: dict[str, _Client] = {}
+        # connections not authenticated yet, per peer address, oldest first
+        self._preauth: dict[str, collections.OrderedDict[connection.Client, None]] = {}
         self.fair = _Fair(self)
         # name look-ups run here, not in the loop's default executor (a handful of threads
         # one client's slow names could fill for everyone)
@@ -277,6 +296,13 @@ class EgressAddon:
             return None
         if st.counted is not None:
             self.client(st.counted).connections -= 1
+        else:
+            # authenticated: no longer in its peer's pre-auth budget; the loop time it took
+            # before (accept, reading its head) is its user's
+            self._preauth_done(flow.client_conn)
+            if st.preauth_spent:
+                self.fair._bill(key, st.preauth_spent)
+                st.preauth_spent = 0.0
         cl = self.client(key)
         cl.connections += 1
         st.counted = key
@@ -378,25 +404,65 @@ class EgressAddon:
                     st.body_since = None
                     self._tls_done(handler.client)
                     io.handler.cancel("egress limit")
-            # forget clients that hold nothing and did nothing for a while
-            for k in [k for k, c in self.clients.items()
-                      if c.connections <= 0 and c.seen < now - 60
-                      and not c.lookups.locked() and not c.handshakes.locked()
-                      and c.lookups._value == self.limits.client_lookups
-                      and c.handshakes._value == self.limits.client_handshakes]:
-                del self.clients[k]
+            self.forget(now)
+
+    def forget(self, now: float) -> int:
+        """Forget clients that hold nothing and did nothing for ``client_forget_seconds``:
+        the table stays bounded under a stream of distinct peers and identities (a client's
+        entry is made again, empty, when it comes back).  The number forgotten."""
+        idle = now - self.limits.client_forget_seconds
+        gone = [k for k, c in self.clients.items()
+                if c.connections <= 0 and c.seen < idle and not c.turn.locked()
+                and c.lookups._value == self.limits.client_lookups
+                and c.handshakes._value == self.limits.client_handshakes]
+        for k in gone:
+            del self.clients[k]
+        if gone:
+            log.info("forgot %d idle client(s); %d known", len(gone), len(self.clients))
+        return len(gone)
 
     def set_config(self, config: ProxyConfig) -> None:
         self.config = config  # one reference swap
 
     # -- connections -----------------------------------------------------------------------
     def client_connected(self, client: connection.Client) -> None:
-        self.conns[client] = _Conn()
+        peer = client.peername[0] if client.peername else "?"
+        self.conns[client] = _Conn(peer=peer)
+        waiting = self._preauth.setdefault(peer, collections.OrderedDict())
+        waiting[client] = None
+        while len(waiting) > self.limits.preauth_connections:
+            # over the peer's pre-auth budget: its oldest connection that has not
+            # authenticated goes (an honest client authenticates with its first request,
+            # so the oldest is the one that idles), the new one stays
+            old, _ = waiting.popitem(last=False)
+            self._close(old, f"closing the oldest of more than "
+                        f"{self.limits.preauth_connections} unauthenticated connections from "
+                        f"{peer} (limit preauth_connections)")
+
+    def _preauth_done(self, client: connection.Client) -> None:
+        st = self.conns.get(client)
+        if st is None or not st.peer:
+            return
+        waiting = self._preauth.get(st.peer)
+        if waiting is not None:
+            waiting.pop(client, None)
+            if not waiting:
+                del self._preauth[st.peer]
+        st.peer = ""
+
+    def _close(self, client: connection.Client, why: str) -> None:
+        ps = ctx.master.addons.get("proxyserver")
+        handler = ps.connections.get(client.id)
+        io = handler.transports.get(client) if handler is not None else None
+        if io is not None and io.handler is not None:
+            log.info("%s", why)
+            io.handler.cancel("egress limit")
 
     def client_disconnected(self, client: connection.Client) -> None:
         st = self.conns.get(client)
         if st is None:
             return
+        self._preauth_done(client)
         self._tls_done(client)
         if st.counted is not None:
             self.client(st.counted).connections -= 1

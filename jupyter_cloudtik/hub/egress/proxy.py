@@ -105,14 +105,24 @@ class Limits:
     body_grace: float = 10.0         # seconds before min_body_rate applies
     client_loop_share: float = 0.5   # share of the proxy's loop one client may take while
                                      # other clients are active (its reads wait otherwise)
+    # before a connection authenticates it is nobody's: on a single-host hub every user
+    # server connects from 127.0.0.1, so a per-peer budget would be one budget for all users.
+    # Pre-auth connections are counted per peer against this cap, far above what honest
+    # clients need (they authenticate with their first request, within milliseconds); over
+    # it, that peer's oldest pre-auth connection is closed (a new, honest one gets in).
+    # Once authenticated a connection counts for its user only.
+    preauth_connections: int = 1024
+    client_forget_seconds: float = 60.0  # a client holding nothing, idle this long, is forgotten
 
     def __post_init__(self) -> None:
         for name in ("client_connections", "client_lookups", "client_handshakes",
-                     "lookup_threads", "max_headers", "max_header_bytes"):
+                     "lookup_threads", "max_headers", "max_header_bytes",
+                     "preauth_connections"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"egress limit {name} is {v!r}; expected an integer >= 1")
-        for name in ("lookup_timeout", "connect_timeout", "handshake_timeout", "body_grace"):
+        for name in ("lookup_timeout", "connect_timeout", "handshake_timeout", "body_grace",
+                     "client_forget_seconds"):
             v = getattr(self, name)
             if not v > 0:
                 raise ValueError(f"egress limit {name} is {v!r}; expected seconds > 0")
