@@ -19,6 +19,7 @@ holds a secret; nothing was written to the read-only storage.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import time
@@ -320,7 +321,11 @@ def _values(kind: str, hub, me: str) -> list[tuple[str, str]]:
     if kind in ("provider", "template"):
         return [("unknown", "no-such-provider")]
     if kind == "package":
-        return [("state folder", state), ("relative folder", "./x")]
+        # a direct reference is a folder or an archive pip would fetch and build on the
+        # submitting side (the sidekick's machine, past its location policy and egress)
+        return [("state folder", state), ("relative folder", "./x"),
+                ("direct file", f"x @ file://{state}"), ("direct file etc", "x @ file:///etc"),
+                ("direct url", "x @ https://evil.example/x.tar.gz")]
     if kind == "node-path":
         return [("state folder", state)]
     return []
@@ -350,7 +355,19 @@ BASES = {
     "POST /storage-transfers": (lambda me: {
         "src": f"{OWN[me]}:in", "dst": f"{OWN[me]}:out"}),
     "POST /jobs": (lambda me: {"command": ["echo", "walk"], "backend": "local"}),
+    # a sweep of one element of a notebook sent as content (as %%hpc sends a cell): each
+    # field the walk changes is the only thing between it and a sweep that runs
+    "POST /jobs/sweeps": (lambda me: {"notebook": "walk.ipynb", "files": {"walk.ipynb": WALK_NB},
+                                      "grid": {"alpha": [1]}, "backend": "local"}),
 }
+WALK_NB = base64.b64encode(json.dumps({
+    "nbformat": 4, "nbformat_minor": 5,
+    "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
+                                "language": "python"}},
+    "cells": [{"cell_type": "code", "id": f"c{i}", "metadata": {"tags": tags},
+               "execution_count": None, "outputs": [], "source": src}
+              for i, (src, tags) in enumerate([("alpha = 1", ["parameters"]),
+                                               ("print(alpha)", [])])]}).encode()).decode()
 OWN = {"alice": "physics-scratch", "admin": "physics-scratch", "bob": "chem-data"}
 
 
@@ -364,6 +381,7 @@ def test_the_generated_walk_finds_nothing(hub, servers):
     physics_before = _tree(servers["physics"].root)
     started: list[tuple[str, str]] = []   # (caller, cluster) to stop at the end
     jobs: list[tuple[str, str]] = []
+    walked: set[str] = set()
     try:
         # 1. request bodies: every field that names something, every hostile value
         for route, fields in OPENAPI_FIELDS.items():
@@ -371,6 +389,15 @@ def test_the_generated_walk_finds_nothing(hub, servers):
             if base is None:
                 continue
             method, path = route.split(" ", 1)
+            if route == "POST /jobs/sweeps":
+                # the base itself is a sweep each caller may run: what is refused below is
+                # refused for the field the walk changed, not for the base
+                for who, session in callers.items():
+                    me = "alice" if who == "kernel" else who
+                    r = answers.check(who, session.request(method, apis[who] + path.lstrip(
+                        "/"), json=base(me)), f"{route} as it is")
+                    assert r.status_code == 201, (who, r.text[:300])
+            walked.add(route)
             for field, kind in fields.items():
                 for who, session in callers.items():
                     me = "alice" if who == "kernel" else who
@@ -383,6 +410,12 @@ def test_the_generated_walk_finds_nothing(hub, servers):
                         if _refused(label, who, kind or ""):
                             assert r.status_code >= 400, (who, route, field, label,
                                                           r.text[:300])
+                        if label.startswith("direct") and field != ".packages":
+                            # refused as such, before pip fetched or built anything on
+                            # the sidekick's machine (a failed build is refused too late);
+                            # ".packages" as one string is no list of names at all
+                            assert "direct reference" in r.text, (who, route, field, label,
+                                                                  r.text[:300])
                         if label == "other" and who != "admin":
                             # another group's item: the very answer of an unknown one
                             unk = dict(_values(kind, hub, me))["unknown"]
@@ -391,6 +424,7 @@ def test_the_generated_walk_finds_nothing(hub, servers):
                             assert r.status_code == r2.status_code, (who, route, field)
                             assert _same(r.text, r2.text, value, unk), (who, route, field,
                                                                         r.text, r2.text)
+        assert walked == set(BASES), set(BASES) - walked
         # 2. the cluster config: every marked field, every hostile value
         from jupyter_cloudtik.core.config_names import named_values  # noqa: F401 (the marks)
 
