@@ -102,7 +102,6 @@ class _Conn:
     body_since: float | None = None   # a request body is being read since
     body_bytes: int = 0
     peer: str = ""                    # its peer address while it is pre-auth (see _preauth)
-    preauth_spent: float = 0.0        # loop time before it authenticated: its user pays it
 
 
 class _Client:
@@ -146,14 +145,12 @@ class _Fair:
         """Before data read for ``client`` is handled: while it is over its share, its
         connections queue (FIFO, one woken at a time) and each waits for the client's next
         turn; the lock returned is released once the data is handled."""
-        st = self.addon.conns.get(client)
-        if st is None or not st.key:
-            # not authenticated yet: nobody's turn to wait for (a per-peer bucket would be
-            # one bucket for every user of a single-host hub); its work is charged to its
-            # user once it authenticates (``EgressAddon._admit``), and pre-auth connections
-            # are bounded per peer and in time (``preauth_connections``, handshake_timeout)
-            return None
-        cl = self.addon.client(st.key)
+        # a connection that has not authenticated yet is paced on its peer address (on a
+        # single-host hub, one bucket for every user's first head): leaving pre-auth
+        # reads unpaced and billing them to the user afterwards was measured worse (honest
+        # GETs up to 2-11 s instead of ~1 s: a churning client's first reads jumped the
+        # queue), see docs/hub-egress.md
+        cl = self.addon.client(self.addon.key(client))
         if cl.next_read - time.monotonic() <= 0.001 and not cl.turn.locked():
             return None
         await cl.turn.acquire()
@@ -177,15 +174,7 @@ class _Fair:
     def charge(self, client: connection.Client, spent: float) -> None:
         """``client``'s connection handler used the loop for ``spent`` (any event: data,
         a hook's completion, a connection opened or closed)."""
-        st = self.addon.conns.get(client)
-        if st is None or not st.key:
-            if st is not None:
-                st.preauth_spent += spent  # its user pays once known
-            return
-        key = st.key
-        self._bill(key, spent)
-
-    def _bill(self, key: str, spent: float) -> None:
+        key = self.addon.key(client)
         cl = self.addon.client(key)
         now = time.monotonic()
         cl.seen = now
@@ -297,12 +286,8 @@ class EgressAddon:
         if st.counted is not None:
             self.client(st.counted).connections -= 1
         else:
-            # authenticated: no longer in its peer's pre-auth budget; the loop time it took
-            # before (accept, reading its head) is its user's
+            # authenticated: no longer in its peer's pre-auth budget
             self._preauth_done(flow.client_conn)
-            if st.preauth_spent:
-                self.fair._bill(key, st.preauth_spent)
-                st.preauth_spent = 0.0
         cl = self.client(key)
         cl.connections += 1
         st.counted = key
