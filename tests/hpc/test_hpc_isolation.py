@@ -50,6 +50,10 @@ def _config(kind: str, backend_configs, faults: dict) -> tuple[dict, dict]:
     config = {**config, "type": f"faulty_{kind}", "faults": faults}
     if kind in ("local", "slurm"):  # inputs and results go through the session
         config["shared_filesystem"] = False
+    if kind == "slurm":
+        # this machine's Slurm runs jobs as root: it can run the session's interpreter, and
+        # a built environment would have to wheel this test's own plugin distribution
+        config["environment"] = {"python": sys.executable}
     return config, {("hpc", key): value for (_, key), value in secrets.items()}
 
 
