@@ -12,7 +12,7 @@ from jupyter_cloudtik.api.routes import build_routes, route_table
 
 METHODS = ("get", "post", "put", "patch", "delete")
 FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml", "backend": "s3",
-        "reservation_id": "some-reservation", "job_id": "some-job"}
+        "reservation_id": "some-reservation", "job_id": "some-job", "sweep_id": "some-sweep"}
 
 
 def _concrete(pattern: str) -> str:
