@@ -512,8 +512,8 @@ def _sidekick_routes(prefix: str) -> list[tuple[str, str, str]]:
     from jupyter_cloudtik.hub.handlers import hub_routes
 
     fill = {"name": "x", "op_id": "x", "fmt": "yaml", "backend": "s3", "kind": "provider",
-            "reservation_id": "x", "job_id": "x", "sweep_id": "x", "user": "alice", "rest": "/health",
-            "action": "accept", "proxied_path": "/status"}
+            "reservation_id": "x", "job_id": "x", "sweep_id": "x", "user": "alice",
+            "rest": "/health", "action": "accept", "proxied_path": "/status"}
     out = []
     for pattern, handler in hub_routes(prefix) + build_routes(prefix):
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)\??", lambda m: fill[m.group(1)], pattern)
