@@ -101,22 +101,9 @@ class JobsHandler(_JobsHandler):
     @authorized
     async def post(self) -> None:
         """Check and record a job: 202 with it and its operation; submitting goes on."""
-        from .commands import build_spec
-
         body = self.json_body("JobSubmit")
         files = sent_files(body, self.settings["cloudtik"].server.max_upload_bytes)
-        spec = build_spec(
-            body.get("notebook"), body.get("command"),
-            name=body.get("name"), parameters=body.get("parameters"),
-            nodes=body.get("nodes"), cpus=body.get("cpus"),
-            tasks_per_node=body.get("tasks_per_node"), memory=body.get("memory"),
-            time=body.get("time"), queue=body.get("queue"), account=body.get("account"),
-            reservation=body.get("reservation"),
-            inputs=body.get("inputs"), outputs=body.get("outputs"), output=body.get("output"),
-            container=body.get("container"), python=body.get("python"),
-            packages=body.get("packages"),
-            kernel=body.get("kernel"), env=body.get("env"),
-            allow_unknown_parameters=body.get("allow_unknown_parameters", False))
+        spec = _spec_of(body)
         info = await self.jobs.submit(spec, body.get("backend"), wait_submitted=False,
                                       files=files)
         self.set_header("Location", self.api_path("jobs", info.id))
