@@ -25,10 +25,10 @@ all: install
 system-deps:
 	@scripts/install-system-deps.sh
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml emulators/pyproject.toml
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
-	$(PIP) install --quiet -e ".[test]"
+	$(PIP) install --quiet -e ".[test]" -e emulators
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/jupyter labextension develop --overwrite . >/dev/null
 	@touch $@
 
@@ -65,10 +65,10 @@ install: system-deps $(VENV)/.installed $(CHP) $(EGRESS_VENV)/.installed
 # the demo runs a notebook on the embedded local provider: the package (no side panel
 # build: SKIP_JUPYTER_BUILDER), a kernel and nbclient; no Debian packages beyond a venv
 DEMO_PKGS := ipykernel nbclient nbformat
-$(VENV)/.demo-installed: pyproject.toml
+$(VENV)/.demo-installed: pyproject.toml emulators/pyproject.toml
 	@scripts/install-system-deps.sh demo
 	@test -d $(VENV) || $(PYTHON) -m venv $(VENV)
-	SKIP_JUPYTER_BUILDER=1 $(PIP) install --quiet -e . $(DEMO_PKGS)
+	SKIP_JUPYTER_BUILDER=1 $(PIP) install --quiet -e . -e emulators $(DEMO_PKGS)
 	@touch $@
 
 demo: $(VENV)/.demo-installed

@@ -67,11 +67,11 @@ def main() -> None:
     logging.getLogger("distributed").setLevel(logging.ERROR)
     from distributed import Client, LocalCluster
 
+    from cloudtik_emulators.processes import stop_launcher
     from jupyter_cloudtik import Cluster
     from jupyter_cloudtik.core import adaptive
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.session import CoreBackend
-    from jupyter_cloudtik.testing.processes import stop_launcher
 
     # baseline
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,

@@ -63,7 +63,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="gateway-bench-"))
     os.environ["CLOUDTIK_STATE_DIR"] = str(root / "state")
     os.environ.setdefault("CLOUDTIK_LAUNCHER_IDLE", "5")
-    from jupyter_cloudtik.testing.dask_gateway import GatewayServer
+    from cloudtik_emulators.dask_gateway import GatewayServer
 
     server = GatewayServer(root / "gateway").start()
     os.environ["DASK_GATEWAY_PASSWORD"] = server.password

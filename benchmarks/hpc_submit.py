@@ -74,10 +74,10 @@ def main() -> None:
 
     base = tempfile.mkdtemp(prefix="cloudtik-bench-hpc-")
     os.environ["CLOUDTIK_STATE_DIR"] = os.path.join(base, "state")
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.hpc.client import JobsClient
     from jupyter_cloudtik.hpc.settings import HPC
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
 
     if missing_programs():
         sys.exit(f"Slurm is not installed ({', '.join(missing_programs())}); run "

@@ -237,10 +237,10 @@ def main() -> None:
     base = Path(tempfile.mkdtemp(prefix="cloudtik-bench-sweep-"))
     os.environ["CLOUDTIK_STATE_DIR"] = str(base / "state")
     os.chdir(base)  # the jobs' provenance crates go to ./hpc-jobs/<job id>/
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.hpc.client import JobsClient
     from jupyter_cloudtik.hpc.settings import HPC
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
 
     if missing_programs(accounting=True):
         sys.exit(

@@ -43,6 +43,7 @@ def main(sizes: list[int]) -> dict[int, dict[str, float]]:
     root = Path(tempfile.mkdtemp(prefix="hwc-bench-"))
     os.environ["CLOUDTIK_STATE_DIR"] = str(root / "state")
     os.environ["HOME"] = str(root)
+    from cloudtik_emulators.huaweicloud.process import start_emulator
     from jupyter_cloudtik.clusters.manager import ClusterManager
     from jupyter_cloudtik.core import config as cfgmod
     from jupyter_cloudtik.core.settings import CloudTik
@@ -52,7 +53,6 @@ def main(sizes: list[int]) -> dict[int, dict[str, float]]:
         TAG_NODE_STATUS,
     )
     from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
-    from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
     from jupyter_cloudtik.workspaces.manager import WorkspaceManager
 
     (root / "emulator").mkdir()

@@ -1,7 +1,7 @@
 """Load on the JupyterHub sidekick: N users listing, creating and deleting clusters at once.
 
 A real JupyterHub + configurable-http-proxy + the cloudtik sidekick (as a managed service,
-``jupyter_cloudtik.testing.hub``), an admin-defined ``local`` provider shared with group
+``cloudtik_emulators.hub``), an admin-defined ``local`` provider shared with group
 ``physics``, and ``--users`` hub users in that group, each with their own token.  Every user
 is a thread that, for ``--duration`` seconds, sends mostly cluster lists through the proxy
 and now and then runs a create -> wait -> delete -> wait cycle (at most one cluster per user;
@@ -36,7 +36,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from jupyter_cloudtik.testing.hub import Hub, start_hub
+from cloudtik_emulators.hub import Hub, start_hub
 
 PROVIDER = "local-pool"
 GROUP = "physics"

@@ -1,7 +1,7 @@
 """`%cluster up --provider slurm` vs dask-jobqueue's SLURMCluster, on the same Slurm.
 
 Both sides get 2 workers as Slurm jobs (1 core, 300 MiB each, dask-jobqueue's job script)
-on the same real single-node Slurm (``jupyter_cloudtik.testing.slurm``,
+on the same real single-node Slurm (``cloudtik_emulators.slurm``,
 ``batch_sched_delay=0``) and run one task; the time is from the first call until that
 task's result:
 
@@ -80,7 +80,7 @@ def main() -> None:
     root = Path(tempfile.mkdtemp(prefix="slurm-bench-"))
     os.environ["CLOUDTIK_STATE_DIR"] = str(root / "state")
     os.environ.setdefault("CLOUDTIK_LAUNCHER_IDLE", "30")
-    from jupyter_cloudtik.testing.slurm import SlurmCluster
+    from cloudtik_emulators.slurm import SlurmCluster
 
     slurm = SlurmCluster(root / "slurm", cpus=2, memory_mb=2000, accounting=False).start()
     os.environ.update(slurm.env)  # dask-jobqueue calls sbatch with this environment

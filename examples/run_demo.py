@@ -24,7 +24,7 @@ def main() -> int:
     import nbformat
     from nbclient import NotebookClient
 
-    from jupyter_cloudtik.testing.processes import cloudtik_processes, describe, kill_all
+    from cloudtik_emulators.processes import cloudtik_processes, describe, kill_all
 
     nb = nbformat.read(HERE / "quickstart.ipynb", as_version=4)
     print(f"running {HERE / 'quickstart.ipynb'} (state folder {state})", flush=True)

@@ -1,4 +1,4 @@
-"""The Huawei Cloud emulator's request handling (testing/huaweicloud): request signatures
+"""The Huawei Cloud emulator's request handling (cloudtik_emulators/huaweicloud): request signatures
 as the API gateway and OBS check them (signing.py, before anything else reads a request)
 and the cloud's actions (cloud.py) given any path parameters, query and JSON body.
 
@@ -21,17 +21,17 @@ import atheris
 from _harness import choose, instrumented, main
 
 with instrumented():
-    from jupyter_cloudtik.testing.huaweicloud.cloud import Call, Cloud, dispatch, dumps
-    from jupyter_cloudtik.testing.huaweicloud.errors import ApiError
-    from jupyter_cloudtik.testing.huaweicloud.server import ROUTES
-    from jupyter_cloudtik.testing.huaweicloud.signing import (
+    from cloudtik_emulators.huaweicloud.cloud import Call, Cloud, dispatch, dumps
+    from cloudtik_emulators.huaweicloud.errors import ApiError
+    from cloudtik_emulators.huaweicloud.server import ROUTES
+    from cloudtik_emulators.huaweicloud.signing import (
         SignatureError,
         verify_obs_signature,
         verify_sdk_signature,
     )
 
 SECRETS = {"AK123": "SK456"}
-logging.getLogger("jupyter_cloudtik.testing.huaweicloud").disabled = True  # 400s, each logged
+logging.getLogger("cloudtik_emulators.huaweicloud").disabled = True  # 400s, each logged
 PRIVATE = ipaddress.ip_network("127.200.0.0/26")
 PUBLIC = ipaddress.ip_network("127.200.1.0/28")
 

@@ -27,13 +27,13 @@ except ImportError:
 import schemathesis.reporting.html.writer
 import schemathesis.reporting.junitxml  # noqa: F401
 
-from jupyter_cloudtik.core.settings import CloudTik, load_user_config
-from jupyter_cloudtik.testing.processes import (
+from cloudtik_emulators.processes import (
     cloudtik_processes,
     describe,
     kill_all,
     stop_launcher,
 )
+from jupyter_cloudtik.core.settings import CloudTik, load_user_config
 
 TEST_CONFIG = """
 c.LocalProvider.terminate_grace = 2.0
@@ -149,8 +149,8 @@ def venv_bin() -> Path:
 
 @pytest.fixture(scope="module")
 def browser():
-    """Headless Chromium (jupyter_cloudtik.testing.browser), one a module."""
-    from jupyter_cloudtik.testing.browser import chromium
+    """Headless Chromium (cloudtik_emulators.browser), one a module."""
+    from cloudtik_emulators.browser import chromium
 
     with chromium() as b:
         yield b

@@ -81,7 +81,7 @@ c.HPC.backends = {"daint": {"type": "local"}}   # the docs' supercomputer, here
 def site(tmp_path_factory, isolated_jupyter):
     """The work folder (a copy of examples/), state folder, Jupyter config and environment."""
 
-    from jupyter_cloudtik.testing.processes import (
+    from cloudtik_emulators.processes import (
         cloudtik_processes,
         describe,
         kill_all,

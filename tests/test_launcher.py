@@ -9,8 +9,8 @@ import time
 
 import psutil
 
+from cloudtik_emulators.processes import stop_launcher
 from jupyter_cloudtik.providers.local import launcher
-from jupyter_cloudtik.testing.processes import stop_launcher
 
 
 def test_concurrent_starts_share_one_launcher_and_a_restart_after_stop_works(state_dir):

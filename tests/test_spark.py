@@ -88,7 +88,7 @@ def spark_cluster(tmp_path_factory):
                              "min_workers": 2, "max_workers": 2}}}
     c = Cluster.up(config, runtime="spark", backend=backend, progress=False)
     yield c, backend, state
-    from jupyter_cloudtik.testing.processes import stop_launcher
+    from cloudtik_emulators.processes import stop_launcher
 
     try:
         if c.backend.get(c.name).state != "stopped":

@@ -3,7 +3,7 @@
 The local provider bound to an address that is not loopback is reachable from other
 machines, so its scheduler and workers must refuse anyone without the cluster's client
 certificate.  The address is the host end of a veth pair into a network namespace that
-stands for "another machine on the LAN" (testing/netns.py); nothing leaves this machine.
+stands for "another machine on the LAN" (cloudtik_emulators/netns.py); nothing leaves this machine.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ import sys
 
 import pytest
 
+from cloudtik_emulators import netns
 from jupyter_cloudtik import Cluster
 from jupyter_cloudtik.runtime import tls
-from jupyter_cloudtik.testing import netns
 
 pytestmark = pytest.mark.skipif(netns.available() is not None,
                                 reason=netns.available() or "")
@@ -26,7 +26,7 @@ pytestmark = pytest.mark.skipif(netns.available() is not None,
 def _probe(argv_prefix: list[str], address: str, ca: str, cert: str = "",
            key: str = "") -> dict[str, str]:
     out = subprocess.run([*argv_prefix, sys.executable, "-m",
-                          "jupyter_cloudtik.testing.tlsprobe", address, ca,
+                          "cloudtik_emulators.tlsprobe", address, ca,
                           *([cert, key] if cert else [])],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

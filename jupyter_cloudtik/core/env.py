@@ -69,7 +69,7 @@ SIDEKICK_SECRET_ENV = "CLOUDTIK_SIDEKICK_SECRET_ENV"
 #: the Python of the egress proxy's own environment (mitmproxy's pins; hub/egress)
 EGRESS_PYTHON = "CLOUDTIK_EGRESS_PYTHON"
 
-# emulators (testing/)
+# emulators (emulators/cloudtik_emulators/)
 EMULATOR_ID = "CLOUDTIK_EMULATOR_ID"
 EMULATED_SERVER = "CLOUDTIK_EMULATED_SERVER"
 METADATA_URL = "CLOUDTIK_METADATA_URL"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cloudtik.testing.hub import service_pid, start_hub
+from cloudtik_emulators.hub import service_pid, start_hub
 
 from .conftest import describe, rounds, seeded, state_corruption, wait_no_processes
 

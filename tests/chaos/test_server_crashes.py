@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
+from cloudtik_emulators.huaweicloud.process import start_emulator
+from cloudtik_emulators.processes import cloudtik_processes, kill_all
 from jupyter_cloudtik.providers.local.processes import find_marked_processes
 from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
-from jupyter_cloudtik.testing.processes import cloudtik_processes, kill_all
 from tests.huaweicloud.hwc_helpers import cluster_config, workspace_config
 
 from .conftest import (

@@ -5,7 +5,7 @@ import os
 import psutil
 import pytest
 
-from jupyter_cloudtik.testing.dask_gateway import GatewayServer
+from cloudtik_emulators.dask_gateway import GatewayServer
 
 
 @pytest.fixture(scope="module")

@@ -211,7 +211,7 @@ def test_filter_query_nested_too_deep():
 
 
 def test_emulator_obs_signature_that_is_not_ascii():
-    from jupyter_cloudtik.testing.huaweicloud.signing import (
+    from cloudtik_emulators.huaweicloud.signing import (
         SignatureError,
         verify_obs_signature,
     )

@@ -126,7 +126,7 @@ def wait_for(check, timeout: float = 30.0, interval: float = 0.1, what: str = "c
 
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
 
     missing = missing_programs(accounting=True)
     if missing:
@@ -200,7 +200,7 @@ class Service:
 
 @pytest.fixture(scope="session")
 def firecrest_service(tmp_path_factory):
-    svc = Service("jupyter_cloudtik.testing.firecrest", tmp_path_factory.mktemp("f7t"),
+    svc = Service("cloudtik_emulators.firecrest", tmp_path_factory.mktemp("f7t"),
                   ["--system", "testsys", "--partitions",
                    json.dumps({"normal": {"max_time": 3600, "cpus": 2, "nodes": 1,
                                           "memory_mb": 2000, "default": True}})]).start()
@@ -219,7 +219,7 @@ def firecrest(firecrest_service):
 
 @pytest.fixture(scope="session")
 def arc_service(tmp_path_factory):
-    svc = Service("jupyter_cloudtik.testing.arc", tmp_path_factory.mktemp("arc"),
+    svc = Service("cloudtik_emulators.arc", tmp_path_factory.mktemp("arc"),
                   ["--queues", json.dumps({"main": {"max_wall_time": 3600,
                                                     "max_slots": 2}})]).start()
     yield svc

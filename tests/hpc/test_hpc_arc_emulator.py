@@ -129,7 +129,7 @@ def test_a_refused_token_is_a_final_failure_with_the_ces_words(arc, backend_conf
 
 @pytest.fixture
 def arc6_emulator(tmp_path):
-    svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc6",
+    svc = Service("cloudtik_emulators.arc", tmp_path / "arc6",
                   ["--rest-versions", "1.0"]).start()
     yield svc
     svc.stop()
@@ -424,7 +424,7 @@ def test_every_rest_state_is_mapped(native, state):
 def arc_limited(tmp_path):
     """A CE that runs one job at a time (arc.conf ``maxjobs`` number2 = 1) and takes 2 s
     to kill one (61 s on A-REX 6.17, test_hpc_arex.py)."""
-    svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc-limited",
+    svc = Service("cloudtik_emulators.arc", tmp_path / "arc-limited",
                   ["--max-running", "1", "--kill-delay", "2"]).start()
     yield svc
     svc.stop()
@@ -526,7 +526,7 @@ def _test_ca(folder):
 def arc_x509(tmp_path):
     """The emulator over HTTPS taking X.509 proxies in the handshake (as ARC 6 does)."""
     pki = _test_ca(tmp_path)
-    svc = Service("jupyter_cloudtik.testing.arc", tmp_path / "arc-x509",
+    svc = Service("cloudtik_emulators.arc", tmp_path / "arc-x509",
                   ["--tls-cert", str(pki["host"]), "--tls-key", str(pki["host_key"]),
                    "--client-ca", str(pki["ca"])]).start()
     yield svc, pki

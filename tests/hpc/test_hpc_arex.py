@@ -3,7 +3,7 @@
 * ``arc6``: this machine's ARC 6.17 (Debian 12): REST 1.0 only, X.509 proxies made here
   from the user's certificate.
 * ``arc7``: ARC 7.0 from Debian 13, in a chroot built once and cached
-  (``jupyter_cloudtik.testing.arex``): REST 1.1, bearer tokens from an OIDC issuer the
+  (``cloudtik_emulators.arex``): REST 1.1, bearer tokens from an OIDC issuer the
   test runs, which A-REX asks for its keys over HTTPS.
 
 Both sites run the fork LRMS with a test CA (``arcctl test-ca``) and their REST interface
@@ -33,7 +33,7 @@ def _log(msg: str) -> None:
 
 @pytest.fixture(scope="session")
 def arex6():
-    from jupyter_cloudtik.testing.arex import ArexSite, host_job_python, missing_arc6
+    from cloudtik_emulators.arex import ArexSite, host_job_python, missing_arc6
 
     why = missing_arc6()
     if why:
@@ -57,7 +57,7 @@ def arex6():
 
 @pytest.fixture(scope="session")
 def arex7():
-    from jupyter_cloudtik.testing.arex import (
+    from cloudtik_emulators.arex import (
         ArexSite,
         OidcIssuer,
         build_arc7_chroot,
@@ -237,7 +237,7 @@ def _refusal(client, backend: str = "arc") -> str:
 
 
 def _foreign_token(ce) -> str:
-    from jupyter_cloudtik.testing._service import TokenIssuer
+    from cloudtik_emulators._service import TokenIssuer
 
     other = TokenIssuer({"x": "y"}, issuer=ce.oidc.url, audience="https://localhost/arex")
     return other.issue("x", "y")["access_token"]
@@ -284,7 +284,7 @@ def test_a_broken_off_upload_is_finished_on_retry(arc_client, notebooks, monkeyp
 
 def test_unreachable_ce_is_unknown_until_it_answers(arex6, make_client):
     _site, config, _ = arex6
-    from jupyter_cloudtik.testing.arex import free_port
+    from cloudtik_emulators.arex import free_port
 
     cfg = {**config, "url": f"https://localhost:{free_port()}/arex"}
     client = make_client({"arc": cfg})
@@ -298,7 +298,7 @@ def test_a_job_over_maxjobs_waits_prepared_and_a_kill_takes_a_while(make_client)
     (``queued``) while the first runs; a kill takes A-REX's wake-ups, and the job is not
     final while the CE says KILLING.  An ARC 6 site of its own (the shared one has no
     limit)."""
-    from jupyter_cloudtik.testing.arex import ArexSite, host_job_python, missing_arc6
+    from cloudtik_emulators.arex import ArexSite, host_job_python, missing_arc6
 
     why = missing_arc6()
     if why:

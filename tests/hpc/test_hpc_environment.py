@@ -95,12 +95,12 @@ def env_sshd(tmp_path_factory, job_account):
 
 @pytest.fixture(scope="module")
 def site_slurm():
-    """The project's real Slurm (testing/slurm.py), in a folder other accounts can reach
+    """The project's real Slurm (cloudtik_emulators/slurm.py), in a folder other accounts can reach
     (as a site's Slurm config and munge socket are): pytest's own temp folders are 0700
     and pytest resets them, so it cannot be the session's ``slurm`` fixture."""
     import tempfile
 
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
 
     if missing_programs():
         pytest.skip("Slurm is not installed (scripts/install-system-deps.sh)")

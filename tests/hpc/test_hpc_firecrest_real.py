@@ -277,7 +277,7 @@ def test_without_a_staged_transfer_files_over_the_limit_are_refused_first(
     before anything is uploaded, with what to do instead."""
     from .conftest import Service
 
-    svc = Service("jupyter_cloudtik.testing.firecrest", tmp_path_factory.mktemp("f7t-nos3"),
+    svc = Service("cloudtik_emulators.firecrest", tmp_path_factory.mktemp("f7t-nos3"),
                   ["--system", SYS, "--no-staging"]).start()
     try:
         config = {"type": "firecrest", "url": svc.url, "token_uri": svc.info["token_uri"],

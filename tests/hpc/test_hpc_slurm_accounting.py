@@ -13,7 +13,7 @@ from .conftest import wait_for
 
 @pytest.fixture(scope="module")
 def forgetful_slurm(tmp_path_factory):
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
 
     missing = missing_programs(accounting=True)
     if missing:

@@ -567,8 +567,8 @@ def test_tls_and_storages_reach_the_workers(slurm, slurm_cfg, manager, state_dir
 
         # knocked on as an attacker would: plain tcp://, TLS without a client
         # certificate, a Dask client with a certificate of another CA
+        from cloudtik_emulators.tlsprobe import attempts
         from jupyter_cloudtik.runtime.tls import make_cluster_tls, node_files
-        from jupyter_cloudtik.testing.tlsprobe import attempts
 
         other = make_cluster_tls("other")
         got = attempts(info.scheduler_address, node_files(state_dir, name)["ca"],

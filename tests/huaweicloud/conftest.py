@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
+from cloudtik_emulators.huaweicloud.process import start_emulator
 
 
 @pytest.fixture(scope="session")

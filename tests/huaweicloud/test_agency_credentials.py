@@ -12,11 +12,11 @@ from types import SimpleNamespace
 import pytest
 import tornado.web
 
-from jupyter_cloudtik.testing.huaweicloud.agency_credentials import (
+from cloudtik_emulators.huaweicloud.agency_credentials import (
     check_temporary_credential,
     issue_temporary_credential,
 )
-from jupyter_cloudtik.testing.huaweicloud.errors import ApiError
+from cloudtik_emulators.huaweicloud.errors import ApiError
 
 
 def test_temporary_credentials_need_their_token_and_expire():

@@ -13,7 +13,7 @@ from huaweicloudsdkcore.auth.credentials import BasicCredentials
 from huaweicloudsdkcore.exceptions.exceptions import ClientRequestException
 from huaweicloudsdkcore.http.http_config import HttpConfig
 
-from jupyter_cloudtik.testing.huaweicloud import Emulator, EmulatorControl, Options
+from cloudtik_emulators.huaweicloud import Emulator, EmulatorControl, Options
 
 
 @pytest.fixture(scope="module")
@@ -711,11 +711,11 @@ def test_custom_policy_documents_are_checked_and_scope_obs_access(emu):
     )
     from huaweicloudsdkobs.v1.obs_credentials import ObsCredentials
 
-    from jupyter_cloudtik.providers.huaweicloud.clients import _HttpConfig
-    from jupyter_cloudtik.providers.huaweicloud.nodes import _MemoryFile
-    from jupyter_cloudtik.testing.huaweicloud.agency_credentials import (
+    from cloudtik_emulators.huaweicloud.agency_credentials import (
         issue_temporary_credential,
     )
+    from jupyter_cloudtik.providers.huaweicloud.clients import _HttpConfig
+    from jupyter_cloudtik.providers.huaweicloud.nodes import _MemoryFile
 
     iam = _client(emu, IamClient)
 

@@ -88,8 +88,8 @@ def test_workspace_and_cluster_life_cycle(hwc, core, caplog, capsys, tmp_path):
         assert len(client.scheduler_info()["workers"]) == 2
     finally:
         client.close()
+    from cloudtik_emulators.tlsprobe import attempts
     from jupyter_cloudtik.runtime.tls import make_cluster_tls
-    from jupyter_cloudtik.testing.tlsprobe import attempts
 
     other = make_cluster_tls("life1")  # the same name, another CA
     for name, text in (("ca.pem", connect.credentials["ca"]), ("c.pem", other.client_cert),

@@ -1,4 +1,4 @@
-"""Realistic mode's network (testing/huaweicloud/network.py) with real namespaces.
+"""Realistic mode's network (cloudtik_emulators/huaweicloud/network.py) with real namespaces.
 
 A VPC with a public and a private subnet, a head with an EIP, a worker without: the VPC is
 one network, the EIP reaches the head's opened ports only, the private subnet reaches the
@@ -18,7 +18,7 @@ import time
 
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud import network
+from cloudtik_emulators.huaweicloud import network
 
 pytestmark = [pytest.mark.realistic,
               pytest.mark.skipif(network.available() is not None,

@@ -6,12 +6,12 @@ import os
 
 import pytest
 
+from cloudtik_emulators.huaweicloud import Emulator, EmulatorControl, Options
 from jupyter_cloudtik.core.errors import ConfigError, ProviderError
 from jupyter_cloudtik.providers.huaweicloud.clients import Clients
 from jupyter_cloudtik.providers.huaweicloud.credentials import HuaweiCloud, resolve
 from jupyter_cloudtik.providers.huaweicloud.offers import flavor_resources, offer_set
 from jupyter_cloudtik.providers.huaweicloud.retry import RetryPolicy
-from jupyter_cloudtik.testing.huaweicloud import Emulator, EmulatorControl, Options
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +223,7 @@ def test_offers_follow_the_flavors_sale_status_zone_then_region_and_charge(emu):
         assert where[("s6.xlarge.2", False)] == zones - {"cn-north-4b"}
         assert where[("s6.small.1", False)] == zones  # no sale entry: normal everywhere
         # the emulator refuses what is not offered, as the real create would
-        from jupyter_cloudtik.testing.huaweicloud.errors import ApiError
+        from cloudtik_emulators.huaweicloud.errors import ApiError
 
         with emu.cloud.lock:
             for fid, zone in (("c7.xlarge.2", "cn-north-4a"), ("m7.xlarge.8", "cn-north-4a"),

@@ -40,7 +40,7 @@ def test_readme_huawei_walkthrough_runs_as_written(tmp_path, monkeypatch):
     from nbclient import NotebookClient
     from nbformat.v4 import new_code_cell, new_notebook
 
-    from jupyter_cloudtik.testing.huaweicloud.control import EmulatorControl
+    from cloudtik_emulators.huaweicloud.control import EmulatorControl
 
     blocks = doc_examples.blocks("README.md", "Huawei Cloud (emulated)")
     assert [b.lang for b in blocks] == ["bash", "python", "bash"], blocks

@@ -20,8 +20,8 @@ import psutil
 import pytest
 from hwc_helpers import cluster_config, leftovers, workspace_config
 
-from jupyter_cloudtik.testing.huaweicloud import image, network
-from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
+from cloudtik_emulators.huaweicloud import image, network
+from cloudtik_emulators.huaweicloud.process import start_emulator
 
 pytestmark = [pytest.mark.realistic, pytest.mark.slow, pytest.mark.timeout(900),
               pytest.mark.skipif((network.available() or image.available()) is not None,
@@ -36,7 +36,7 @@ def test_the_docs_realistic_command_is_what_this_module_runs():
 
     import doc_examples
 
-    from jupyter_cloudtik.testing.huaweicloud.cli import add_arguments
+    from cloudtik_emulators.huaweicloud.cli import add_arguments
 
     (command,) = doc_examples.code(doc_examples.block("docs/huaweicloud.md",
                                                       "Realistic mode").text)
@@ -53,7 +53,7 @@ def hwc(tmp_path_factory):
     """This module's own emulator, in realistic mode, servers booting the stock image."""
     import time
 
-    from jupyter_cloudtik.testing.huaweicloud.image import ensure_image
+    from cloudtik_emulators.huaweicloud.image import ensure_image
 
     t0 = time.monotonic()
     ensure_image("bookworm")  # cold: debootstrap, ~3 min; cached: at once
@@ -206,8 +206,8 @@ def test_cluster_of_separate_hosts(hwc, core, tmp_path):
     finally:
         client.close()
 
+    from cloudtik_emulators.tlsprobe import attempts
     from jupyter_cloudtik.runtime.tls import make_cluster_tls
-    from jupyter_cloudtik.testing.tlsprobe import attempts
 
     other = make_cluster_tls("real1")
     for name, text in (("ca.pem", connect.credentials["ca"]), ("c.pem", other.client_cert),

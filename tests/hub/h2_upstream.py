@@ -14,7 +14,7 @@ import h2.config
 import h2.connection
 import h2.events
 
-from jupyter_cloudtik.testing.upstreams import RECORDS
+from cloudtik_emulators.upstreams import RECORDS
 
 
 class H2Upstream:

@@ -25,10 +25,10 @@ import pytest
 import requests
 from cryptography import x509
 
+from cloudtik_emulators.upstreams import make_test_ca as _test_ca
+from cloudtik_emulators.upstreams import received
+from cloudtik_emulators.upstreams import serve as _serve
 from jupyter_cloudtik.hub.egress import DeploymentCA, EgressSupervisor, Rule, RuleSet
-from jupyter_cloudtik.testing.upstreams import make_test_ca as _test_ca
-from jupyter_cloudtik.testing.upstreams import received
-from jupyter_cloudtik.testing.upstreams import serve as _serve
 
 SECRET = f"Bearer sekret-{uuid.uuid4().hex}"
 SECRET_TLS = f"tls-sekret-{uuid.uuid4().hex}"

@@ -21,9 +21,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from cloudtik_emulators.upstreams import make_test_ca
 from jupyter_cloudtik.hub.egress import EgressSupervisor
 from jupyter_cloudtik.hub.egress.proxy import DEFAULT_DENY_NETWORKS
-from jupyter_cloudtik.testing.upstreams import make_test_ca
 
 
 class Loop:

@@ -2,7 +2,7 @@
 reading; and no injected value comes back to the client.
 
 Real upstreams: private nginx, Apache httpd and Tomcat instances (Debian's packages,
-``jupyter_cloudtik.testing.path_servers``) that read the same bytes differently, behind the
+``cloudtik_emulators.path_servers``) that read the same bytes differently, behind the
 real proxy (mitmproxy engine, its supervisor).  The attack paths are generated from the
 building blocks of each known reading (docs/hub-egress.md, "Path rules: the readings
 considered"); each is first sent to the servers directly, to know which ones they serve
@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+from cloudtik_emulators import path_servers
 from jupyter_cloudtik.hub.egress import EgressSupervisor
-from jupyter_cloudtik.testing import path_servers
 
 pytestmark = pytest.mark.skipif(not all(path_servers.available().values()),
                                 reason="nginx-light, apache2 and tomcat10-user are installed "

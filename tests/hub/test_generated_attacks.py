@@ -30,8 +30,8 @@ import psutil
 import pytest
 import requests
 
+from cloudtik_emulators.hub import start_hub, wait_operation
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 

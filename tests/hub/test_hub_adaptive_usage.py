@@ -17,10 +17,10 @@ import time
 
 import pytest
 
+from cloudtik_emulators.hub import service_pid, start_hub, wait_operation
 from jupyter_cloudtik.core import adaptive
 from jupyter_cloudtik.core.store import Store
 from jupyter_cloudtik.runtime import tls
-from jupyter_cloudtik.testing.hub import service_pid, start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 
@@ -59,8 +59,8 @@ def down(session, api, name):
 
 def admin_page_usage(hub) -> dict[str, list[str]]:
     """The Usage table of the sidekick's admin page, as the admin sees it in Chromium."""
-    from jupyter_cloudtik.testing.browser import chromium
-    from jupyter_cloudtik.testing.hub import PASSWORD
+    from cloudtik_emulators.browser import chromium
+    from cloudtik_emulators.hub import PASSWORD
 
     with chromium() as browser:
         page = browser.new_page()

@@ -21,9 +21,9 @@ from urllib.parse import urljoin
 import pytest
 import requests
 
-from jupyter_cloudtik.testing.browser import confirm
-from jupyter_cloudtik.testing.hub import PASSWORD, Hub, start_hub
-from jupyter_cloudtik.testing.processes import (
+from cloudtik_emulators.browser import confirm
+from cloudtik_emulators.hub import PASSWORD, Hub, start_hub
+from cloudtik_emulators.processes import (
     cloudtik_processes,
     describe,
     kill_all,

@@ -15,8 +15,8 @@ from pathlib import Path
 import doc_examples
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
+from cloudtik_emulators.huaweicloud.process import start_emulator
+from cloudtik_emulators.hub import start_hub, wait_operation
 
 REGION = "cn-north-4"  # the doc's
 RETRY = {"base_delay": 0.01, "attempts": 6, "budget": 5}

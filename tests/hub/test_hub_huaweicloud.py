@@ -11,8 +11,8 @@ from __future__ import annotations
 import psutil
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud.process import start_emulator
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
+from cloudtik_emulators.huaweicloud.process import start_emulator
+from cloudtik_emulators.hub import start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 RETRY = {"base_delay": 0.01, "attempts": 6, "budget": 5}

@@ -18,8 +18,8 @@ import psutil
 import pytest
 import requests
 
+from cloudtik_emulators.hub import start_hub, wait_operation
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
 
 pytestmark = pytest.mark.slow
 
@@ -38,7 +38,7 @@ def _nb(src: str) -> dict:
 
 @pytest.fixture(scope="module")
 def slurm(tmp_path_factory):
-    from jupyter_cloudtik.testing.slurm import SlurmCluster, missing_programs
+    from cloudtik_emulators.slurm import SlurmCluster, missing_programs
 
     missing = missing_programs()
     if missing:

@@ -1,9 +1,9 @@
 """Issue 12, items 2 and 3, attacked through a real hub: rules of one user never act on
 another's traffic without consent, and names and ids belong to their owner.
 
-One real JupyterHub per module (``jupyter_cloudtik.testing.hub``: configurable-http-proxy,
+One real JupyterHub per module (``cloudtik_emulators.hub``: configurable-http-proxy,
 the sidekick as a managed service, its egress proxy process), real loopback upstreams that
-echo what they received (``testing.upstreams``), real local clusters and HPC jobs.
+echo what they received (``cloudtik_emulators.upstreams``), real local clusters and HPC jobs.
 Users: alice (group physics), bob (group chemistry), admin.
 """
 
@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from jupyter_cloudtik.testing.hub import TESTER_TOKEN as TESTER_TOKEN_
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
-from jupyter_cloudtik.testing.upstreams import make_test_ca, received, serve
+from cloudtik_emulators.hub import TESTER_TOKEN as TESTER_TOKEN_
+from cloudtik_emulators.hub import start_hub, wait_operation
+from cloudtik_emulators.upstreams import make_test_ca, received, serve
 
 pytestmark = pytest.mark.slow
 
@@ -437,8 +437,8 @@ def test_stateful_workflows_through_the_sidekick_keep_users_apart(hub):
     from hypothesis.errors import FlakyStrategyDefinition
     from schemathesis import GenerationMode
 
+    from cloudtik_emulators.stateful_api import leaks, replay, stateful_machine
     from jupyter_cloudtik.api import openapi
-    from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
 
     api = hub.sidekick_api
     base_url = api + "cloudtik/api" if not api.endswith("cloudtik/api/") else api.rstrip("/")

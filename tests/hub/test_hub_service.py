@@ -1,6 +1,6 @@
 """The sidekick behind a real JupyterHub: catalogue, delegation, isolation, egress, side-kicks.
 
-One hub per module (``jupyter_cloudtik.testing.hub``): real JupyterHub, real
+One hub per module (``cloudtik_emulators.hub``): real JupyterHub, real
 configurable-http-proxy, the sidekick as a managed service, real single-user servers.
 Users: alice (group physics), bob (group chemistry), admin (hub admin).
 """
@@ -19,9 +19,9 @@ import psutil
 import pytest
 import requests
 
+from cloudtik_emulators.hub import start_hub, wait_operation
+from cloudtik_emulators.upstreams import make_test_ca, received, serve
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.hub import start_hub, wait_operation
-from jupyter_cloudtik.testing.upstreams import make_test_ca, received, serve
 
 pytestmark = pytest.mark.slow
 

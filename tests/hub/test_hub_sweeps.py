@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from jupyter_cloudtik.testing.hub import start_hub
+from cloudtik_emulators.hub import start_hub
 
 pytestmark = pytest.mark.slow
 

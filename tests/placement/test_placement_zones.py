@@ -14,8 +14,8 @@ import uuid
 import pytest
 from cryptography.fernet import Fernet
 
+from cloudtik_emulators.zones import SilentServer, start_zone
 from jupyter_cloudtik.placement import Request
-from jupyter_cloudtik.testing.zones import SilentServer, start_zone
 
 REQUEST = {"count": 9, "resources": {"CPU": 1}, "user": "ann", "cluster": "big",
            "weighers": {"cost": 1.0, "spread": 0.0, "pack": 0.0, "anti_affinity": 0.0,

@@ -15,8 +15,8 @@ import json
 
 import pytest
 
+from cloudtik_emulators.zones import start_zone, wait_until
 from jupyter_cloudtik.providers.local.processes import find_marked_processes
-from jupyter_cloudtik.testing.zones import start_zone, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import doc_examples
 
-from jupyter_cloudtik.testing.hub import free_port
-from jupyter_cloudtik.testing.zones import Zone
+from cloudtik_emulators.hub import free_port
+from cloudtik_emulators.zones import Zone
 
 REQUEST = {"count": 1, "resources": {"CPU": 1}, "node_type": "worker", "cluster": "c",
            "user": "ann"}

@@ -172,13 +172,13 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
 
 def stop_state_processes(state_dir: Path) -> list[str]:
     """Stop the daemons of a state folder; report (and kill) node processes still alive."""
-    from jupyter_cloudtik.storage.mounts import stop_supervisor
-    from jupyter_cloudtik.testing.processes import (
+    from cloudtik_emulators.processes import (
         cloudtik_processes,
         describe,
         kill_all,
         stop_launcher,
     )
+    from jupyter_cloudtik.storage.mounts import stop_supervisor
 
     stop_launcher(state_dir)
     stop_supervisor(state_dir)  # the mount daemon, if a mount was asked for (it idles out)
@@ -278,7 +278,7 @@ def lab_only_browser(lab) -> Iterator[Any]:
     """Chromium (the plain one is ``browser``, tests/conftest.py) that reaches nothing but
     the ``lab`` server: a cluster's page it shows can
     only have come through the server's routes."""
-    from jupyter_cloudtik.testing.browser import chromium
+    from cloudtik_emulators.browser import chromium
 
     with chromium(reach_only=urlsplit(lab.url).netloc) as b:
         yield b

@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from jupyter_cloudtik.testing.browser import chromium
+from cloudtik_emulators.browser import chromium
 
 from .conftest import ARTIFACTS, _start_server, _stop, wait_for_plot_content
 
@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.slow,
 
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory):
-    from jupyter_cloudtik.testing.dask_gateway import GatewayServer
+    from cloudtik_emulators.dask_gateway import GatewayServer
 
     server = GatewayServer(tmp_path_factory.mktemp("gateway")).start()
     yield server

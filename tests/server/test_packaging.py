@@ -36,6 +36,28 @@ def test_wheel_contents(wheel):
     assert (f"{data}/data/etc/jupyter/jupyter_server_config.d/jupyter_cloudtik.json"
             in names)
     assert "jupyter_cloudtik/server/openapi.yaml" in names
+    # the emulators are their own distribution (emulators/): the product ships none of them,
+    # and registers no feature that would need them
+    assert not [n for n in names if n.startswith(("jupyter_cloudtik/testing/",
+                                                   "cloudtik_emulators/"))]
+    assert not [n for n in names if "emulator" in n.lower()], sorted(names)
+    (points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    assert "emulator" not in zipfile.ZipFile(wheel).read(points).decode()
+
+
+def test_emulators_are_their_own_wheel(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                    str(tmp_path), str(ROOT / "emulators")], check=True, timeout=600)
+    (path,) = tmp_path.glob("cloudtik_emulators-*.whl")
+    wheel = zipfile.ZipFile(path)
+    names = set(wheel.namelist())
+    assert "cloudtik_emulators/huaweicloud/cloud.py" in names
+    assert "cloudtik_emulators/firecrest.py" in names
+    assert not [n for n in names if n.startswith("jupyter_cloudtik/")]
+    (points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
+    text = wheel.read(points).decode()
+    assert "[jupyter_cloudtik.features]" in text
+    assert "cloudtik_emulators.feature:FEATURE" in text
 
 
 def test_installed_wheel_is_enabled_and_ok(wheel, tmp_path):

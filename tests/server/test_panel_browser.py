@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from jupyter_cloudtik.testing.browser import confirm
+from cloudtik_emulators.browser import confirm
 
 from .conftest import ARTIFACTS, unique
 

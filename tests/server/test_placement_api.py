@@ -8,7 +8,7 @@ import socket
 
 import requests
 
-from jupyter_cloudtik.testing.zones import start_zone
+from cloudtik_emulators.zones import start_zone
 
 from .conftest import checked
 

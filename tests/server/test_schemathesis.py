@@ -17,8 +17,8 @@ from hypothesis.errors import FlakyStrategyDefinition
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from cloudtik_emulators.stateful_api import leaks, replay, stateful_machine
 from jupyter_cloudtik.api import openapi
-from jupyter_cloudtik.testing.stateful_api import leaks, replay, stateful_machine
 
 from .kernels import kernel_api_token
 

@@ -8,9 +8,9 @@ import os
 
 import pytest
 
+from cloudtik_emulators.browser import confirm
 from jupyter_cloudtik.storage.mounts import fuse_problem, mount_entry
 from jupyter_cloudtik.storage.servers import start_server
-from jupyter_cloudtik.testing.browser import confirm
 
 from .conftest import ARTIFACTS, unique
 from .test_panel_browser import shot

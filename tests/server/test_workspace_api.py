@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from jupyter_cloudtik.testing.huaweicloud import Emulator, Options
+from cloudtik_emulators.huaweicloud import Emulator, Options
 
 from .conftest import unique
 

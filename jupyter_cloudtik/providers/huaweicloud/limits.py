@@ -1,8 +1,8 @@
 """What Huawei Cloud's published API allows, in one place (the audit in docs/huaweicloud.md).
 
 Every number here has its source next to it; the provider batches, names and retries by
-these, and the emulator (written separately, in testing/huaweicloud/cloud.py) refuses what
-goes beyond them with the cloud's codes.
+these, and the emulator (written separately, in cloudtik_emulators/huaweicloud/cloud.py)
+refuses what goes beyond them with the cloud's codes.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from typing import Any
 
 import psutil
 
-from ...core import env as envnames
+from jupyter_cloudtik.core import env as envnames
+
 from .control import EmulatorControl
 
 
@@ -71,7 +72,7 @@ def start_emulator(root: Path, *, boot_seconds: float = 0.1, no_boot: bool = Fal
     env["HOME"] = str(root)
     with open(root / "emulator.log", "wb") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "jupyter_cloudtik.testing.huaweicloud", "--dir", str(root),
+            [sys.executable, "-m", "cloudtik_emulators.huaweicloud", "--dir", str(root),
              "--boot-seconds", str(boot_seconds), *(["--no-boot"] if no_boot else []),
              *(["--realistic"] if realistic else []),
              *(["--image", image] if image else []),

@@ -3,7 +3,7 @@
 ``attempts(address, ca)`` tries: a plain ``tcp://`` Dask client; a raw TLS connection
 without a client certificate that then speaks (the server must end it); and, given one,
 a Dask client presenting a certificate of *another* CA.  Run as
-``python -m jupyter_cloudtik.testing.tlsprobe ADDRESS CA_FILE [CERT KEY]`` (e.g. inside a
+``python -m cloudtik_emulators.tlsprobe ADDRESS CA_FILE [CERT KEY]`` (e.g. inside a
 network namespace, "from another machine"); prints a JSON object label -> outcome.
 """
 

@@ -2,7 +2,7 @@
 
 For tests and demos of the ``arc`` backend; pyarcrest talks to it over HTTP::
 
-    python -m jupyter_cloudtik.testing.arc --root /tmp/arc --client-secret s3cret
+    python -m cloudtik_emulators.arc --root /tmp/arc --client-secret s3cret
 
 Like A-REX it takes job descriptions in xRSL (``application/rsl``) or ADL
 (``application/xml``) with ``POST /jobs?action=new``, answers bulk job actions

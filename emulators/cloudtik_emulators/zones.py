@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 
 @dataclass

@@ -10,7 +10,7 @@ from pathlib import Path
 
 
 def default_dir() -> Path:
-    from ...core.settings import default_settings
+    from jupyter_cloudtik.core.settings import default_settings
 
     return Path(default_settings().state_dir) / "huaweicloud-emulator"
 
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m jupyter_cloudtik.testing.huaweicloud",
+    p = argparse.ArgumentParser(prog="python -m cloudtik_emulators.huaweicloud",
                                 description="Emulated Huawei Cloud APIs for dry runs and "
                                 "tests.")
     add_arguments(p)

@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 
-from ...core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 PR_SET_CHILD_SUBREAPER = 36
 

@@ -27,7 +27,7 @@ from typing import Any
 
 import requests
 
-from ..core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 PASSWORD = "cloudtik-test-password"
 TESTER_TOKEN = "tester-" + "0123456789abcdef" * 2

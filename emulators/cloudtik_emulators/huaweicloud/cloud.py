@@ -27,7 +27,7 @@ from typing import Any
 
 from .errors import ApiError, bad_request, conflict, not_found, quota_exceeded
 
-log = logging.getLogger("jupyter_cloudtik.testing.huaweicloud")
+log = logging.getLogger("cloudtik_emulators.huaweicloud")
 
 DEFAULT_QUOTAS = {
     "instances": 200, "cores": 800, "ram": 3_276_800,  # ram in MiB, as ECS counts it

@@ -1,7 +1,7 @@
 """Finding and stopping everything jupyter_cloudtik started under a folder.
 
 Used by the test suite to prove nothing is left behind, and handy after experiments:
-``python -m jupyter_cloudtik.testing.processes STATE_DIR`` lists (and with ``--kill`` stops)
+``python -m cloudtik_emulators.processes STATE_DIR`` lists (and with ``--kill`` stops)
 node processes, launchers and reapers of a state folder.
 """
 
@@ -64,7 +64,7 @@ def describe(procs: list[psutil.Process]) -> str:
 
 def stop_launcher(state_dir: str | Path, timeout: float = 10.0) -> None:
     """Ask the launcher of ``state_dir`` to exit, and wait until it has."""
-    from ..providers.local import launcher
+    from jupyter_cloudtik.providers.local import launcher
 
     try:
         launcher.request(state_dir, {"op": "stop"}, timeout=5)
@@ -95,7 +95,7 @@ def kill_all(procs: list[psutil.Process], grace: float = 2.0) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m jupyter_cloudtik.testing.processes")
+    parser = argparse.ArgumentParser(prog="python -m cloudtik_emulators.processes")
     parser.add_argument("state_dir")
     parser.add_argument("--kill", action="store_true")
     args = parser.parse_args()

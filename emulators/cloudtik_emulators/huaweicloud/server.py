@@ -37,7 +37,8 @@ import tornado.netutil
 import tornado.web
 from tornado.ioloop import PeriodicCallback
 
-from ...core import env as envnames
+from jupyter_cloudtik.core import env as envnames
+
 from .agency_credentials import check_temporary_credential, issue_temporary_credential
 from .cloud import COLLEAGUE_USER, DEFAULT_USER, Call, Cloud, dispatch, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded

@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from ..core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 ARC_PACKAGES = ["nordugrid-arc-arex", "nordugrid-arc-client", "nordugrid-arc-plugins-needed",
                 "nordugrid-arc-plugins-arcrest", "nordugrid-arc-plugins-internal",
@@ -414,7 +414,7 @@ class ArexSite:
                 continue
 
 
-if __name__ == "__main__":  # python -m jupyter_cloudtik.testing.arex: build the chroot
+if __name__ == "__main__":  # python -m cloudtik_emulators.arex: build the chroot
     build_arc7_chroot()
 
 

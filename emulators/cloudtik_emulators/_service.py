@@ -36,7 +36,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from tornado import web
 
-from ..core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 ADMIN_HEADER = "X-Emulator-Admin"
 

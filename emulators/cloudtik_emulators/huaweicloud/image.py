@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from ...core import env as envnames
+from jupyter_cloudtik.core import env as envnames
 
 DEFAULT_CACHE = "/var/cache/jupyter_cloudtik/images"
 DEFAULT_MIRROR = "http://deb.debian.org/debian"

@@ -2,7 +2,7 @@
 
 For tests and demos of the ``slurm`` backend without a supercomputer::
 
-    python -m jupyter_cloudtik.testing.slurm /tmp/slurm     # prints SLURM_CONF, Ctrl-C stops
+    python -m cloudtik_emulators.slurm /tmp/slurm     # prints SLURM_CONF, Ctrl-C stops
 
 The daemons run in the foreground as children of this process (so they are reaped, and a
 crash of the owner leaves nothing behind but its folder), on free loopback ports, with a

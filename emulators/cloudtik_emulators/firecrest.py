@@ -3,7 +3,7 @@
 For tests and demos of the ``firecrest`` backend; the official client (pyfirecrest) talks
 to it over HTTP at the real paths::
 
-    python -m jupyter_cloudtik.testing.firecrest --root /tmp/f7t --client-id me \\
+    python -m cloudtik_emulators.firecrest --root /tmp/f7t --client-id me \\
         --client-secret s3cret        # prints the URL, the token URL and the admin token
 
 What it does like the real service (checked against FirecREST v2 run from its public

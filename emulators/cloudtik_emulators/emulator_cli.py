@@ -11,13 +11,13 @@ def add_commands(sub) -> None:
     p = sub.add_parser("emulator", help="run an emulated cloud API for dry runs and tests")
     em = p.add_subparsers(dest="emulator", metavar="CLOUD", parser_class=type(p))
     em.required = True
-    from .testing.huaweicloud.cli import add_arguments
+    from .huaweicloud.cli import add_arguments
 
     add_arguments(em.add_parser("huaweicloud", help="the Huawei Cloud APIs the huaweicloud "
                                 "provider uses (ECS, VPC, EIP, NAT, IAM, IMS, KPS, OBS)"))
 
 
 def run(args: argparse.Namespace) -> int:
-    from .testing.huaweicloud.cli import run as run_huaweicloud
+    from .huaweicloud.cli import run as run_huaweicloud
 
     return run_huaweicloud(args)

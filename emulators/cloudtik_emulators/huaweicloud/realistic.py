@@ -31,7 +31,8 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from ...core import env as envnames
+from jupyter_cloudtik.core import env as envnames
+
 from .network import METADATA_IP, Network
 
 USER_DATA = "/var/lib/cloud/instance/user-data"  # where cloud-init keeps it on a real image
