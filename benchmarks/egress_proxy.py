@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import ipaddress
 import shutil
 import ssl
 import statistics
@@ -41,12 +39,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from jupyter_cloudtik.hub.egress import EgressSupervisor
+from jupyter_cloudtik.testing.upstreams import make_test_ca
 
 BIG = b"x" * (1 << 20)
 
@@ -72,26 +67,6 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
-
-
-def _cert(directory: Path):
-    now = dt.datetime.now(dt.timezone.utc)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "bench upstream")])
-    ca = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-          .public_key(key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - dt.timedelta(hours=1)).not_valid_after(now + dt.timedelta(1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.SubjectAlternativeName(
-              [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-          .sign(key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    path = directory / "upstream.pem"
-    path.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                       serialization.NoEncryption()) + ca.public_bytes(pem))
-    cafile = directory / "upstream-ca.pem"
-    cafile.write_bytes(ca.public_bytes(pem))
-    return path, cafile
 
 
 def _serve(chain: Path | None) -> int:
@@ -223,7 +198,8 @@ def keepalive(setup) -> None:
 
 def bench(engine: str, args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="egress-bench-"))
-    chain, upstream_ca = _cert(tmp)
+    upstream_ca, _ctx = make_test_ca(tmp)
+    chain = tmp / "upstream-leaf.pem"  # make_test_ca's leaf key and chain
     http_port, ruled_port, plain_port = _serve(None), _serve(chain), _serve(chain)
 
     loop = asyncio.new_event_loop()

@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import datetime as dt
-import ipaddress
 import multiprocessing
 import os
 import random
@@ -33,6 +31,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import requests
+
+from jupyter_cloudtik.testing.upstreams import make_test_ca
 
 SLOW_SECONDS = 8.0
 ABUSES = ("slow-names", "tiny-chunk-upload", "slow-body", "many-connections", "slow-tls")
@@ -168,32 +168,6 @@ class _Upstream(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
-
-
-def _tls_chain(directory: Path) -> tuple[Path, Path]:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    now = dt.datetime.now(dt.timezone.utc)
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "fairness upstream")])
-    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(hours=1))
-            .not_valid_after(now + dt.timedelta(days=1))
-            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-            .add_extension(x509.SubjectAlternativeName(
-                [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-            .sign(key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    chain = directory / "fair-upstream.pem"
-    chain.write_bytes(key.private_bytes(pem, serialization.PrivateFormat.PKCS8,
-                                        serialization.NoEncryption()) + cert.public_bytes(pem))
-    ca = directory / "fair-upstream-ca.pem"
-    ca.write_bytes(cert.public_bytes(pem))
-    return chain, ca
 
 
 def serve(chain: Path | None = None) -> ThreadingHTTPServer:
@@ -457,6 +431,7 @@ def upstreams(directory: Path) -> Iterator[tuple[int, int, int, Path]]:
     """(honest client's HTTP port, abuser's HTTP port, abuser's TLS port, the TLS CA): each
     upstream in a process of its own, so the abuser's load on its upstream is not the
     honest client's (different users' upstreams are different servers)."""
-    chain, ca = _tls_chain(directory)
+    ca, _ctx = make_test_ca(directory)
+    chain = directory / "upstream-leaf.pem"  # make_test_ca's leaf key and chain
     with _world("http") as honest, _world("http") as abused, _world("tls", chain) as tls:
         yield int(honest), int(abused), int(tls), ca

@@ -1,6 +1,6 @@
 """The egress proxy's configuration: who may use it (clients), what it adds (rules), where it
 never connects (deny networks) and the bounds that keep one client from starving the others.
-The proxy itself is mitmproxy with our add-on (``mitm.py``).
+The proxy itself is mitmproxy with our add-on (``addon.py``, started by ``mitm.py``).
 
 Sessions use it as ``HTTP(S)_PROXY``.  Plain HTTP requests are forwarded with the headers of
 matching rules.  ``CONNECT`` to a host without a rule for the user is a blind TCP tunnel (the

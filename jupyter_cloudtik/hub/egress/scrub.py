@@ -3,7 +3,7 @@
 A rule's value goes to the upstream, and the client is the one party that must never see
 it; yet some upstreams send the request back: ``TRACE`` (its purpose), echo and debug
 endpoints, error pages that quote a header, redirects that copy it into ``Location``.  The
-proxy therefore (``mitm.py``):
+proxy therefore (``addon.py``):
 
 * refuses the reflecting methods (``TRACE``, ``TRACK``) wherever a rule would apply;
 * asks the upstream of a credentialed request for an unencoded body
