@@ -40,8 +40,8 @@ from pathlib import Path
 
 import requests
 
+from cloudtik_emulators.upstreams import make_test_ca
 from jupyter_cloudtik.hub.egress import EgressSupervisor
-from jupyter_cloudtik.testing.upstreams import make_test_ca
 
 BIG = b"x" * (1 << 20)
 

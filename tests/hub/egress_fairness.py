@@ -32,7 +32,7 @@ from pathlib import Path
 
 import requests
 
-from jupyter_cloudtik.testing.upstreams import make_test_ca
+from cloudtik_emulators.upstreams import make_test_ca
 
 SLOW_SECONDS = 8.0
 ABUSES = ("slow-names", "tiny-chunk-upload", "slow-body", "many-connections", "slow-tls")
