@@ -104,6 +104,26 @@ class Grant:
         return self._seal is _SEAL
 
 
+@dataclass(frozen=True)
+class BuildPermit:
+    """Leave for this process to run setup code its caller chose: ``pip`` building a local
+    folder, a source distribution or a direct reference (``NAME @ URL``) runs that
+    project's build code here, with this process's files and secrets.  A single person's
+    server may (the code is its own user's, in their own process); a service many users
+    share (the hub's sidekick) may not, whoever asks.  Made only by a policy
+    (:meth:`Policy.build_permit`): code that builds without one cannot be written, since
+    ``runtime.environment.collect`` takes nothing else as leave."""
+
+    _seal: object = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self._seal is not _SEAL:
+            raise TypeError("a BuildPermit is made by a policy (core.grants), not by hand")
+
+    def sealed(self) -> bool:
+        return self._seal is _SEAL
+
+
 def _mint(caller: Caller, kind: str, name: str, mode: str, *, purpose: str = "",
           scope_kind: str | None = None, **detail: Any) -> Grant:
     if kind not in KINDS:
@@ -189,6 +209,12 @@ class Policy:
         """A single owner's nodes may hold the owner's own credentials."""
         return False
 
+    def build_permit(self) -> BuildPermit | None:
+        """Leave to build what a caller named (folders, source distributions, direct
+        references) in this process, or None: binary wheels from the index only.  None
+        unless a policy says otherwise: a policy that does not know fails closed."""
+        return None
+
 
 class OwnerPolicy(Policy):
     """A state folder of one person: everything in it is theirs (read-only storages are
@@ -213,6 +239,10 @@ class OwnerPolicy(Policy):
 
     def trusts_nodes_with_full_credentials(self, grant: Grant) -> bool:
         return True
+
+    def build_permit(self) -> BuildPermit | None:
+        """The folder's one user builds their own projects in their own process."""
+        return BuildPermit(_SEAL)
 
 
 def _has_table(store: Any, table: str) -> bool:

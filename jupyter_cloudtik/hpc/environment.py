@@ -248,13 +248,25 @@ def _digest(path: Path) -> str:
     return _digests[key]
 
 
+def build_permit(backend: Any) -> Any:
+    """The state folder's leave to build what a job names (core/grants.py decides): a
+    backend with no secret store knows no policy, so it builds nothing (fail closed)."""
+    from ..core.grants import policy_for
+
+    secrets = getattr(backend.context, "secrets", None)
+    if secrets is None:
+        return None
+    return policy_for(secrets.store).build_permit()
+
+
 def lock(packages: Any, requirements: str | None, cache: Path,
-         system: SystemPython) -> tuple[list[Path], dict[str, str], str]:
+         system: SystemPython, *, permit: Any) -> tuple[list[Path], dict[str, str], str]:
     """(wheels, {name: version}, hash) of the environment: every installed distribution
     (``packages: session``) or the declared ``packages`` / ``requirements`` with what they
     require as installed here, plus papermill and ipykernel (the runner), plus pip (the
     installer, run from its wheel on the system).  The hash covers the Python major.minor,
-    the system's platform and every wheel's content."""
+    the system's platform and every wheel's content.  ``permit``: the policy's leave to
+    build source distributions here (``build_permit``); without it, binary wheels only."""
     entries: list[str] = []
     whl: list[Path] = []
     if isinstance(packages, (list, tuple)):
@@ -285,7 +297,8 @@ def lock(packages: Any, requirements: str | None, cache: Path,
                               "session (or a wheel file in environment.requirements)",
                               field=f"environment.packages.{i}", value=e)
     try:
-        wheels, pins = rtenv.collect([*entries, *RUNNER], packages == "session", cache, {})
+        wheels, pins = rtenv.collect([*entries, *RUNNER], packages == "session", cache, {},
+                                     permit=permit)
         wheels += rtenv.wheels_for({"pip": rtenv.md.version("pip")}, cache)
     except RuntimeError as e:
         first = str(e).splitlines()[0][:300]
@@ -520,7 +533,8 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
     cache = backend.context.state_dir / "hpc" / "wheels"
     packages = env.packages if env.packages is not None else (
         None if env.requirements else "session")
-    wheels, pins, h = lock(packages, env.requirements, cache, system)
+    wheels, pins, h = lock(packages, env.requirements, cache, system,
+                           permit=build_permit(backend))
     check_wheels(wheels, system, backend.name)
     pip_wheel = next(w.name for w in wheels if w.name.startswith("pip-"))
     env.python = f"{root}/{h}/bin/python"

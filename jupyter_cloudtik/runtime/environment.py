@@ -15,7 +15,10 @@ import importlib.metadata as md
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.grants import BuildPermit
 
 #: what a node must match exactly (besides Python major.minor)
 CHECKED = ("dask", "distributed", "cloudpickle", "msgpack")
@@ -239,7 +242,8 @@ def wheels_for(pins: dict[str, str], dest: Path) -> list[Path]:
 
 
 def collect(pip: list[str] | None, sync_env: bool, cache: Path,
-            base: dict[str, str]) -> tuple[list[Path], dict[str, str]]:
+            base: dict[str, str], *,
+            permit: BuildPermit | None) -> tuple[list[Path], dict[str, str]]:
     """Every wheel the nodes need beyond the ``base`` pins, and {name: version} of the
     packages a node must then have.
 
@@ -248,23 +252,52 @@ def collect(pip: list[str] | None, sync_env: bool, cache: Path,
     under the base pins as constraints; local folders are built into wheels
     (``--ignore-requires-python``: the node's Python decides, at boot, and says so).
     ``sync_env`` adds every installed distribution.  Raises RuntimeError naming the
-    package that could not be had."""
+    package that could not be had.
+
+    Building runs the built project's code in this process, so it needs ``permit`` (the
+    state folder's policy decides: ``Policy.build_permit``).  Without one — a service
+    many users share — a folder or a direct reference (``NAME @ URL``) is refused before
+    anything is fetched, and requirements not installed here come as binary wheels only
+    (``--only-binary=:all:``: no source distribution is built).  What is installed here
+    already (its exact version, from the index) was the admin's choice and is built as
+    before."""
     import shutil
     import tempfile
 
     from packaging.requirements import Requirement
 
+    from ..core.errors import ConfigError
+
+    builds = permit is not None and permit.sealed()
     pins: dict[str, str] = {}
     resolve: list[str] = []
     local: list[str] = []
     if sync_env:
         synced, local = installed_here()
         pins.update(synced)
-    for entry in pip or []:
+        if local and not builds:
+            raise ConfigError(
+                f"runtime.sync_env: {local[0]!r} is installed here from a folder; a service "
+                "many users share builds no folder (its setup code would run beside every "
+                "user's secrets): install the package from an index instead",
+                field="runtime.sync_env", value=local[0])
+    for i, entry in enumerate(pip or []):
         if is_local(entry):
+            if not builds:
+                raise ConfigError(
+                    f"runtime.pip.{i}: {entry!r} is a folder; a service many users share "
+                    "builds no folder (its setup code would run here, beside every user's "
+                    "secrets): give requirements from the package index",
+                    field=f"runtime.pip.{i}", value=entry)
             local.append(str(Path(entry.removeprefix("file://")).expanduser().resolve()))
             continue
         req = Requirement(entry)
+        if req.url and not builds:
+            raise ConfigError(
+                f"runtime.pip.{i}: {entry!r} is a direct reference (NAME @ URL); a service "
+                "many users share fetches and builds none (its setup code would run here): "
+                "give a requirement from the package index", field=f"runtime.pip.{i}",
+                value=entry)
         try:
             have = md.version(req.name)
         except md.PackageNotFoundError:
@@ -281,8 +314,11 @@ def collect(pip: list[str] | None, sync_env: bool, cache: Path,
             cons = Path(tmp) / "constraints.txt"
             cons.write_text("".join(f"{n}=={v}\n" for n, v in sorted({**base, **pins}.items())))
             out = Path(tmp) / "wheels"
-            _pip(["wheel", "--quiet", "-w", str(out), "-c", str(cons), *resolve],
-                 f"pip wheel {' '.join(resolve)}")
+            binary = [] if builds else ["--only-binary=:all:"]
+            _pip(["wheel", "--quiet", *binary, "-w", str(out), "-c", str(cons), *resolve],
+                 f"pip wheel {' '.join(resolve)}"
+                 + ("" if builds else " (binary wheels only: a shared service builds no "
+                                      "source distribution)"))
             for w in out.glob("*.whl"):
                 n, v = wheel_name_version(w)
                 if base.get(n) == v:

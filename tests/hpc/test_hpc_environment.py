@@ -255,7 +255,7 @@ def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
 
     system = envs.find_python(LocalShell(), "loc", [], None)
     cache = hpc_state / "hpc" / "wheels"  # the session's wheels (make_client's state)
-    h = envs.lock(["toolz"], None, cache, system)[2]
+    h = envs.lock(["toolz"], None, cache, system, permit=None)[2]
     (root / h / "bin").mkdir(parents=True)
     (root / h / "bin" / "python").write_text("#!/bin/sh\nexit 1\n")
     client = make_client({"loc": {"type": "local", "workdir": str(tmp_path / "jobs"),

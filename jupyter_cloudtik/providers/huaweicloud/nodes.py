@@ -780,6 +780,7 @@ class HuaweiCloudNodeProvider(NodeProvider):
         from huaweicloudsdkobs.v1 import PutObjectRequest
 
         from ...core.errors import ConfigError
+        from ...core.grants import policy_for
         from ...runtime import environment
 
         t0 = _time.monotonic()
@@ -799,7 +800,9 @@ class HuaweiCloudNodeProvider(NodeProvider):
         if pip or sync_env:
             field = "runtime.pip" if pip else "runtime.sync_env"
             try:
-                more, packages = environment.collect(pip, sync_env, cache, base)
+                more, packages = environment.collect(
+                    pip, sync_env, cache, base,
+                    permit=policy_for(self.context.store).build_permit())
             except (RuntimeError, OSError) as e:
                 raise ConfigError(f"{field}: {e}", field=field) from None
             wheels = sorted({w.name: w for w in [*wheels, *more]}.values())
