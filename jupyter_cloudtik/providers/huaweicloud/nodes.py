@@ -29,32 +29,27 @@
 
 from __future__ import annotations
 
-import asyncio
-import io
 import logging
-import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from ...core import env as envnames
-from ...core.errors import ConfigError, NodeLaunchError, OperationTimeout, ProviderError
+from ...core.errors import ConfigError, NodeLaunchError, ProviderError
 from ..base import (
     NODE_KIND_HEAD,
     TAG_CLUSTER_NAME,
     TAG_NODE_KIND,
     Capacity,
-    ConnectInfo,
     NodeProvider,
 )
 from .account import make_clients, retry_reporter, settings_for, wait_until
+from .create_journal import JOURNAL_MIGRATIONS, REPLAY_WITHIN, TOKEN_TTL, CreateJournal
+from .head_access import HeadAccess
 from .limits import (
     CREATE_BATCH,
     DELETE_BATCH,
     ECS_QUOTA,
-    ECS_TOKEN_EXPIRED,
-    ECS_TOKEN_REUSED,
-    LIST_PAGE,
     MAX_TAGS,
     TAG_KEY,
     TAG_VALUE,
@@ -63,120 +58,40 @@ from .limits import (
     client_token,
     server_name,
 )
+from .node_staging import RuntimeStaging, _MemoryFile
 from .offers import flavor_resources, list_flavors, offer_set, quota_limits
 from .retry import as_launch_error
-from .userdata import (
-    DASHBOARD_PORT,
-    DASHBOARD_TLS_PORT,
-    SCHEDULER_PORT,
-    WHEELS_PREFIX,
-    encode,
-    list_keys,
-    manifest_key,
-    render,
-    tls_object_key,
-    wheel_key,
+from .servers import (
+    ALIVE,
+    GONE,
+    RUNTIMES_METADATA,
+    TAG_WORKSPACE,
+    _carries,
+    addresses,
+    list_servers,
+    tags_of,
 )
+from .userdata import encode, render
 from .workspace import PROVIDER_PROPERTIES
 
-if TYPE_CHECKING:
-    from distributed import Client
-
-    from ...core.operations import OperationContext
+# names other modules and tests import from here (moved out unchanged)
+__all__ = ["ALIVE", "GONE", "JOURNAL_MIGRATIONS", "REPLAY_WITHIN", "REQUEST_KEYS",
+           "RUNTIMES_METADATA", "TAG_WORKSPACE", "TOKEN_TTL", "HuaweiCloudNodeProvider",
+           "_MemoryFile", "addresses", "list_servers", "tags_of"]
 
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 
-TAG_WORKSPACE = "cloudtik-workspace"
-GONE = {"DELETED", "SOFT_DELETED"}
-ALIVE = {"ACTIVE", "BUILD", "REBOOT", "HARD_REBOOT", "RESIZE", "VERIFY_RESIZE", "MIGRATING"}
 CACHE_SECONDS = 1.0
 DEFAULT_FLAVOR = "s6.large.2"
 CREATE_ROUNDS = 3          # first create plus two for what a job could not make
-# "Idempotency identifiers are valid for 8 hours" (Ecs.0124 after): the ECS API reference,
-# "Idempotent Requests", https://support.huaweicloud.com/api-ecs/zh-cn_topic_0000001105258814.html
-TOKEN_TTL = 8 * 3600
-# an entry older than this is not sent again (a listing has long caught up by then, and
-# the token may be about to expire at the cloud)
-REPLAY_WITHIN = TOKEN_TTL - 3600
 #: node_config keys a create request is built from (kept in the journal, so a resent
 #: request carries exactly the body the first one did)
 REQUEST_KEYS = ("flavor", "image_id", "vpc_id", "subnet_id", "security_group_ids",
                 "key_name", "agency_name", "availability_zone", "root_volume",
                 "market_type", "public_ip", "bandwidth", "eip_type")
-JOURNAL_MIGRATIONS = [
-    # 1: creates sent, before their answer: what a killed `up` leaves the next one to find
-    """
-    CREATE TABLE huaweicloud_creates (
-        token TEXT PRIMARY KEY,
-        workspace TEXT NOT NULL,
-        cluster TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        request TEXT NOT NULL,
-        job_id TEXT,
-        server_ids TEXT
-    )
-    """,
-]
 
 
-class _MemoryFile(io.BytesIO):
-    """Bytes the SDK's put_object takes as a file (it wants ``mode == "rb"``): the TLS
-    bundle never touches this machine's disk on its way to the bucket."""
-
-    mode = "rb"
-
-
-def tags_of(server) -> dict[str, str]:
-    out = {}
-    for t in server.tags or []:
-        k, _, v = t.partition("=")
-        out[k] = v
-    return out
-
-
-def list_servers(clients, tags: dict[str, str]) -> list[Any]:
-    """Every server (not deleted) carrying exactly all ``tags``, page by page.
-
-    The cloud is asked with one tag (its ``tags`` filter takes one value and matches
-    servers whose tags *contain* it); which servers really carry every tag is decided here,
-    so a cluster's boundary never rests on the cloud's filter semantics."""
-    from huaweicloudsdkecs.v2 import ListServersDetailsRequest
-
-    first = sorted(tags.items())[0] if tags else None
-    out: list[Any] = []
-    page = 1
-    while True:
-        resp = clients.call("ecs", "list_servers_details", ListServersDetailsRequest(
-            tags=f"{first[0]}={first[1]}" if first else None, limit=LIST_PAGE, offset=page))
-        servers = resp.servers or []
-        out.extend(servers)
-        if not servers or len(out) >= (resp.count or 0) or len(servers) < LIST_PAGE:
-            break
-        page += 1
-    return [s for s in out if s.status not in GONE and _carries(s, tags)]
-
-
-def _carries(server, tags: dict[str, str]) -> bool:
-    have = tags_of(server)
-    return all(k in have and have[k] == v for k, v in tags.items())
-
-
-def addresses(server) -> tuple[str | None, str | None]:
-    private = public = None
-    for addrs in (server.addresses or {}).values():
-        for a in addrs:
-            if a.os_ext_ip_stype == "floating":
-                public = public or a.addr
-            else:
-                private = private or a.addr
-    return private, public
-
-
-#: the server metadata key naming the runtimes a head runs (``dask,spark``)
-RUNTIMES_METADATA = "cloudtik_runtimes"
-
-
-class HuaweiCloudNodeProvider(NodeProvider):
+class HuaweiCloudNodeProvider(CreateJournal, RuntimeStaging, HeadAccess, NodeProvider):
     provider_type = "huaweicloud"
     #: storage credentials reach the workers over the TLS Dask connection (a worker
     #: plugin, storage/node_plugin.py), never in user data
@@ -372,98 +287,6 @@ class HuaweiCloudNodeProvider(NodeProvider):
             self._cache_at = time.monotonic()
         tags = {TAG_CLUSTER_NAME: self.cluster_name, **(tag_filters or {})}
         return [s for s in servers if _carries(s, tags)]
-
-    # the create journal ---------------------------------------------------------------------
-    def _journal(self):
-        store = self.context.store
-        store.ensure_schema("huaweicloud", JOURNAL_MIGRATIONS)
-        return store
-
-    def _journal_add(self, token: str, args: dict[str, Any]) -> None:
-        """Written before the create is sent: a kill after this line cannot lose it."""
-        from ...core.store import dumps
-
-        with self._journal().transaction() as conn:
-            conn.execute("INSERT INTO huaweicloud_creates(token, workspace, cluster, "
-                         "created_at, request) VALUES (?, ?, ?, ?, ?)",
-                         (token, self.workspace()["name"], self.cluster_name, time.time(),
-                          dumps(args)))
-        self._own_tokens.add(token)
-
-    def _journal_answer(self, token: str, job_id: str | None, ids: list[str]) -> None:
-        from ...core.store import dumps
-
-        with self._journal().transaction() as conn:
-            conn.execute("UPDATE huaweicloud_creates SET job_id = ?, server_ids = ? "
-                         "WHERE token = ?", (job_id, dumps(ids), token))
-
-    def _journal_drop(self, tokens) -> None:
-        tokens = list(tokens)
-        if not tokens:
-            return
-        with self._journal().transaction() as conn:
-            conn.executemany("DELETE FROM huaweicloud_creates WHERE token = ?",
-                             [(t,) for t in tokens])
-        self._own_tokens.difference_update(tokens)
-
-    def _recover(self, listed: set[str]) -> list[Any]:
-        """Servers other runs created that the listing does not show yet.
-
-        For each journal entry of this cluster not made by this provider: an entry never
-        answered (its process died with the create in flight) is sent again with its token
-        and body, and the cloud answers with the servers it made for it (or makes them
-        now: exactly once either way); recorded ids the listing lacks are asked for one by
-        one (``show_server`` knows a server at once).  An entry goes once the listing shows
-        all its servers, or they are gone."""
-        from huaweicloudsdkecs.v2 import ShowServerRequest
-
-        from ...core.store import loads
-
-        rows = self._journal().query(
-            "SELECT * FROM huaweicloud_creates WHERE workspace = ? AND cluster = ?",
-            (self.workspace()["name"], self.cluster_name))
-        found: list[Any] = []
-        done: list[str] = []
-        for row in rows:
-            token = row["token"]
-            if token in self._own_tokens:
-                continue
-            ids = loads(row["server_ids"])
-            if ids is None:
-                if time.time() - row["created_at"] > REPLAY_WITHIN:
-                    done.append(token)
-                    continue
-                args = loads(row["request"])
-                what = (f"send again the create of {args['count']} server(s) an interrupted "
-                        "run sent (the same client token returns the same servers)")
-                try:
-                    resp = self.clients.call("ecs", "create_post_paid_servers", self._request(
-                        args["node_config"], dict(args["tags"]), args["count"],
-                        args["user_data"], token=token), what=what)
-                except ProviderError as e:
-                    if 400 <= (e.details.get("status") or 500) < 500:
-                        log.warning("huaweicloud: %s: refused (%s); %s", what, e.message,
-                                    "servers it made show in listings once they catch up"
-                                    if e.details.get("code") in (ECS_TOKEN_REUSED,
-                                                                 ECS_TOKEN_EXPIRED)
-                                    else "nothing was created")
-                        done.append(token)
-                    continue  # 5xx: the cloud could not say; ask again next time
-                ids = list(resp.server_ids or [])
-                log.info("huaweicloud: an interrupted run's create of %d server(s) "
-                         "answered again: %s", len(ids), ", ".join(ids))
-                self._journal_answer(token, resp.job_id, ids)
-            pending = [i for i in ids if i not in listed]
-            for sid in pending:
-                got = self.clients.call("ecs", "show_server", ShowServerRequest(
-                    server_id=sid), missing_ok=True, what="look up a server an interrupted "
-                    "run created")
-                if got is not None and got.server.status not in GONE:
-                    found.append(got.server)
-            if not any(s.id in pending for s in found):
-                done.append(token)  # listed, or gone: the journal has nothing more to add
-        self._journal_drop(done)
-        return found
 
     def _server(self, node_id: str):
         with self._lock:
@@ -739,130 +562,6 @@ class HuaweiCloudNodeProvider(NodeProvider):
             self._cache_at = 0.0  # the next question lists again
         return made
 
-    # TLS ------------------------------------------------------------------------------------
-    def _obs_endpoint(self) -> str:
-        from .clients import EMULATED_OBS_DOMAIN, REAL_OBS
-
-        c = self.clients
-        if c.config.get("obs_endpoint"):
-            return c.config["obs_endpoint"]
-        if c.endpoint:  # the emulator
-            return f"http://obs.{c.region}.{EMULATED_OBS_DOMAIN}"
-        return REAL_OBS.format(region=c.region)
-
-    def _publish_node_tls(self, bucket: str) -> None:
-        """Put the nodes' certificate and key where only the cluster's agencies read them:
-        an object of the workspace's private bucket (never user data, tags or metadata)."""
-        import json
-
-        from huaweicloudsdkobs.v1 import PutObjectRequest
-
-        from ...runtime.tls import ensure_cluster_tls
-
-        tls = ensure_cluster_tls(self.context.state_dir, self.cluster_name)
-        self.clients.call("obs", "put_object", PutObjectRequest(
-            bucket_name=bucket, object_key=tls_object_key(self.cluster_name),
-            stream=_MemoryFile(json.dumps(tls.node_credentials()).encode())),
-            what="store the nodes' TLS certificate in the workspace bucket")
-
-    def _stage_runtime(self, bucket: str, extra: list[str] | None = None, *,
-                       pip: list[str] | None = None, sync_env: bool = False,
-                       machines: list[str] | None = None) -> None:
-        """The client's wheels (exact versions of dask, distributed, cloudpickle, msgpack
-        and what they need; downloaded once into the state folder's cache), plus those of
-        ``runtime.pip`` / ``runtime.sync_env`` (runtime/environment.py ``collect``), in the
-        workspace bucket, and the cluster's manifest of them: a stock image installs its
-        runtime from there (userdata.py).  The packages asked for must be had: if one
-        cannot, ``up`` fails here, naming it, before any server is made."""
-        import json
-        import time as _time
-
-        from huaweicloudsdkobs.v1 import PutObjectRequest
-
-        from ...core.errors import ConfigError
-        from ...core.grants import policy_for
-        from ...runtime import environment
-
-        t0 = _time.monotonic()
-        cache = self.context.state_dir / "wheels"
-        base = environment.closure([*environment.CHECKED, *(extra or [])])
-        try:
-            wheels = environment.wheels_for(base, cache)  # pyspark: built once, cached
-        except (RuntimeError, OSError) as e:
-            if pip or sync_env:
-                raise ConfigError(f"runtime: the client's own wheels cannot be had: {e}",
-                                  field="runtime") from None
-            # nodes whose image already matches still come up; others say what is missing
-            log.warning("huaweicloud: could not collect the client's wheels (%s); nodes "
-                        "must already have the client's versions", e)
-            return
-        packages: dict[str, str] = {}
-        if pip or sync_env:
-            field = "runtime.pip" if pip else "runtime.sync_env"
-            try:
-                more, packages = environment.collect(
-                    pip, sync_env, cache, base,
-                    permit=policy_for(self.context.store).build_permit())
-            except (RuntimeError, OSError) as e:
-                raise ConfigError(f"{field}: {e}", field=field) from None
-            wheels = sorted({w.name: w for w in [*wheels, *more]}.values())
-        # every node must install them: a wheel made for this client's platform (macOS,
-        # Windows, another architecture) is refused here, before any server is made
-        for machine in machines or ["x86_64"]:
-            for w in wheels:
-                problem = environment.wheel_platform_problem(w.name, machine)
-                if problem:
-                    import platform as _platform
-
-                    raise ConfigError(
-                        f"runtime: {problem}; pip here ({sys.platform} "
-                        f"{_platform.machine()}) makes wheels for this machine only: run "
-                        f"the client on Linux {machine} (e.g. a JupyterLab on a cloud "
-                        "server), or use an image that has the client's packages",
-                        field="runtime", value=w.name)
-        # staged once per workspace: content-addressed keys the clusters share (workspace
-        # delete removes them); only the files not there yet are sent
-        there = set(list_keys(self.clients, bucket, WHEELS_PREFIX))
-        entries = []
-        sent = 0
-        for w in wheels:
-            digest = environment.sha256(w)
-            key = wheel_key(digest, w.name)
-            entries.append({"key": key, "sha256": digest})
-            if key in there:
-                continue
-            with open(w, "rb") as f:  # pyspark's is 450 MB: not read into memory
-                self.clients.call("obs", "put_object", PutObjectRequest(
-                    bucket_name=bucket, object_key=key, stream=f),
-                    what=f"stage {w.name} in the workspace bucket")
-            sent += 1
-        self.clients.call("obs", "put_object", PutObjectRequest(
-            bucket_name=bucket, object_key=manifest_key(self.cluster_name),
-            stream=_MemoryFile(json.dumps({"wheels": entries,
-                                           "packages": packages}).encode())),
-            what="store the cluster's runtime manifest")
-        log.info("huaweicloud: %d wheels for the nodes (%d sent, the rest staged before) in "
-                 "%.1fs", len(entries), sent, _time.monotonic() - t0)
-
-    def cleanup(self) -> None:
-        """After the last node: the TLS object and the local TLS material go."""
-        from huaweicloudsdkobs.v1 import DeleteObjectRequest
-
-        from ...runtime.tls import remove_cluster_tls
-
-        bucket = self.workspace()["resources"].get("bucket")
-        if bucket:
-            # (the wheels stay: the workspace's clusters share them; workspace delete)
-            keys = [tls_object_key(self.cluster_name), manifest_key(self.cluster_name)]
-            for key in keys:
-                self.clients.call("obs", "delete_object", DeleteObjectRequest(
-                    bucket_name=bucket, object_key=key),
-                    missing_ok=True, what="delete the cluster's objects")
-        remove_cluster_tls(self.context.state_dir, self.cluster_name)
-        with self._journal().transaction() as conn:  # nothing of the cluster is left
-            conn.execute("DELETE FROM huaweicloud_creates WHERE workspace = ? AND "
-                         "cluster = ?", (self.workspace()["name"], self.cluster_name))
-
     def _wait_created(self, jobs: dict[str, list[str]], role: str
                       ) -> tuple[list[str], list[str], str, str | None]:
         """Wait for the servers of create ``jobs`` {job id: server ids}.
@@ -948,160 +647,6 @@ class HuaweiCloudNodeProvider(NodeProvider):
 
     def sweep_orphans(self) -> int:
         return 0  # the cloud is the only record: everything tagged was found above
-
-    # runtime --------------------------------------------------------------------------------
-    def _head_host(self, head_node_id: str) -> tuple[str | None, str | None]:
-        s = self._server(head_node_id)
-        if s is None:
-            return None, None
-        private, public = addresses(s)
-        reach = private if self.provider_config.get("use_internal_ips") or not public else public
-        return private, reach
-
-    def runtime_types(self, head_node_id: str) -> list[str]:
-        """What the head runs (its server metadata; Dask when it says nothing)."""
-        s = self._server(head_node_id)
-        text = ((s.metadata or {}).get(RUNTIMES_METADATA) if s is not None else None) or ""
-        return [t for t in text.split(",") if t] or ["dask"]
-
-    def spark_info(self, head_node_id: str) -> dict[str, Any] | None:
-        """The head's Spark master once it is alive: its ``spark://`` URL at the head's
-        private IP (port 7077, open to the VPC only), and its UI, which listens on the
-        head's loopback (``http://127.0.0.1:8080``) and is reached from outside only
-        through the head's mutual-TLS relay (port 8788, the same as Dask's dashboard,
-        with ALPN ``cloudtik-spark``): ``ui_tls_address``, which the Jupyter server's
-        Spark UI route proxies to with the cluster's client certificate.  The UI's own
-        answer must name this head's master: another cluster's master is not this one.
-        A head reached only on its loopback (a workspace made before the relay served
-        Spark has no 8788 rule: an SSH tunnel, docs/spark.md) is read there."""
-        from ...runtime.base import RuntimeUnreachable, http_json
-        from ...runtime.spark import NODE_MASTER_PORT, NODE_UI_PORT, pyspark_version
-        from ...runtime.tls import SPARK_UI_ALPN, client_ssl_context, load_cluster_tls
-
-        private, reach = self._head_host(head_node_id)
-        if private is None:
-            return None
-        master = f"spark://{private}:{NODE_MASTER_PORT}"
-        ui = f"http://127.0.0.1:{NODE_UI_PORT}"
-        relay = f"https://{reach}:{DASHBOARD_TLS_PORT}" if reach else None
-        tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
-        state: Any = None
-        if relay and tls is not None:
-            try:
-                state = http_json(f"{relay}/json/", timeout=2, context=client_ssl_context(
-                    tls.client_credentials(), alpn=SPARK_UI_ALPN))
-            except (RuntimeUnreachable, LookupError):
-                state = None
-        if not isinstance(state, dict) or state.get("url") != master:
-            relay = None
-            try:
-                state = http_json(f"{ui}/json/", timeout=2)
-            except (RuntimeUnreachable, LookupError):
-                return None
-        if not isinstance(state, dict) or state.get("url") != master \
-                or state.get("status") != "ALIVE":
-            return None
-        # the nodes refused to boot with another pyspark than the client's
-        # the driver (c.spark()) listens at its own address, not the head's
-        facts = {"master_url": master, "ui": ui, "version": pyspark_version(),
-                 "driver_host": None}
-        if relay:
-            facts["ui_tls_address"] = relay
-        return facts
-
-    def connect_info(self, head_node_id: str) -> ConnectInfo | None:
-        from ...runtime.tls import load_cluster_tls
-
-        types = self.runtime_types(head_node_id)
-        spark = None
-        if "spark" in types:
-            spark = self.spark_info(head_node_id)
-            if spark is None:
-                return None
-        if "dask" not in types:
-            tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
-            return ConnectInfo(scheduler_address=spark["master_url"], dashboard_link=None,
-                               http_address=None,
-                               extra={"spark": spark, "head_node": head_node_id},
-                               credentials=tls.client_credentials() if tls else None)
-        info = self._dask_connect_info(head_node_id)
-        if info is not None and spark is not None:
-            info.extra["spark"] = spark
-        return info
-
-    def _dask_connect_info(self, head_node_id: str) -> ConnectInfo | None:
-        """The head's scheduler, once it completes a mutual-TLS handshake with our client
-        certificate.  The dashboard listens on the head's loopback only; from outside it
-        is reached through the head's relay (port 8788), which requires the same client
-        certificate: ``dashboard_link`` is that HTTPS address (a Jupyter server serves it
-        under its own URL with the certificate; a browser has none), and ``http_address``
-        stays empty (the manager asks the scheduler over the TLS Dask connection)."""
-        import socket
-        import ssl
-
-        from ...runtime.tls import client_ssl_context, load_cluster_tls
-
-        private, reach = self._head_host(head_node_id)
-        tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
-        if private is None or reach is None or tls is None:
-            return None
-        ctx = client_ssl_context(tls.client_credentials())
-        try:
-            with socket.create_connection((reach, SCHEDULER_PORT), timeout=2) as raw, \
-                    ctx.wrap_socket(raw) as conn:
-                conn.getpeercert()
-        except (OSError, ssl.SSLError):
-            return None
-        ip = self.external_ip(head_node_id) or private
-        dashboard = f"https://{reach}:{DASHBOARD_TLS_PORT}"
-        return ConnectInfo(
-            scheduler_address=f"tls://{private}:{SCHEDULER_PORT}",
-            dashboard_link=f"{dashboard}/status", http_address=None,
-            extra={"public_scheduler_address": f"tls://{reach}:{SCHEDULER_PORT}",
-                   "head_node": head_node_id, "tls": True,
-                   "dashboard_tls_address": dashboard,
-                   "dashboard": f"mutual TLS at {dashboard} (the cluster's client "
-                                f"certificate), served by a Jupyter server at "
-                                f"cloudtik/dashboard/{self.cluster_name}/; or on the head's "
-                                f"loopback: ssh -L {DASHBOARD_PORT}:127.0.0.1:"
-                                f"{DASHBOARD_PORT} root@{ip}, then http://127.0.0.1:"
-                                f"{DASHBOARD_PORT}/status"},
-            credentials=tls.client_credentials())
-
-    async def wait_head_ready(self, head_node_id: str, ctx: OperationContext,
-                              timeout: float) -> ConnectInfo:
-        deadline = time.monotonic() + timeout
-        said = False
-        while True:
-            ctx.checkpoint()
-            info = await asyncio.to_thread(self.connect_info, head_node_id)
-            if info is not None:
-                return info
-            if not await asyncio.to_thread(self.is_running, head_node_id):
-                raise NodeLaunchError(f"the head node {head_node_id} stopped while starting: "
-                                      + await asyncio.to_thread(self.node_failure_hint,
-                                                                head_node_id))
-            if not said:
-                ip = await asyncio.to_thread(self.external_ip, head_node_id)
-                ctx.progress("head", f"head server {head_node_id} is booting"
-                             + (f" (EIP {ip})" if ip else ""), 0.15)
-                said = True
-            if time.monotonic() > deadline:
-                raise OperationTimeout(f"the head node {head_node_id} did not start its "
-                                       f"scheduler within {timeout:.0f}s")
-            await asyncio.sleep(0.25)
-
-    @classmethod
-    def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
-        from distributed import Client
-
-        from ...runtime.tls import client_security
-
-        address = (info.extra or {}).get("public_scheduler_address") or info.scheduler_address
-        sec = client_security(info)
-        if sec is not None:
-            kwargs.setdefault("security", sec)
-        return Client(address, **kwargs)
 
     def node_logs(self, node_id: str, tail: int = 200) -> str:
         s = self._server(node_id)
