@@ -24,6 +24,7 @@ meet, no Python of the session's major.minor), never after the job queued.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -318,17 +319,29 @@ def lock(packages: Any, requirements: str | None, cache: Path,
 
 # --- on the system -----------------------------------------------------------------------------
 
-def build_script(root: str, env_hash: str, base_python: str, pip_wheel: str) -> str:
+def build_script(root: str, env_hash: str, base_python: str, pip_wheel: str,
+                 gc_minutes: int | None = None, files: str | None = None) -> str:
     """The script every job runs first: builds ``root/<hash>`` unless complete, under an
     exclusive lock (a second job waits, then finds it built); a folder without the
-    completion marker is a build that was cut off: removed and built again."""
+    completion marker is a build that was cut off: removed and built again.
+
+    ``files``: where the wheels and the lock are when not in ``root`` (ARC: the job's own
+    session folder).  ``gc_minutes``: the job itself collects old environments (at most
+    once an hour), for backends whose API runs no command (FirecREST, ARC)."""
     q = shlex.quote
     env = f"{root}/{env_hash}"
+    files = files or root
+    gc = "" if gc_minutes is None else (
+        f'if [ -z "$(find {q(root + "/.cloudtik-gc")} -mmin -60 2>/dev/null)" ]; then\n'
+        f"  touch {q(root + '/.cloudtik-gc')} 2>/dev/null && bash {q(files + '/gc.sh')} "
+        f"{q(root)} {int(gc_minutes)} {q(env_hash)} >&2 || true\n"
+        "fi\n")
     return f"""#!/bin/bash
 # jupyter_cloudtik: the environment {env_hash} (built once, then reused)
 set -u
 env={q(env)}
 if [ ! -f "$env/{COMPLETE}" ]; then
+  mkdir -p {q(root)} || exit 1
   exec 9>>{q(env + '.lock')} || exit 1
   # the lock stays held by fd 9 of this shell after python took it (flock(2) semantics)
   {q(base_python)} -c 'import fcntl; fcntl.flock(9, fcntl.LOCK_EX)' || exit 1
@@ -340,9 +353,9 @@ if [ ! -f "$env/{COMPLETE}" ]; then
     echo "jupyter_cloudtik: building environment {env_hash} (once for this system)" >&2
     t0=$(date +%s)
     {q(base_python)} -m venv --without-pip "$env" || exit 1
-    "$env/bin/python" {q(f"{root}/wheels/{pip_wheel}/pip")} install --quiet --no-index \\
+    "$env/bin/python" {q(f"{files}/wheels/{pip_wheel}/pip")} install --quiet --no-index \\
       --no-deps --no-compile --disable-pip-version-check --no-warn-script-location \\
-      -r {q(f"{root}/{env_hash}.txt")} || exit 1
+      -r {q(f"{files}/{env_hash}.txt")} || exit 1
     # bytecode now, in parallel (pip compiles one file at a time): the jobs may not be
     # allowed to write it (PYTHONDONTWRITEBYTECODE, a read-only share), and without it
     # every job would compile its imports again
@@ -353,7 +366,7 @@ if [ ! -f "$env/{COMPLETE}" ]; then
   exec 9>&-
 fi
 touch "$env/{USED}" 2>/dev/null
-exit 0
+{gc}exit 0
 """
 
 
@@ -393,29 +406,42 @@ _gc_done: dict[str, float] = {}
 def stage(shell, root: str, build: dict[str, Any], where: str) -> None:
     """Put the environment's wheels (those not there yet), its lock and its build script
     on the system; then collect old environments (at most once an hour per folder).
-    Raises ProviderError in one line (a full disk names itself)."""
+    Raises ProviderError in one line (a full disk names itself).
+
+    A shell with ``listdir`` (FirecREST's file API: names and sizes) gets each wheel
+    under its own name, a short one being taken as cut off and sent again; others get
+    ``NAME.part`` renamed when complete.  A shell that runs commands as jobs
+    (``runs_by_job``) leaves the garbage collection to the jobs themselves."""
     q = shlex.quote
     wheels = [Path(p) for p in build["wheels"]]
+    by_job = getattr(shell, "runs_by_job", False)
     try:
         shell.mkdir(f"{root}/wheels")
-        r = shell.run(["bash", "-c", f"cd {q(root)}/wheels && ls -1"], timeout=60)
-        have = set(r.stdout.split()) if r.rc == 0 else set()
-        missing = [w for w in wheels if w.name not in have]
-        for w in missing:
-            shell.put(w, f"{root}/wheels/{w.name}.part")
-        if missing:
-            mv = " && ".join(f"mv -f -- {q(w.name + '.part')} {q(w.name)}" for w in missing)
-            r = shell.run(["bash", "-c", f"cd {q(root)}/wheels && {mv}"], timeout=120)
-            if r.rc != 0:
-                raise OSError(r.stderr.strip() or "mv failed")
+        if hasattr(shell, "listdir"):
+            sizes = shell.listdir(f"{root}/wheels")
+            missing = [w for w in wheels if sizes.get(w.name) != w.stat().st_size]
+            for w in missing:
+                shell.put(w, f"{root}/wheels/{w.name}")
+        else:
+            r = shell.run(["bash", "-c", f"cd {q(root)}/wheels && ls -1"], timeout=60)
+            have = set(r.stdout.split()) if r.rc == 0 else set()
+            missing = [w for w in wheels if w.name not in have]
+            for w in missing:
+                shell.put(w, f"{root}/wheels/{w.name}.part")
+            if missing:
+                mv = " && ".join(f"mv -f -- {q(w.name + '.part')} {q(w.name)}"
+                                 for w in missing)
+                r = shell.run(["bash", "-c", f"cd {q(root)}/wheels && {mv}"], timeout=120)
+                if r.rc != 0:
+                    raise OSError(r.stderr.strip() or "mv failed")
         h = build["hash"]
-        # the installer is run from its wheel, not installed; named in a comment so the
-        # garbage collector knows it is still wanted
-        listing = "".join(f"{root}/wheels/{w.name}\n" if not w.name.startswith("pip-")
-                          else f"# installer: {root}/wheels/{w.name}\n" for w in wheels)
-        shell.write_bytes(f"{root}/{h}.txt", listing.encode())
+        shell.write_bytes(f"{root}/{h}.txt", lock_listing(root, wheels).encode())
+        gc_minutes = None
+        if by_job:
+            gc_minutes = keep_minutes(build.get("keep_days"))
+            shell.write_bytes(f"{root}/gc.sh", gc_script().encode(), 0o755)
         shell.write_bytes(f"{root}/{h}.sh", build_script(
-            root, h, build["base_python"], build["pip_wheel"]).encode(), 0o755)
+            root, h, build["base_python"], build["pip_wheel"], gc_minutes).encode(), 0o755)
     except (OSError, ProviderError) as e:
         msg = getattr(e, "message", None) or getattr(e, "strerror", None) or str(e)
         full = "No space left" in str(e) or getattr(e, "errno", None) == 28
@@ -424,6 +450,8 @@ def stage(shell, root: str, build: dict[str, Any], where: str) -> None:
             f"{'the disk is full' if full else msg}") from None
     log.info("environment %s: %d of %d wheels staged in %s", build["hash"], len(missing),
              len(wheels), root)
+    if by_job:
+        return
     now = time.monotonic()
     if now - _gc_done.get(f"{where}:{root}", -GC_INTERVAL) >= GC_INTERVAL or \
             build.get("keep_days") == 0:
@@ -431,10 +459,22 @@ def stage(shell, root: str, build: dict[str, Any], where: str) -> None:
         collect_garbage(shell, root, build.get("keep_days"), build["hash"])
 
 
+def lock_listing(files: str, wheels: list[Path]) -> str:
+    """The ``<hash>.txt`` pip installs: the wheels' paths under ``files``.  The installer
+    is run from its wheel, not installed; it is named in a comment so the garbage
+    collector knows it is still wanted."""
+    return "".join(f"{files}/wheels/{w.name}\n" if not w.name.startswith("pip-")
+                   else f"# installer: {files}/wheels/{w.name}\n" for w in wheels)
+
+
+def keep_minutes(keep_days: float | None) -> int:
+    days = KEEP_DAYS if keep_days is None else float(keep_days)
+    return max(0, int(days * 1440))
+
+
 def collect_garbage(shell, root: str, keep_days: float | None, keep: str = "") -> list[str]:
     """Remove what ``gc_script`` finds old; returns what went."""
-    days = KEEP_DAYS if keep_days is None else float(keep_days)
-    minutes = max(0, int(days * 1440))
+    minutes = keep_minutes(keep_days)
     r = shell.run(["bash", "-c", gc_script(), "gc", root, str(minutes), keep], timeout=300)
     gone = [line.split(" ", 1)[1] for line in r.stdout.splitlines()
             if line.startswith("removed ")]
@@ -450,6 +490,66 @@ def activation(build: dict[str, Any]) -> list[str]:
     return [f"echo 'jupyter_cloudtik: environment {h}' >&2",
             f"bash {q(f'{root}/{h}.sh')} || ct_fail 'cannot build the environment {h} in "
             f"{root} (see the lines above)'"]
+
+
+class JobShell:
+    """Commands on a system whose API runs none (FirecREST, ARC): each ``run`` is a small
+    batch job submitted, polled and read through the backend's own calls, and waited for
+    (up to ``JOB_RUN_TIMEOUT``: it may queue).  Used to ask the system's Python once
+    (``find_python``; the answer is kept for a day, see ``system_python``)."""
+
+    runs_by_job = True
+
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
+        self.where = f"backend '{backend.name}'"
+
+    def run(self, argv: list[str], input: bytes | None = None, timeout: float = 60.0,
+            cwd: str | None = None) -> Any:
+        import uuid
+
+        from . import script
+        from .base import Environment, JobRef, JobSpec, Submission
+        from .shell import Result
+
+        be = self.backend
+        job_id = f"cloudtik-env-{uuid.uuid4().hex[:12]}"
+        spec = JobSpec(name="cloudtik-env-probe", command=list(argv))
+        sub = Submission(job_id, job_id, spec, Environment(python="python3"))
+        native = be.submit(sub)
+        ref = JobRef(job_id, native)
+        deadline = time.monotonic() + max(timeout, JOB_RUN_TIMEOUT)
+        status = None
+        try:
+            while time.monotonic() < deadline:
+                status = be.poll([ref]).get(native)
+                if status is not None and status.final:
+                    break
+                time.sleep(2.0)
+            else:
+                be.cancel(ref)
+                raise ProviderError(
+                    f"environment: the job that asks {self.where} for its Python did not "
+                    f"end within {max(timeout, JOB_RUN_TIMEOUT):.0f} s (queued?); name the "
+                    "system's Python with environment.base_python and try again")
+            try:
+                out = be.read_file(ref, script.LOG_NAME).decode(errors="replace")
+            except Exception:  # no log: the status says what happened
+                out = ""
+        finally:
+            try:
+                be.clean(ref)
+            except Exception:  # best effort: a leftover folder of a finished probe
+                pass
+        rc = status.exit_code if status.exit_code is not None else (
+            0 if status.state == "succeeded" else 1)
+        return Result(rc, out, "" if rc == 0 else (status.message or out[-500:]))
+
+
+#: how long a job-run probe (``JobShell``) may take, queue included
+JOB_RUN_TIMEOUT = 900.0
+#: how long the answer of a job-run probe is kept (in the state folder)
+PROBE_KEEP = 86400.0
 
 
 # --- choosing ------------------------------------------------------------------------------
@@ -497,9 +597,28 @@ def system_python(backend: Any, env: Any) -> SystemPython:
     hit = _probed.get(key)
     if hit and now - hit[0] < PROBE_TTL:
         return hit[1]
-    found = find_python(backend.environment_shell(), backend.name, list(env.setup),
-                        env.base_python)
+    shell = backend.environment_shell()
+    kept = None
+    if getattr(shell, "runs_by_job", False):
+        # a probe is a batch job there: its answer is kept on disk for a day
+        kept = backend.context.state_dir / "hpc" / "system-pythons.json"
+        where = json.dumps([backend.kind, backend.name, backend.config.get("url"),
+                            list(env.setup), env.base_python])
+        try:
+            seen = json.loads(kept.read_text())
+        except (OSError, ValueError):
+            seen = {}
+        hit2 = seen.get(where)
+        if hit2 and time.time() - hit2[0] < PROBE_KEEP:
+            found = parse_probe(json.dumps(hit2[1]))
+            _probed[key] = (now, found)
+            return found
+    found = find_python(shell, backend.name, list(env.setup), env.base_python)
     _probed[key] = (now, found)
+    if kept is not None:
+        seen[where] = [time.time(), dataclasses.asdict(found)]
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        kept.write_text(json.dumps(seen))
     return found
 
 

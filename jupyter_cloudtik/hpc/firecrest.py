@@ -304,6 +304,17 @@ class FirecrestBackend(HPCBackend):
             raise ConfigError(f"job: {job_id!r} is not a job id", field="job")
         return f"{self.workdir}/{job_id}"
 
+    # the session's environment (hpc/environment.py): staged with FirecREST's file API
+    # (large wheels through its staged transfer), built by the first job that needs it in
+    # <workdir>/.cloudtik-envs, which every later job of the user sees
+    def environment_root(self) -> str:
+        from .environment import ENVS_DIR
+
+        return f"{self.workdir}/{ENVS_DIR}"
+
+    def environment_shell(self) -> _EnvShell:
+        return _EnvShell(self)
+
     def describe(self) -> dict[str, Any]:
         d = super().describe()
         d["where"] = f"{self.config['url']} ({self.config['system']})"
@@ -373,6 +384,7 @@ class FirecrestBackend(HPCBackend):
                 raise
             raise ProviderError(f"{e}; set backends.{self.name}.workdir to a folder you "
                                 "may write (e.g. <scratch>/<user>/cloudtik-jobs)") from None
+        self.stage_environment(sub)  # a built environment's wheels and build script
         for name, local in sub.files.items():
             self._upload_path(Path(local), folder, name)
         for item in sub.inputs:
@@ -625,6 +637,45 @@ class FirecrestBackend(HPCBackend):
             except Exception:
                 pass
             self._client = None
+
+
+class _EnvShell:
+    """What ``environment.stage`` needs, through FirecREST: its file API for the files,
+    a batch job for a command (FirecREST runs none: ``environment.JobShell``)."""
+
+    runs_by_job = True
+
+    def __init__(self, backend: FirecrestBackend) -> None:
+        from .environment import JobShell
+
+        self.backend = backend
+        self.where = f"backend '{backend.name}'"
+        self._jobs = JobShell(backend)
+
+    def run(self, argv: list[str], input: bytes | None = None, timeout: float = 60.0,
+            cwd: str | None = None):
+        return self._jobs.run(argv, input, timeout, cwd)
+
+    def mkdir(self, path: str) -> None:
+        self.backend._call("mkdir", self.backend.system, path, create_parents=True)
+
+    def listdir(self, path: str) -> dict[str, int | None]:
+        """{name: size} of the files in ``path``."""
+        try:
+            entries = self.backend._call("list_files", self.backend.system, path,
+                                         show_hidden=True)
+        except NotFoundError:
+            return {}
+        return {e.get("name", ""): _int(e.get("size")) for e in entries or []
+                if e.get("type") != "d"}
+
+    def put(self, local: Path, remote: str) -> None:
+        folder, _, name = remote.rpartition("/")
+        self.backend._upload_path(Path(local), folder, name)
+
+    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        folder, _, name = path.rpartition("/")
+        self.backend._upload_bytes(folder, name, data)
 
 
 def _status(e: Exception) -> int | None:

@@ -298,3 +298,49 @@ def test_a_direct_reference_in_packages_is_refused_before_anything_is_built(
         assert e.value.field == f"environment.packages.{1 - i}"
     assert not marker.exists()  # its setup code never ran here
     assert client.list() == []  # nothing recorded
+
+
+# --- FirecREST: staged through its file API, probed and built by jobs -----------------------
+
+
+@pytest.mark.slow
+def test_firecrest_stages_through_its_file_api_and_jobs_build_once(
+        make_client, backend_configs, firecrest, report_nb, tmp_path):
+    """FirecREST runs no command: the system's Python is asked by a batch job (its answer
+    kept for a day), the wheels go up through FirecREST's file API, the first job builds
+    the environment in ``<workdir>/.cloudtik-envs`` and the second reuses it; old
+    environments are collected by the jobs themselves."""
+    config, secrets = backend_configs["firecrest"]()
+    config["environment"] = {"packages": ["toolz"]}
+    workdir = Path(config["workdir"])
+    root = workdir / ".cloudtik-envs"
+    old = root / "0123456789abcdef"  # an environment nobody used for 60 days
+    (old / "bin").mkdir(parents=True)
+    past = time.time() - 60 * 86400
+    os.utime(old, (past, past))
+    client = make_client({"firecrest": config}, secrets)
+    a = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "firecrest").id, 300)
+    log_a = client.logs(a.id).text
+    assert a.state == "succeeded", (a.reason, log_a[-2000:])
+    build = json.loads(client.manager._row(a.id)["plan"])["environment"]["build"]
+    h = build["hash"]
+    assert "building environment" in log_a and (root / h / ".cloudtik-complete").exists()
+    assert not old.exists()  # collected by the job
+    probes = [r for r in firecrest.requests() if r["method"] == "POST"
+              and r["path"].endswith("/compute/testsys/jobs")]
+    assert len(probes) == 2  # the probe job, then the job
+    wheels = sorted(p.name for p in (root / "wheels").iterdir())
+    assert any(w.startswith("toolz-") for w in wheels)
+    staged = {p: p.stat().st_mtime_ns for p in (root / "wheels").iterdir()}
+    b = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "firecrest").id, 300)
+    log_b = client.logs(b.id).text
+    assert b.state == "succeeded", (b.reason, log_b[-2000:])
+    assert "building environment" not in log_b and f"environment {h}" in log_b
+    assert {p: p.stat().st_mtime_ns for p in (root / "wheels").iterdir()} == staged
+    probes = [r for r in firecrest.requests() if r["method"] == "POST"
+              and r["path"].endswith("/compute/testsys/jobs")]
+    assert len(probes) == 3  # no second probe: the answer was kept
+    got = _env_json(client, b.id, tmp_path)
+    assert got["executable"].startswith(f"{root}/{h}/")
+    assert got["dists"]["toolz"] == md.version("toolz")
+    assert not any(p.startswith(sys.prefix) for p in got["path"] if p)
