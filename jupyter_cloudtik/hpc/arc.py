@@ -89,6 +89,7 @@ ENDING_STATES = {"KILLING", "CANCELING"}
 UPLOAD_STATES = {"ACCEPTING", "ACCEPTED", "PREPARING"}
 LIMITS_TTL = 60.0
 INPUTS_FILE = ".cloudtik-inputs"
+ENV_PREFIX = ".cloudtik-env-"  # the environment's lock and scripts in a session folder
 STDERR_NAME = "job.stderr"  # the CE's own stderr of the job (ours goes into job.log)
 KNOWN_VERSIONS = ("1.1", "1.0")
 PROXY_HOURS = 12.0
@@ -260,6 +261,12 @@ class ArcBackend(HPCBackend):
                                                f"(default {CONNECT_TIMEOUT:g})"},
             "reaches": {"type": "array", "items": {"type": "string"}},
             "environment": {"type": "object"},
+            "envs_folder": {"type": "string",
+                            "description": "a folder on the CE's nodes that the mapped "
+                                           "account may write and later jobs see (a "
+                                           "shared file system): the session's environment "
+                                           "is built there once per lock hash; without it "
+                                           "each job builds its own in its session folder"},
             "limits": {"type": "object"},
         },
         "additionalProperties": False,
@@ -550,10 +557,56 @@ class ArcBackend(HPCBackend):
                                headers={"X-Token-Delegation": f"Bearer {rest.token}"})
         return (resp.getheader("Location") or "").rstrip("/").split("/")[-1]
 
+    # the session's environment (hpc/environment.py) ----------------------------------------
+    # A-REX has no file API outside a job: the wheels, the lock and the build script are
+    # input files of every job that needs the environment (uploaded into its session
+    # folder), and the job builds the venv offline — in ``envs_folder`` once per lock
+    # hash when the site has a shared one, else in its own session folder
+    def environment_root(self) -> str:
+        from .environment import ENVS_DIR
+
+        return (self.config.get("envs_folder") or ENVS_DIR).rstrip("/")
+
+    def environment_shell(self) -> Any:
+        from .environment import JobShell
+
+        return JobShell(self)  # asks the system's Python with a job (once a day)
+
+    def prepare_environment(self, merged, given=None):
+        env = super().prepare_environment(merged, given)
+        if (env.build or {}).get("hash"):
+            env.build = {**env.build, "script": f"./{ENV_PREFIX}{env.build['hash']}.sh"}
+        return env
+
+    def stage_environment(self, sub: Submission) -> None:
+        """Nothing to do before the job: its environment's files are its inputs."""
+
+    def _environment_files(self, sub: Submission) -> list[tuple[str, bytes | Path]]:
+        from . import environment as envs
+
+        build = sub.environment.build or {}
+        if not build.get("hash"):
+            return []
+        h, root = build["hash"], build["root"]
+        wheels = [Path(w) for w in build["wheels"]]
+        shared = bool(self.config.get("envs_folder"))
+        out: list[tuple[str, bytes | Path]] = [(w.name, w) for w in wheels]
+        out.append((f"{ENV_PREFIX}{h}.txt",
+                    envs.lock_listing(".", wheels, wheels_dir=".").encode()))
+        gc = None
+        if shared:  # the jobs collect what nobody used for keep_days in the shared folder
+            gc = envs.keep_minutes(build.get("keep_days"))
+            out.append((f"{ENV_PREFIX}gc.sh", envs.gc_script().encode()))
+        out.append((f"{ENV_PREFIX}{h}.sh", envs.build_script(
+            root, h, build["base_python"], build["pip_wheel"], gc, files=".", wheels_dir=".",
+            lock_path=f"./{ENV_PREFIX}{h}.txt", gc_path=f"./{ENV_PREFIX}gc.sh").encode()))
+        return out
+
     def xrsl(self, sub: Submission, delegation: str | None = None) -> str:
         r, a = sub.spec.resources, sub.spec.attributes
         inputs = [(script.SCRIPT_NAME, ""), (script.PARAMETERS_NAME, "")]
         inputs += [(name, "") for name in sub.files]
+        inputs += [(name, "") for name, _ in self._environment_files(sub)]
         for item in sub.inputs:
             inputs.append((item.name, item.source if item.mode == "direct" else ""))
         inputs.append((INPUTS_FILE, ""))  # uploaded last: the job starts once it is there
@@ -588,8 +641,11 @@ class ArcBackend(HPCBackend):
             (script.PARAMETERS_NAME, script.parameters_json(sub).encode())]
         out += [(name, Path(local)) for name, local in sub.files.items()]
         out += [(i.name, Path(i.source)) for i in sub.inputs if i.mode == "upload"]
-        out.append((INPUTS_FILE, json.dumps(sorted(set(sub.files) | {i.name for i in
-                                                                     sub.inputs})).encode()))
+        env_files = self._environment_files(sub)
+        out += env_files
+        out.append((INPUTS_FILE, json.dumps(sorted(
+            set(sub.files) | {i.name for i in sub.inputs} | {n for n, _ in env_files}))
+            .encode()))
         return out
 
     def submit(self, sub: Submission) -> str:

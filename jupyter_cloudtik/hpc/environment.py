@@ -320,7 +320,9 @@ def lock(packages: Any, requirements: str | None, cache: Path,
 # --- on the system -----------------------------------------------------------------------------
 
 def build_script(root: str, env_hash: str, base_python: str, pip_wheel: str,
-                 gc_minutes: int | None = None, files: str | None = None) -> str:
+                 gc_minutes: int | None = None, files: str | None = None,
+                 wheels_dir: str | None = None, lock_path: str | None = None,
+                 gc_path: str | None = None) -> str:
     """The script every job runs first: builds ``root/<hash>`` unless complete, under an
     exclusive lock (a second job waits, then finds it built); a folder without the
     completion marker is a build that was cut off: removed and built again.
@@ -331,9 +333,12 @@ def build_script(root: str, env_hash: str, base_python: str, pip_wheel: str,
     q = shlex.quote
     env = f"{root}/{env_hash}"
     files = files or root
+    wheels_dir = wheels_dir or f"{files}/wheels"
+    lock_path = lock_path or f"{files}/{env_hash}.txt"
+    gc_path = gc_path or f"{files}/gc.sh"
     gc = "" if gc_minutes is None else (
         f'if [ -z "$(find {q(root + "/.cloudtik-gc")} -mmin -60 2>/dev/null)" ]; then\n'
-        f"  touch {q(root + '/.cloudtik-gc')} 2>/dev/null && bash {q(files + '/gc.sh')} "
+        f"  touch {q(root + '/.cloudtik-gc')} 2>/dev/null && bash {q(gc_path)} "
         f"{q(root)} {int(gc_minutes)} {q(env_hash)} >&2 || true\n"
         "fi\n")
     return f"""#!/bin/bash
@@ -353,9 +358,9 @@ if [ ! -f "$env/{COMPLETE}" ]; then
     echo "jupyter_cloudtik: building environment {env_hash} (once for this system)" >&2
     t0=$(date +%s)
     {q(base_python)} -m venv --without-pip "$env" || exit 1
-    "$env/bin/python" {q(f"{files}/wheels/{pip_wheel}/pip")} install --quiet --no-index \\
+    "$env/bin/python" {q(f"{wheels_dir}/{pip_wheel}/pip")} install --quiet --no-index \\
       --no-deps --no-compile --disable-pip-version-check --no-warn-script-location \\
-      -r {q(f"{files}/{env_hash}.txt")} || exit 1
+      -r {q(lock_path)} || exit 1
     # bytecode now, in parallel (pip compiles one file at a time): the jobs may not be
     # allowed to write it (PYTHONDONTWRITEBYTECODE, a read-only share), and without it
     # every job would compile its imports again
@@ -459,12 +464,13 @@ def stage(shell, root: str, build: dict[str, Any], where: str) -> None:
         collect_garbage(shell, root, build.get("keep_days"), build["hash"])
 
 
-def lock_listing(files: str, wheels: list[Path]) -> str:
-    """The ``<hash>.txt`` pip installs: the wheels' paths under ``files``.  The installer
-    is run from its wheel, not installed; it is named in a comment so the garbage
-    collector knows it is still wanted."""
-    return "".join(f"{files}/wheels/{w.name}\n" if not w.name.startswith("pip-")
-                   else f"# installer: {files}/wheels/{w.name}\n" for w in wheels)
+def lock_listing(files: str, wheels: list[Path], wheels_dir: str | None = None) -> str:
+    """The ``<hash>.txt`` pip installs: the wheels' paths under ``files`` (or
+    ``wheels_dir``).  The installer is run from its wheel, not installed; it is named in a
+    comment so the garbage collector knows it is still wanted."""
+    d = wheels_dir or f"{files}/wheels"
+    return "".join(f"{d}/{w.name}\n" if not w.name.startswith("pip-")
+                   else f"# installer: {d}/{w.name}\n" for w in wheels)
 
 
 def keep_minutes(keep_days: float | None) -> int:
@@ -487,8 +493,9 @@ def activation(build: dict[str, Any]) -> list[str]:
     """Job-script lines: build the environment if needed, then run in it."""
     q = shlex.quote
     root, h = build["root"], build["hash"]
+    sh = build.get("script") or f"{root}/{h}.sh"
     return [f"echo 'jupyter_cloudtik: environment {h}' >&2",
-            f"bash {q(f'{root}/{h}.sh')} || ct_fail 'cannot build the environment {h} in "
+            f"bash {q(sh)} || ct_fail 'cannot build the environment {h} in "
             f"{root} (see the lines above)'"]
 
 

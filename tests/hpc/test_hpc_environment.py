@@ -344,3 +344,41 @@ def test_firecrest_stages_through_its_file_api_and_jobs_build_once(
     assert got["executable"].startswith(f"{root}/{h}/")
     assert got["dists"]["toolz"] == md.version("toolz")
     assert not any(p.startswith(sys.prefix) for p in got["path"] if p)
+
+
+# --- ARC: the environment's files are the job's input files ---------------------------------
+
+
+@pytest.mark.slow
+def test_arc_jobs_get_the_environment_as_input_files(
+        make_client, backend_configs, arc, report_nb, tmp_path):
+    """A-REX has no file API outside a job: the wheels, lock and build script are input
+    files of the job (listed in its xRSL, uploaded into its session folder).  Without a
+    shared folder each job builds its own environment in its session folder; with
+    ``envs_folder`` the first job builds it there and the next one reuses it."""
+    config, secrets = backend_configs["arc"]()
+    config["environment"] = {"packages": ["toolz"]}
+    client = make_client({"arc": config}, secrets)
+    a = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "arc").id, 300)
+    log_a = client.logs(a.id).text
+    assert a.state == "succeeded", (a.reason, log_a[-2000:])
+    assert "building environment" in log_a
+    got = _env_json(client, a.id, tmp_path)
+    assert "/.cloudtik-envs/" in got["executable"], got["executable"]
+    assert got["dists"]["toolz"] == md.version("toolz")
+    assert not any(p.startswith(sys.prefix) for p in got["path"] if p)
+    outputs = [p.name for p in client.fetch(a.id, tmp_path / "all")]
+    assert "env.json" in outputs  # the results, not the environment's files
+    assert not any(n.endswith(".whl") or ".cloudtik-env" in n for n in outputs), outputs
+    shared = tmp_path / "site-envs"
+    config = {**config, "envs_folder": str(shared)}
+    client = make_client({"arc": config}, secrets)
+    b = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "arc").id, 300)
+    c = client.wait(client.submit(build_spec(str(report_nb), time="10m"), "arc").id, 300)
+    logs = {j.id: client.logs(j.id).text for j in (b, c)}
+    for j in (b, c):
+        assert j.state == "succeeded", (j.reason, logs[j.id][-2000:])
+    assert "building environment" in logs[b.id] and "building environment" not in logs[c.id]
+    h = json.loads(client.manager._row(c.id)["plan"])["environment"]["build"]["hash"]
+    assert (shared / h / ".cloudtik-complete").exists()
+    assert _env_json(client, c.id, tmp_path)["executable"].startswith(f"{shared}/{h}/")
