@@ -161,32 +161,7 @@ class SSHShell:
             return self._conn
         # closed under us (the keepalive gave up, the server went away): a new one
         self._conn = self._sftp = None
-        keys = None
-        if self._key:
-            try:
-                keys = [asyncssh.import_private_key(self._key, self._passphrase)]
-            except (asyncssh.KeyImportError, ValueError) as e:
-                raise ProviderError(
-                    f"the SSH key for {self.where} cannot be read ({e}); set it again with "
-                    "`jupyter cloudtik jobs secret BACKEND ssh_key`") from None
-        if not self.check_host_key:
-            known_hosts: Any = None
-        elif self.known_hosts:
-            known_hosts = os.path.expanduser(self.known_hosts)
-        else:
-            known_hosts = ()  # asyncssh default: ~/.ssh/known_hosts
-        kwargs: dict[str, Any] = {"port": self.port, "username": self.user,
-                                  "connect_timeout": self.connect_timeout,
-                                  "agent_path": None if keys else (),
-                                  # a connection that died without a FIN (a login node
-                                  # gone, a NAT that forgot us) is noticed and closed
-                                  # after this many seconds without an answer
-                                  "keepalive_interval": self.keepalive_interval,
-                                  "keepalive_count_max": self.keepalive_count_max}
-        if keys:
-            kwargs["client_keys"] = keys
-        if known_hosts != ():
-            kwargs["known_hosts"] = known_hosts
+        kwargs = self._options(self.port, self._keys())
         try:
             self._conn = await asyncssh.connect(self.host, **kwargs)
         except asyncssh.PermissionDenied as e:
@@ -200,6 +175,40 @@ class SSHShell:
         except (OSError, asyncssh.Error, TimeoutError) as e:
             raise BackendUnavailable(f"cannot connect to {self.where}: {e}") from None
         return self._conn
+
+    def _options(self, port: int, keys: list[Any] | None) -> dict[str, Any]:
+        """asyncssh.connect's options: this shell's user, key, known hosts, keepalive."""
+        if not self.check_host_key:
+            known_hosts: Any = None
+        elif self.known_hosts:
+            known_hosts = os.path.expanduser(self.known_hosts)
+        else:
+            known_hosts = ()  # asyncssh default: ~/.ssh/known_hosts
+        kwargs: dict[str, Any] = {"port": port, "username": self.user,
+                                  "connect_timeout": self.connect_timeout,
+                                  "agent_path": None if keys else (),
+                                  # a connection that died without a FIN (a login node
+                                  # gone, a NAT that forgot us) is noticed and closed
+                                  # after this many seconds without an answer
+                                  "keepalive_interval": self.keepalive_interval,
+                                  "keepalive_count_max": self.keepalive_count_max}
+        if keys:
+            kwargs["client_keys"] = keys
+        if known_hosts != ():
+            kwargs["known_hosts"] = known_hosts
+        return kwargs
+
+    def _keys(self) -> list[Any] | None:
+        import asyncssh
+
+        if not self._key:
+            return None
+        try:
+            return [asyncssh.import_private_key(self._key, self._passphrase)]
+        except (asyncssh.KeyImportError, ValueError) as e:
+            raise ProviderError(
+                f"the SSH key for {self.where} cannot be read ({e}); set it again with "
+                "`jupyter cloudtik jobs secret BACKEND ssh_key`") from None
 
     def _call(self, coro_fn, timeout: float | None = None):
         """Run ``coro_fn(conn)`` on the SSH loop; a broken connection is dropped."""
@@ -347,6 +356,44 @@ class SSHShell:
 
         return self._call(go)
 
+    def forward_through(self, host: str, port: int, dest_ports: list[int],
+                        timeout: float = 60.0) -> NodeTunnels:
+        """Log in to ``host:port`` (a compute node) *through* the kept connection to the
+        login node (``ssh -J``), with the same account, key and known hosts, and forward
+        one free local port per ``dest_ports`` entry to ``127.0.0.1:<port>`` as the node
+        sees it.  Why: what listens on the node's loopback (a kernel) is reached by its
+        own account only, encrypted and authenticated end to end; nothing of it crosses
+        the network in the clear."""
+        import asyncssh
+
+        where = f"{self.user + '@' if self.user else ''}{host}:{port}"
+
+        async def go(conn):
+            try:
+                node = await asyncssh.connect(host, tunnel=conn,
+                                              **self._options(port, self._keys()))
+            except asyncssh.PermissionDenied as e:
+                raise ProviderError(f"the compute node {where} refused the SSH login "
+                                    f"({e.reason}) through {self.where}") from None
+            except asyncssh.HostKeyNotVerifiable as e:
+                raise ProviderError(f"the host key of the compute node {where} is not known "
+                                    f"({e.reason}); add it to known_hosts") from None
+            except (OSError, asyncssh.Error, TimeoutError) as e:
+                raise BackendUnavailable(
+                    f"cannot reach the compute node {where} through {self.where}: {e}"
+                ) from None
+            listeners = []
+            try:
+                for p in dest_ports:
+                    listeners.append(await node.forward_local_port("127.0.0.1", 0,
+                                                                   "127.0.0.1", p))
+            except BaseException:
+                node.close()
+                raise
+            return NodeTunnels(self, node, [lst.get_port() for lst in listeners])
+
+        return self._call(go, timeout)
+
     def close(self) -> None:
         with self._lock:
             if self._conn is not None and self._loop is not None:
@@ -388,4 +435,27 @@ class Tunnel:
         try:
             self.shell._runner().run(go(), timeout=5)
         except Exception:  # the connection is already gone: so is the listener
+            pass
+
+
+class NodeTunnels:
+    """Local ports forwarded over one SSH connection to a compute node
+    (``SSHShell.forward_through``); closing it closes the connection and its ports."""
+
+    def __init__(self, shell: SSHShell, conn: Any, ports: list[int]) -> None:
+        self.shell, self._conn, self.ports = shell, conn, ports
+
+    def alive(self) -> bool:
+        return not self._conn.is_closed()
+
+    def close(self) -> None:
+        conn = self._conn
+
+        async def go():
+            conn.close()
+            await conn.wait_closed()
+
+        try:
+            self.shell._runner().run(go(), timeout=5)
+        except Exception:  # already gone
             pass

@@ -196,6 +196,13 @@ class SlurmBackend(HPCBackend):
             "environment": {"type": "object"},
             "limits": {"type": "object"},
             "connect_timeout": {"type": "number", "exclusiveMinimum": 0},
+            "kernel_node_address": {"type": "string",
+                                    "description": "how the login node names a kernel's "
+                                                   "compute node for SSH: {node} (Slurm's "
+                                                   "node name) or {addr} (its NodeAddr, "
+                                                   "the default)"},
+            "kernel_node_port": {"type": "integer", "minimum": 1, "maximum": 65535,
+                                 "description": "SSH port of the compute nodes (default 22)"},
             "keepalive_interval": {"type": "number", "minimum": 0,
                                    "description": "seconds of silence before an SSH "
                                                   "keepalive request (0: none; default 15)"},

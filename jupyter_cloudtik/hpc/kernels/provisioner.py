@@ -1,0 +1,311 @@
+"""The kernel provisioner of interactive kernels on HPC backends (``cloudtik-hpc``).
+
+jupyter_client asks a provisioner to launch a kernel, poll it, signal it, and end it.
+``HPCKernelProvisioner`` does each with the kernel's batch job (``job.KernelJob``):
+
+* ``pre_launch`` checks the profile (it exists, its backend can run interactive work, its
+  sizes fit the partition) — refusals are one line naming the field;
+* ``launch_kernel`` submits the job, logs its queue state while it waits (and keeps it in
+  ``status``, which ``kernel_status()`` lists for the panel and the REST API), and, once
+  the job runs and the kernel has bound its ports on the node's loopback, opens the SSH
+  tunnels and answers the local ends as the kernel's connection info;
+* a watcher task looks at the job every ``HPCKernels.poll_interval`` seconds: ``poll``
+  answers from what it saw (it is called often), a job that ended (wall time, preemption,
+  ``scancel``) makes the kernel dead with the reason in ``status`` and the log, and the
+  server log warns ``warn_before`` seconds before the wall time (the kernel itself prints
+  the same warning into the notebook);
+* interrupt goes to the kernel as a message through the tunnel (the kernel spec's
+  ``interrupt_mode``), or as ``scancel --batch --signal=INT``; shutdown asks the kernel
+  through the tunnel, then ``scancel``; a restart is a new job (the old one is ended).
+
+Jupyter's automatic restart of a dead kernel is limited to reporting it: resubmitting a
+job whose wall time ran out would queue again behind the user's back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import threading
+import time
+from typing import Any
+
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Unicode
+
+from ..base import RUNNING
+from .job import KernelJob
+from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
+
+PROVISIONER_NAME = "cloudtik-hpc"
+log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
+
+_registries: dict[str, Any] = {}
+_registries_lock = threading.Lock()
+_status: dict[str, dict[str, Any]] = {}  # kernel id -> status (kernel_status())
+
+
+def kernel_status() -> dict[str, dict[str, Any]]:
+    """What every HPC kernel of this process is doing (queued, running, dead, why)."""
+    return {k: dict(v) for k, v in _status.items()}
+
+
+def settings_of(parent: Any) -> tuple[Any, HPCKernels, Any]:
+    """The HPC settings, kernel settings and CloudTik settings a kernel's manager sees:
+    the server's config (its parent chain), over the user's config file."""
+    from ...core.settings import CloudTik, load_user_config
+    from ..settings import HPC
+
+    config = load_user_config()
+    if parent is not None and getattr(parent, "config", None) is not None:
+        config.merge(parent.config)
+    return HPC(config=config), HPCKernels(config=config), CloudTik(config=config)
+
+
+def backend_registry(hpc: Any, settings: Any) -> Any:
+    """One registry (and so one kept SSH connection per backend) per configuration."""
+    from ...core.secrets import SecretStore
+    from ...core.store import Store
+    from ..settings import BackendRegistry
+
+    key = json.dumps([settings.state_dir, hpc.backend_configs()], sort_keys=True, default=str)
+    with _registries_lock:
+        reg = _registries.get(key)
+        if reg is None:
+            store = Store(settings.state_dir)
+            reg = BackendRegistry(hpc, store.state_dir, SecretStore(store), log, settings)
+            _registries[key] = reg
+        return reg
+
+
+def close_registries() -> None:
+    with _registries_lock:
+        for reg in _registries.values():
+            reg.close()
+        _registries.clear()
+
+
+class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
+    """A kernel that runs as a batch job on an HPC backend, reached through SSH."""
+
+    backend = Unicode("", config=True, help="The HPC backend the kernel runs on.")
+    profile = Unicode("", config=True, help="The kernel profile (HPCKernels.profiles).")
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.job: KernelJob | None = None
+        self._profile: Profile | None = None
+        self._be: Any = None
+        self._kernels: HPCKernels | None = None
+        self._tunnels: Any = None
+        self._watcher: asyncio.Task | None = None
+        self._exit: int | None = None
+        self._ended = False
+        self.status: dict[str, Any] = {}
+
+    # checking -------------------------------------------------------------------------------
+    def _resolve(self) -> None:
+        """The profile and its backend, checked in one-line refusals."""
+        hpc, kernels, settings = settings_of(self.parent)
+        registry = backend_registry(hpc, settings)
+        name = registry.resolve(self.backend or None)
+        be = registry.get(name)
+        check_interactive(name, be.kind)
+        profile = find_profile(parse_profiles(kernels.profiles), name, self.profile)
+        self._profile, self._be, self._kernels = profile, be, kernels
+
+    def _set(self, **values: Any) -> None:
+        self.status.update(values, time=time.time())
+        _status[self.kernel_id] = self.status
+
+    # launching ------------------------------------------------------------------------------
+    @property
+    def has_process(self) -> bool:
+        return self.job is not None and self.job.native_id is not None
+
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        self._resolve()
+        assert self._profile is not None
+        job = KernelJob(self._be, self._profile, key="", warn_before=self._kernels.warn_before)
+        await asyncio.to_thread(job.check)  # sizes beyond the partition: refused here
+        kwargs = await super().pre_launch(**kwargs)
+        kwargs["cmd"] = ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+        return kwargs
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> dict[str, Any]:
+        assert self._profile is not None and self._kernels is not None
+        km = self.parent
+        key = km.session.key.decode() if km is not None else ""
+        self._exit, self._ended = None, False
+        self.job = job = KernelJob(self._be, self._profile, key=key,
+                                   warn_before=self._kernels.warn_before)
+        self.status = {}
+        self._set(backend=self._be.name, profile=self._profile.name, state="submitting",
+                  reason=None, job=None)
+        native = await asyncio.to_thread(job.submit)
+        self._set(state="queued", job=native, native_state="PENDING")
+        log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
+                 self._be.name, self._profile.title())
+        try:
+            ports = await self._wait_running(job)
+            local, self._tunnels = await asyncio.to_thread(job.open_channels, ports)
+        except BaseException:
+            await asyncio.to_thread(job.cancel)
+            await asyncio.to_thread(job.forget_key)
+            raise
+        self._set(state="running", node=job.node)
+        log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s", self.kernel_id,
+                 native, job.node, "SSH" if self._tunnels is not None else "this machine")
+        self._watcher = asyncio.ensure_future(self._watch())
+        self.connection_info = {"transport": "tcp", "ip": "127.0.0.1",
+                                "key": key.encode(), "signature_scheme": "hmac-sha256",
+                                "kernel_name": km.kernel_name if km is not None else "",
+                                **local}
+        return self.connection_info
+
+    async def _wait_running(self, job: KernelJob) -> dict[str, int]:
+        """Wait for the job to run and the kernel to bind its ports; log the queue."""
+        assert self._kernels is not None
+        deadline = time.monotonic() + self._kernels.start_timeout
+        last = None
+        while True:
+            st = await asyncio.to_thread(job.status)
+            seen = (st.state, st.native_state, st.message)
+            if seen != last:
+                log.info("HPC kernel %s: job %s %s%s", self.kernel_id, job.native_id,
+                         st.native_state or st.state, f" ({st.message})" if st.message else "")
+                last = seen
+            self._set(native_state=st.native_state, reason=st.message)
+            if st.final:
+                why = st.message or (st.native_state or st.state).lower()
+                self._set(state="dead", reason=why)
+                raise RuntimeError(f"the kernel's job {job.native_id} on {self._be.name} ended "
+                                   f"before the kernel started: {why}")
+            if st.state == RUNNING:
+                if not self.status.get("started"):
+                    self._set(started=time.time(),
+                              deadline=time.time() + (self._profile.time if self._profile
+                                                      else 0))
+                ports = await asyncio.to_thread(job.ports)
+                if ports:
+                    return ports
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the kernel's job {job.native_id} did not start within "
+                                   f"{self._kernels.start_timeout:.0f} s (HPCKernels."
+                                   "start_timeout); it was cancelled")
+            await asyncio.sleep(min(self._kernels.poll_interval, 1.0)
+                                if st.state == RUNNING else self._kernels.poll_interval)
+
+    async def post_launch(self, **kwargs: Any) -> None:
+        # a dead HPC kernel is reported, not resubmitted: the restarter's first failure
+        # is final ("dead"), so a job whose wall time ran out does not queue again
+        restarter = getattr(self.parent, "_restarter", None)
+        if restarter is not None:
+            restarter.restart_limit = 0
+
+    # watching -------------------------------------------------------------------------------
+    async def _watch(self) -> None:
+        job, kernels = self.job, self._kernels
+        assert job is not None and kernels is not None
+        warned = False
+        while not self._ended:
+            try:
+                st = await asyncio.to_thread(job.status)
+            except Exception as e:  # the login node did not answer: try again
+                log.warning("HPC kernel %s: cannot see job %s: %s", self.kernel_id,
+                            job.native_id, e)
+                await asyncio.sleep(kernels.poll_interval)
+                continue
+            if st.final:
+                why = st.message or (st.native_state or st.state).lower()
+                self._exit = st.exit_code if st.exit_code else (0 if st.state == "succeeded"
+                                                                else 1)
+                self._ended = True
+                self._set(state="dead", native_state=st.native_state, reason=why)
+                level = logging.INFO if st.state == "succeeded" else logging.WARNING
+                log.log(level, "HPC kernel %s: job %s ended (%s): %s", self.kernel_id,
+                        job.native_id, st.native_state, why)
+                return
+            if self._tunnels is not None and not self._tunnels.alive():
+                log.warning("HPC kernel %s: the SSH tunnel to %s closed; job %s still runs",
+                            self.kernel_id, job.node, job.native_id)
+                self._set(reason="the SSH tunnel to the compute node closed")
+            left = (self.status.get("deadline") or 0) - time.time()
+            if not warned and self.status.get("deadline") and left <= kernels.warn_before:
+                warned = True
+                log.warning("HPC kernel %s: job %s reaches its wall time in %.0f s",
+                            self.kernel_id, job.native_id, max(left, 0))
+                self._set(warning=f"the wall time ends in about {max(left, 0) / 60:.0f} min")
+            await asyncio.sleep(kernels.poll_interval)
+
+    async def poll(self) -> int | None:
+        if self.job is None or self.job.native_id is None:
+            return 0
+        return self._exit if self._ended else None
+
+    async def wait(self) -> int | None:
+        while await self.poll() is None:
+            await asyncio.sleep(0.2)
+        return self._exit
+
+    # acting ---------------------------------------------------------------------------------
+    async def send_signal(self, signum: int) -> None:
+        if self.job is None or signum == 0:
+            return
+        if signum in (signal.SIGTERM, signal.SIGKILL):
+            await self._end(f"signal {signal.Signals(signum).name}")
+            return
+        await asyncio.to_thread(self.job.signal, signal.Signals(signum).name[3:])
+
+    async def kill(self, restart: bool = False) -> None:
+        await self._end("killed")
+
+    async def terminate(self, restart: bool = False) -> None:
+        await self._end("terminated")
+
+    async def _end(self, why: str) -> None:
+        """scancel the job, and wait (a little) until Slurm says it ended."""
+        job = self.job
+        if job is None or job.native_id is None or self._ended:
+            return
+        await asyncio.to_thread(job.cancel)
+        log.info("HPC kernel %s: job %s cancelled (%s)", self.kernel_id, job.native_id, why)
+
+    def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
+        # the job's end is seen by polling Slurm: give it a few looks
+        interval = self._kernels.poll_interval if self._kernels else 2.0
+        return max(recommended, 4 * interval + 2)
+
+    def get_stable_start_time(self, recommended: float = 10.0) -> float:
+        return max(recommended, 30.0)
+
+    async def cleanup(self, restart: bool = False) -> None:
+        job = self.job
+        if self._watcher is not None:
+            self._ended = True
+            self._watcher.cancel()
+            self._watcher = None
+        if self._tunnels is not None:
+            await asyncio.to_thread(self._tunnels.close)
+            self._tunnels = None
+        if job is not None and job.native_id:
+            st = await asyncio.to_thread(job.status)
+            if not st.final:
+                await asyncio.to_thread(job.cancel)
+            await asyncio.to_thread(job.forget_key)
+            if self.status.get("state") != "dead":
+                self._set(state="dead", reason=st.message or "shut down")
+        if not restart:
+            _status.pop(self.kernel_id, None)
+
+    async def get_provisioner_info(self) -> dict[str, Any]:
+        info = await super().get_provisioner_info()
+        if self.job is not None:
+            info.update(hpc_backend=self._be.name if self._be else self.backend,
+                        hpc_profile=self.profile, hpc_job=self.job.native_id,
+                        hpc_folder=self.job.job_id)
+        return info
+
+

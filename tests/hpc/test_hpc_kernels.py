@@ -1,0 +1,206 @@
+"""Interactive kernels on the real Slurm (hpc/kernels/): a kernel started by jupyter_client's
+KernelManager through the ``cloudtik-hpc`` provisioner runs as a batch job, is reached
+through its connection (SSH tunnels to the node's loopback over SSH), runs cells, is
+interrupted, restarted and shut down (the job ends); a job cancelled while queued and a
+job whose wall time runs out are reported with the reason; bad profiles are refused in
+one line."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata as md
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from traitlets.config import Config
+
+from jupyter_cloudtik.core.errors import CloudTikError
+
+from .conftest import wait_for
+
+
+@pytest.fixture(autouse=True)
+def provisioner_registered():
+    """The ``cloudtik-hpc`` entry point, as an installed package has it (pyproject.toml);
+    a development checkout installed before it was added has not."""
+    from jupyter_client.provisioning import KernelProvisionerFactory
+
+    factory = KernelProvisionerFactory.instance()
+    if "cloudtik-hpc" not in factory.provisioners:
+        factory.provisioners["cloudtik-hpc"] = md.EntryPoint(
+            "cloudtik-hpc", "jupyter_cloudtik.hpc.kernels:HPCKernelProvisioner",
+            "jupyter_client.kernel_provisioners")
+    yield
+    from jupyter_cloudtik.hpc.kernels.provisioner import close_registries
+
+    close_registries()
+
+
+def _config(backends: dict, profiles: list, **kernels) -> Config:
+    return Config({"HPC": {"backends": backends},
+                   "HPCKernels": {"profiles": profiles, "poll_interval": 0.5, **kernels}})
+
+
+def _manager(config: Config, name: str):
+    from jupyter_client.manager import AsyncKernelManager
+
+    from jupyter_cloudtik.hpc.kernels import HPCKernelSpecManager
+
+    ksm = HPCKernelSpecManager(config=config)
+    return AsyncKernelManager(kernel_name=name, kernel_spec_manager=ksm, config=config)
+
+
+async def _run(kc, code: str, timeout: float = 120.0) -> tuple[dict, str]:
+    """Execute ``code``; its reply's content and everything it printed."""
+    out: list[str] = []
+
+    def hook(msg):
+        if msg["msg_type"] == "stream":
+            out.append(msg["content"]["text"])
+        elif msg["msg_type"] == "error":
+            out.append("\n".join(msg["content"]["traceback"]))
+
+    reply = await kc.execute_interactive(code, timeout=timeout, output_hook=hook)
+    return reply["content"], "".join(out)
+
+
+def _squeue(env: dict, job: str) -> str:
+    r = subprocess.run(["squeue", "-h", "-j", job, "-o", "%T"], capture_output=True, text=True,
+                       env={**__import__("os").environ, **env})
+    return r.stdout.strip()
+
+
+def _state(km) -> dict:
+    from jupyter_cloudtik.hpc.kernels import kernel_status
+
+    return kernel_status().get(km.kernel_id, {})
+
+
+@pytest.fixture
+def local_slurm(slurm, tmp_path):
+    return {"type": "slurm", "env": slurm.env, "workdir": str(tmp_path / "kjobs")}
+
+
+def test_profiles_are_launcher_specs_and_bad_ones_are_refused(local_slurm, firecrest_service):
+    from jupyter_cloudtik.hpc.kernels import kernel_specs
+
+    backends = {"here": local_slurm,
+                "eiger": {"type": "firecrest", "url": firecrest_service.url,
+                          "token_uri": firecrest_service.info["token_uri"],
+                          "client_id": "cloudtik", "system": "testsys"}}
+    profiles = [{"name": "small", "backend": "here", "cores": 1, "time": "2h"},
+                {"name": "big", "backend": "here", "cores": 8, "time": "30m"},
+                {"name": "long", "backend": "here", "cores": 1, "time": "3h"},
+                {"name": "cscs", "backend": "eiger", "cores": 4, "time": "1h"}]
+    config = _config(backends, profiles)
+    specs, skipped = kernel_specs(type("P", (), {"config": config})())
+    assert specs["cloudtik-hpc-here-small"]["display_name"] == "Python 3 on here — 1 core, 2 h"
+    assert specs["cloudtik-hpc-here-big"]["display_name"] == "Python 3 on here — 8 cores, 30 min"
+    assert specs["cloudtik-hpc-here-small"]["metadata"]["kernel_provisioner"] == {
+        "provisioner_name": "cloudtik-hpc", "config": {"backend": "here", "profile": "small"}}
+    # FirecREST cannot reach a port on the node: no spec, and a line saying why
+    assert "cloudtik-hpc-eiger-cscs" not in specs
+    assert len(skipped) == 1 and "'eiger' (firecrest) cannot run interactive kernels" in \
+        skipped[0] and "\n" not in skipped[0]
+    # the launcher's list (a KernelSpecManager) has them beside the installed kernels
+    from jupyter_cloudtik.hpc.kernels import HPCKernelSpecManager
+
+    all_specs = HPCKernelSpecManager(config=config).get_all_specs()
+    assert "python3" in all_specs and "cloudtik-hpc-here-small" in all_specs
+
+    async def refused(km) -> str:
+        with pytest.raises(CloudTikError) as e:  # ConfigError, CapacityError
+            await km.start_kernel()
+        assert not km.has_kernel
+        return str(e.value)
+
+    async def main():
+        # sizes beyond the partition (2 CPUs, at most 60 min): refused before sbatch
+        msg = await refused(_manager(config, "cloudtik-hpc-here-big"))
+        assert re.fullmatch(r"cpus: 8 per node is more than backend 'here', queue 'debug', "
+                            r"has \(at most 2\)", msg), msg
+        msg = await refused(_manager(config, "cloudtik-hpc-here-long"))
+        assert msg == ("time: 03:00:00 is longer than backend 'here', queue 'debug', "
+                       "allows (at most 01:00:00)"), msg
+        # a profile that does not exist (a kernel spec written by hand, or an old one)
+        from jupyter_client.kernelspec import KernelSpec
+
+        km = _manager(config, "cloudtik-hpc-here-small")
+        spec = km.kernel_spec.to_dict()
+        spec["metadata"]["kernel_provisioner"]["config"]["profile"] = "huge"
+        km._kernel_spec = KernelSpec(resource_dir=km.kernel_spec.resource_dir, **spec)
+        msg = await refused(km)
+        assert msg == ("profile: unknown profile 'huge' for backend 'here'; configured: big, "
+                       "long, small"), msg
+        # a backend without interactive support, asked for all the same
+        spec["metadata"]["kernel_provisioner"]["config"] = {"backend": "eiger",
+                                                             "profile": "cscs"}
+        km = _manager(config, "cloudtik-hpc-here-small")
+        km._kernel_spec = KernelSpec(resource_dir=km.kernel_spec.resource_dir, **spec)
+        msg = await refused(km)
+        assert msg.startswith("backend: 'eiger' (firecrest) cannot run interactive kernels: "
+                              "FirecREST"), msg
+
+    asyncio.run(main())
+    out = subprocess.run(["squeue", "-h", "-o", "%j"], capture_output=True, text=True,
+                         env={**__import__("os").environ, **local_slurm["env"]}).stdout
+    assert "kernel-" not in out  # nothing was submitted
+
+
+@pytest.mark.slow
+def test_kernel_on_local_slurm_runs_interrupts_restarts_and_ends(local_slurm, slurm):
+    config = _config({"here": local_slurm},
+                     [{"name": "small", "backend": "here", "cores": 1, "time": "10m"}])
+
+    async def main():
+        km = _manager(config, "cloudtik-hpc-here-small")
+        await km.start_kernel()
+        first = _state(km)
+        assert first["state"] == "running" and first["job"], first
+        assert _squeue(slurm.env, first["job"]) == "RUNNING"
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=60)
+        reply, out = await _run(kc, "import os, sys\nprint(os.environ['SLURM_JOB_ID'], "
+                                    "os.environ['SLURM_CPUS_PER_TASK'], sys.executable)")
+        assert reply["status"] == "ok"
+        job, cpus, python = out.split()
+        assert job == first["job"] and cpus == "1" and python == sys.executable
+
+        # interrupt a long sleep: the cell ends with KeyboardInterrupt, the kernel lives
+        t0 = time.monotonic()
+        run = asyncio.ensure_future(_run(kc, "import time\ntime.sleep(300)"))
+        await asyncio.sleep(2)
+        await km.interrupt_kernel()
+        reply, out = await asyncio.wait_for(run, 60)
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt"
+        assert time.monotonic() - t0 < 60
+        reply, out = await _run(kc, "print(6 * 7)")
+        assert out.strip() == "42"
+
+        # restart: a new job, the old one ended; state is fresh
+        await _run(kc, "x = 1")
+        await km.restart_kernel()
+        second = _state(km)
+        assert second["job"] != first["job"] and second["state"] == "running"
+        wait_for(lambda: _squeue(slurm.env, first["job"]) in ("", "COMPLETED", "CANCELLED"),
+                 60, what="the first job to end")
+        kc.stop_channels()
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=60)
+        reply, out = await _run(kc, "print('x' in dir())")
+        assert out.strip() == "False"
+
+        # shutdown: the job ends, the connection file (it holds the key) is gone
+        folder = f"{local_slurm['workdir']}/{km.provisioner.job.job_id}"
+        kc.stop_channels()
+        await km.shutdown_kernel()
+        wait_for(lambda: _squeue(slurm.env, second["job"]) in ("", "COMPLETED", "CANCELLED"),
+                 60, what="the kernel's job to end")
+        assert not __import__("os").path.exists(f"{folder}/kernel.json")
+
+    asyncio.run(main())
