@@ -19,7 +19,12 @@ from traitlets.config import Config
 
 from jupyter_cloudtik.core.errors import CloudTikError
 
+from . import test_hpc_environment as _site
 from .conftest import wait_for
+
+# a site's own account, its sshd and a Slurm it can reach (test_hpc_environment.py)
+ACCOUNT = _site.ACCOUNT
+job_account, env_sshd, site_slurm = _site.job_account, _site.env_sshd, _site.site_slurm
 
 
 @pytest.fixture(autouse=True)
@@ -204,3 +209,120 @@ def test_kernel_on_local_slurm_runs_interrupts_restarts_and_ends(local_slurm, sl
         assert not __import__("os").path.exists(f"{folder}/kernel.json")
 
     asyncio.run(main())
+
+
+def _sbatch(env: dict, *argv: str) -> str:
+    r = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True,
+                       env={**__import__("os").environ, **env}, check=True)
+    return r.stdout.strip().split(";")[0]
+
+
+def _scancel(env: dict, job: str) -> None:
+    subprocess.run(["scancel", job], env={**__import__("os").environ, **env}, check=False)
+
+
+@pytest.mark.slow
+def test_cancelled_while_queued_and_wall_time_are_reported(local_slurm, slurm, tmp_path):
+    config = _config({"here": local_slurm},
+                     [{"name": "minute", "backend": "here", "cores": 1, "time": "1m"}],
+                     warn_before=45)
+
+    async def main():
+        # the node is full: the kernel's job waits in the queue, which the status says
+        blocker = _sbatch(slurm.env, "-c", "2", "-t", "10", "-o", "/dev/null",
+                          "--chdir", str(tmp_path), "--wrap", "sleep 600")
+        try:
+            km = _manager(config, "cloudtik-hpc-here-minute")
+            start = asyncio.ensure_future(km.start_kernel())
+            for _ in range(600):
+                st = _state(km)
+                if st.get("state") == "queued" and st.get("native_state") == "PENDING" \
+                        and st.get("reason"):
+                    break
+                await asyncio.sleep(0.1)
+            assert st["state"] == "queued" and st["reason"] in ("Resources", "Priority"), st
+            _scancel(slurm.env, st["job"])  # the user (or an admin) cancels it
+            with pytest.raises(RuntimeError) as e:
+                await asyncio.wait_for(start, 60)
+            assert (f"job {st['job']} on here ended before the kernel started: "
+                    "cancelled (scancel)") in str(e.value)
+            assert _state(km)["state"] == "dead"
+        finally:
+            _scancel(slurm.env, blocker)
+
+        # a one-minute kernel: warned in the notebook, then dead with the reason
+        km = _manager(config, "cloudtik-hpc-here-minute")
+        await km.start_kernel()
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=60)
+        _, out = await _run(kc, "import time\ntime.sleep(25)\nprint('slept')")
+        assert "reaches its wall time in about 1 min" in out and "slept" in out, out
+        job = _state(km)["job"]
+        t0 = time.monotonic()
+        while await km.is_alive():
+            assert time.monotonic() - t0 < 150, _state(km)
+            await asyncio.sleep(1)
+        st = _state(km)
+        assert st["state"] == "dead" and st["reason"] == "the time limit was reached", st
+        assert st["native_state"] == "TIMEOUT" and st["job"] == job
+        kc.stop_channels()
+        await km.shutdown_kernel(now=True)
+
+    asyncio.run(main())
+
+
+@pytest.mark.slow
+def test_kernel_over_ssh_as_another_account_through_a_tunnel(
+        site_slurm, env_sshd, job_account, make_client):
+    """A site as it is: the login node over SSH, the job as the user's own account with
+    the session's packages built on the system, the kernel on the node's loopback and
+    reached through SSH to the node (here the same sshd, named by address)."""
+    import os
+    import uuid
+
+    workdir = f"{job_account.pw_dir}/k-{uuid.uuid4().hex[:8]}"
+    backend = {"type": "slurm", "host": "127.0.0.1", "port": env_sshd.port, "user": ACCOUNT,
+               "known_hosts": str(env_sshd.folder / "known_hosts"), "env": site_slurm.env,
+               "workdir": workdir, "environment": {"packages": ["ipykernel"]},
+               "kernel_node_address": "127.0.0.1", "kernel_node_port": env_sshd.port}
+    # the key goes in the secret store as for jobs (`jupyter cloudtik jobs secret`)
+    make_client({"site": backend}, {("site", "ssh_key"): env_sshd.private_key})
+    config = _config({"site": backend},
+                     [{"name": "small", "backend": "site", "cores": 1, "time": "10m"}])
+
+    async def main():
+        km = _manager(config, "cloudtik-hpc-site-small")
+        await km.start_kernel()
+        st = _state(km)
+        assert st["state"] == "running", st
+        # the server talks to local ports only: the tunnels' ends, not the kernel's
+        info = km.get_connection_info()
+        kernel_ports = km.provisioner.job.ports()
+        assert info["ip"] == "127.0.0.1"
+        assert {info[p] for p in kernel_ports} & set(kernel_ports.values()) == set()
+        kc = km.client()
+        kc.start_channels()
+        await kc.wait_for_ready(timeout=120)
+        reply, out = await _run(kc, "import getpass, sys, os\n"
+                                    "print(getpass.getuser(), sys.prefix, "
+                                    "os.environ['SLURM_JOB_ID'])")
+        user, prefix, job = out.split()
+        assert user == ACCOUNT and prefix.startswith(f"{workdir}/.cloudtik-envs/")
+        assert job == st["job"]
+        run = asyncio.ensure_future(_run(kc, "import time\ntime.sleep(300)"))
+        await asyncio.sleep(2)
+        await km.interrupt_kernel()
+        reply, _ = await asyncio.wait_for(run, 60)
+        assert reply["ename"] == "KeyboardInterrupt"
+        kc.stop_channels()
+        await km.shutdown_kernel()
+        wait_for(lambda: _squeue(site_slurm.env, job) in ("", "COMPLETED", "CANCELLED"), 60,
+                 what="the kernel's job to end")
+        # the connection file held the key; it is gone (the account's own files)
+        assert not os.path.exists(f"{workdir}/{km.provisioner.job.job_id}/kernel.json")
+
+    try:
+        asyncio.run(main())
+    finally:
+        subprocess.run(["rm", "-rf", "--", workdir], check=False)

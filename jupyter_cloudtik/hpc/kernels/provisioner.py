@@ -35,7 +35,7 @@ from typing import Any
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Unicode
 
-from ..base import RUNNING
+from ..base import CANCELLED, RUNNING, SUCCEEDED
 from .job import KernelJob
 from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
 
@@ -50,6 +50,16 @@ _status: dict[str, dict[str, Any]] = {}  # kernel id -> status (kernel_status())
 def kernel_status() -> dict[str, dict[str, Any]]:
     """What every HPC kernel of this process is doing (queued, running, dead, why)."""
     return {k: dict(v) for k, v in _status.items()}
+
+
+def ended_because(st: Any) -> str:
+    """Why a kernel's job ended, for people: Slurm's pending reason ("Priority") is stale
+    once the job is cancelled, so a cancel says so itself."""
+    if st.state == CANCELLED:
+        return "cancelled (scancel)"
+    if st.state == SUCCEEDED:
+        return "the kernel exited"
+    return st.message or (st.native_state or st.state).lower()
 
 
 def settings_of(parent: Any) -> tuple[Any, HPCKernels, Any]:
@@ -179,7 +189,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 last = seen
             self._set(native_state=st.native_state, reason=st.message)
             if st.final:
-                why = st.message or (st.native_state or st.state).lower()
+                why = ended_because(st)
                 self._set(state="dead", reason=why)
                 raise RuntimeError(f"the kernel's job {job.native_id} on {self._be.name} ended "
                                    f"before the kernel started: {why}")
@@ -219,7 +229,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 await asyncio.sleep(kernels.poll_interval)
                 continue
             if st.final:
-                why = st.message or (st.native_state or st.state).lower()
+                why = ended_because(st)
                 self._exit = st.exit_code if st.exit_code else (0 if st.state == "succeeded"
                                                                 else 1)
                 self._ended = True
