@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import builtins
 import copy
-import itertools
 import json
 import shutil
 import time
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import locations as locs
-from ..core.errors import CloudTikError, ConfigError
+from ..core.errors import ConfigError
 from ..core.ids import resolve_row
 from ..core.operations import OperationContext
 from ..core.store import dumps, loads
@@ -53,6 +52,10 @@ from .base import (
     JobRef,
     JobSpec,
 )
+from .sweep_grid import _source_field
+from .sweep_grid import expand as expand
+from .sweep_results import SweepResults
+from .sweep_results import read_recorded as read_recorded
 
 SWEEP_MIGRATIONS = [
     """
@@ -82,16 +85,11 @@ SWEEP_MIGRATIONS = [
     """,
 ]
 
-# the mime type scrapbook's glue() writes (and hpc.record.record writes the same)
-SCRAP_JSON = "application/scrapbook.scrap.json+json"
-SCRAP_TEXT = "application/scrapbook.scrap.text+json"
 ARRAY, BOUNDED = "array", "bounded"
 # seconds after which elements claimed for an array that never got their ids are taken
 # back (the claiming process died between the claim and sbatch's answer): submit_array
 # with the same key answers the first submission's ids if sbatch did run
 ARRAY_CLAIM_STALE = 300.0
-# most bytes of one element's executed notebook the results table reads (its values)
-RESULTS_NOTEBOOK_MAX = 16 << 20
 
 
 @dataclass
@@ -122,115 +120,10 @@ class SweepInfo:
         return cls(**{k: d.get(k) for k in cls.__dataclass_fields__ if k in d})
 
 
-# --- the elements --------------------------------------------------------------------------
-
-
-def expand(
-    grid: dict[str, Any] | None = None,
-    zip: dict[str, Any] | None = None,
-    elements: list[dict[str, Any]] | None = None,
-) -> list[dict[str, Any]]:
-    """The elements of a sweep: the cartesian product of ``grid``'s values, times the
-    rows of ``zip`` (paired values, all lists of one length), or ``elements`` (a list of
-    parameter dicts) as given.  Bad input is one ``ConfigError`` naming the field."""
-    if elements is not None:
-        if grid or zip:
-            raise ConfigError(
-                "elements: give either elements (a list of parameter dicts) or grid/zip, not both",
-                field="elements",
-            )
-        if not isinstance(elements, list) or not elements:
-            raise ConfigError(
-                f"elements: {_short(elements)} is not a non-empty list of parameter dicts",
-                field="elements",
-            )
-        out = []
-        for i, e in enumerate(elements):
-            if not isinstance(e, dict) or not all(isinstance(k, str) for k in e):
-                raise ConfigError(
-                    f"elements[{i}]: {_short(e)} is not a dict of parameters",
-                    field=f"elements[{i}]",
-                )
-            out.append(dict(e))
-        return out
-    grid, zip = grid or {}, zip or {}
-    for what, given in (("grid", grid), ("zip", zip)):
-        if not isinstance(given, dict):
-            raise ConfigError(
-                f"{what}: {_short(given)} is not a mapping of parameter names to lists of values",
-                field=what,
-            )
-        for k, v in given.items():
-            if not isinstance(v, (list, tuple)) or not v:
-                raise ConfigError(
-                    f"{what}.{k}: {_short(v)} is not a non-empty list of values",
-                    field=f"{what}.{k}",
-                )
-    if not grid and not zip:
-        raise ConfigError(
-            "grid: the sweep is empty; give at least one parameter with its "
-            "values (grid={'alpha': [0.1, 0.2]}, zip=... or elements=[...])",
-            field="grid",
-        )
-    both = sorted(set(grid) & set(zip))
-    if both:
-        raise ConfigError(
-            f"zip.{both[0]}: {both[0]!r} is in grid and zip; give it once", field=f"zip.{both[0]}"
-        )
-    rows: list[dict[str, Any]] = [{}]
-    if zip:
-        lengths = {k: len(v) for k, v in zip.items()}
-        first = next(iter(zip))
-        for k, n in lengths.items():
-            if n != lengths[first]:
-                raise ConfigError(
-                    f"zip.{k}: {n} values, but zip.{first} has "
-                    f"{lengths[first]}; paired values need lists of one "
-                    "length",
-                    field=f"zip.{k}",
-                )
-        rows = [
-            dict(zip_row)
-            for zip_row in ({k: zip[k][i] for k in zip} for i in range(lengths[first]))
-        ]
-    total = len(rows) * _product(len(v) for v in grid.values())
-    if total > 10_000_000:  # never materialise an absurd product just to refuse it
-        raise ConfigError(f"grid: {total} elements is far more than a sweep may have", field="grid")
-    out = []
-    for combo in itertools.product(*[list(v) for v in grid.values()]):
-        for row in rows:
-            out.append({**dict(builtins.zip(grid, combo, strict=True)), **row})
-    return out
-
-
-def _product(ns: Any) -> int:
-    total = 1
-    for n in ns:
-        total *= n
-    return total
-
-
-def _short(value: Any, n: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= n else text[:n] + "…"
-
-
-def _source_field(
-    key: str, grid: dict | None, zip: dict | None, index: int, from_elements: bool
-) -> str:
-    if from_elements:
-        return f"elements[{index}].{key}"
-    if zip and key in zip:
-        return f"zip.{key}"
-    if grid and key in grid:
-        return f"grid.{key}"
-    return f"parameters.{key}"
-
-
 # --- the manager -----------------------------------------------------------------------------
 
 
-class SweepManager:
+class SweepManager(SweepResults):
     """The sweeps of one job manager (same store, same user, same backends)."""
 
     def __init__(self, jobs: Any) -> None:
@@ -733,100 +626,6 @@ class SweepManager:
         await self.advance(sweep["id"])
         return self.get(sweep["id"])
 
-    async def results(self, sweep_id: str, user: str | None = None) -> list[dict[str, Any]]:
-        """One row per element: its index, job, state, parameters, the values its notebook
-        recorded (scrapbook's ``glue`` or ``hpc.recording.record``) and its outputs.
-
-        Bounded, as this runs in the server (or a hub's sidekick) for whoever asks: each
-        executed notebook is read (at most ``RESULTS_NOTEBOOK_MAX``) and parsed in a worker
-        thread, never on the event loop, one element after the other, and all of them
-        together at most ``HPC.sweep_results_max_bytes``; a row whose notebook is not read
-        says so and why in ``unread`` (its values can still be had by fetching it)."""
-        sweep = self._sweep_row(sweep_id, user)
-        mgr = self.jobs
-        be = mgr.registry.get(sweep["backend"])
-        budget = max(0, int(getattr(mgr.hpc, "sweep_results_max_bytes", 64 << 20)))
-        left = budget
-        out = []
-        for r in self._element_rows(sweep["id"]):
-            params = loads(r["element_parameters"], {})
-            spec = loads(r["spec"], {})
-            plan = loads(r["plan"], {})
-            row: dict[str, Any] = {
-                "element": r["idx"],
-                "job": r["id"],
-                "state": r["state"],
-                **params,
-            }
-            recorded: dict[str, Any] = {}
-            outputs: list[str] = []
-            unread: str | None = None
-            if r["native_id"] and r["state"] in (SUCCEEDED, FAILED):
-                nb_out = plan.get("output_notebook")
-                try:
-                    listed = await mgr.outputs(r["id"])
-                    outputs = [f.name for f in listed if f.name != nb_out and not f.is_dir]
-                    if nb_out:
-                        size = next((f.size for f in listed if f.name == nb_out), None)
-                        data, unread = await self._read_notebook(
-                            r["id"], nb_out, size, left, budget
-                        )
-                        if data is not None:
-                            left -= len(data)
-                            recorded = await asyncio.to_thread(read_recorded, data)
-                except (CloudTikError, OSError):
-                    pass  # not there (the job ended before writing): no values
-            for k, v in recorded.items():
-                row[k if k not in row else f"recorded.{k}"] = v
-            row["outputs"] = outputs
-            row["crate"] = _crate(mgr, r)
-            row["location"] = spec.get("output") or _job_folder(be, r["id"])
-            row["reason"] = r["reason"]
-            if unread:
-                row["unread"] = unread
-            out.append(row)
-        return out
-
-    async def _read_notebook(
-        self, job_id: str, name: str, size: int | None, left: int, budget: int
-    ) -> tuple[bytes | None, str | None]:
-        """(the executed notebook, None), or (None, why it is not read)."""
-        cap = min(RESULTS_NOTEBOOK_MAX, left)
-        too_big = (
-            f"values not read: its executed notebook {name} is larger than "
-            f"{RESULTS_NOTEBOOK_MAX} bytes; fetch it to see them"
-        )
-        spent = (
-            f"values not read: this results table already read {budget - left} bytes of "
-            f"executed notebooks (HPC.sweep_results_max_bytes = {budget}); fetch this "
-            "element's notebook to see them"
-        )
-        if size is not None and size > cap:
-            return None, too_big if size > RESULTS_NOTEBOOK_MAX else spent
-        data = await self.jobs.read_file(job_id, name, cap + 1)
-        if len(data) > cap:  # its size was not listed, and it is larger
-            return None, too_big if cap == RESULTS_NOTEBOOK_MAX else spent
-        return data, None
-
-
-def _crate(mgr: Any, row: Any) -> str | None:
-    """The folder of the element's provenance crate (hpc.provenance), once written."""
-    if row["state"] not in FINAL_STATES:
-        return None
-    for event in reversed(mgr.ops.events(row["op_id"])):
-        if event.step == "provenance" and (event.data or {}).get("crate"):
-            return str(event.data["crate"])
-    return None
-
-
-def _job_folder(be: Any, job_id: str) -> str:
-    folder = getattr(be, "folder", None)
-    try:
-        where = folder(job_id) if callable(folder) else None
-    except Exception:
-        where = None
-    return f"{be.name}:{where}" if where else f"{be.name}:{job_id}"
-
 
 def _sweep_state(counts: dict[str, int], cancel_requested: bool) -> str:
     active = counts[QUEUED] + counts[RUNNING] + counts[UNKNOWN]
@@ -840,31 +639,6 @@ def _sweep_state(counts: dict[str, int], cancel_requested: bool) -> str:
     if cancel_requested or (counts[CANCELLED] and not counts[FAILED]):
         return CANCELLED
     return FAILED
-
-
-def read_recorded(nb: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """The values a notebook recorded, by name (the last one wins): the outputs
-    scrapbook's ``glue`` writes, in its JSON or text encoding, which ``hpc.recording.record``
-    writes too."""
-    if not isinstance(nb, dict):
-        try:
-            nb = json.loads(nb)
-        except (ValueError, UnicodeDecodeError):
-            return {}
-    out: dict[str, Any] = {}
-    # the notebook is what the job wrote (the user's code): another shape records nothing
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    for cell in cells if isinstance(cells, list) else []:
-        outputs = cell.get("outputs") if isinstance(cell, dict) else None
-        for o in outputs if isinstance(outputs, list) else []:
-            data = o.get("data") if isinstance(o, dict) else None
-            if not isinstance(data, dict):
-                continue
-            for mime in (SCRAP_JSON, SCRAP_TEXT):
-                scrap = data.get(mime)
-                if isinstance(scrap, dict) and isinstance(scrap.get("name"), str):
-                    out[scrap["name"]] = scrap.get("data")
-    return out
 
 
 def sweeps_of(jobs: Any) -> SweepManager:
