@@ -92,9 +92,11 @@ class JobsHandler(_JobsHandler):
     @authorized
     async def get(self) -> None:
         """Recorded jobs, newest first (reads the store only: cheap enough to poll)."""
+        # sweep_elements=false: the panel shows each sweep as one row, not its jobs
         jobs = self.jobs.list(active_only=self.bool_arg("active"),
                               backend=self.str_arg("backend"),
-                              limit=self.int_arg("limit", 100, 1, 1000))
+                              limit=self.int_arg("limit", 100, 1, 1000),
+                              sweep_elements=self.bool_arg("sweep_elements", True))
         self.write_json({"jobs": [_job(j) for j in jobs]})
 
     @web.authenticated

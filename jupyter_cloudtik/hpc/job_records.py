@@ -94,9 +94,12 @@ class JobRecords:
         return self._info(self._row(job_id, user))
 
     def list(self, active_only: bool = False, backend: str | None = None,
-             limit: int = 100, user: str | None = None) -> list[JobInfo]:
+             limit: int = 100, user: str | None = None,
+             sweep_elements: bool = True) -> list[JobInfo]:
         sql, params = "SELECT * FROM hpc_jobs", []
         clauses = []
+        if not sweep_elements:  # the panel shows a sweep as one row, not its jobs
+            clauses.append("json_extract(plan, '$.sweep') IS NULL")
         if user is not None:
             clauses.append("user = ?")
             params.append(user)
@@ -125,7 +128,7 @@ class JobRecords:
             attributes=spec.get("attributes") or {},
             inputs=[_public_input(i) for i in plan.get("inputs") or []],
             output=spec.get("output"), output_notebook=plan.get("output_notebook"),
-            warnings=list(plan.get("warnings") or []),
+            warnings=list(plan.get("warnings") or []), sweep=plan.get("sweep"),
             environment=env_summary(plan.get("environment")),
             op_id=row["op_id"], user=row["user"], created_at=row["created_at"],
             updated_at=row["updated_at"], submitted_at=row["submitted_at"],

@@ -143,6 +143,7 @@ class JobSubmit:
                 plan["warnings"] = warnings
             if hold:
                 plan["held"] = hold
+                plan["sweep"] = hold  # stays (held goes once submitted): GET jobs hides it
         except BaseException:
             shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
             raise

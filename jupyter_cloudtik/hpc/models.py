@@ -31,6 +31,7 @@ class JobInfo:
     output: str | None = None
     output_notebook: str | None = None
     warnings: list[str] = field(default_factory=list)  # e.g. parameters the notebook ignores
+    sweep: str | None = None  # the sweep this job is an element of (hpc.sweeps)
     # how the job got its environment (hpc/environment.py ``summary``): mode, hash, ...
     environment: dict[str, Any] = field(default_factory=dict)
     op_id: str | None = None

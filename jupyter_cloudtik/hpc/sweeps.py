@@ -513,6 +513,7 @@ class SweepManager(SweepResults):
                 {
                     "index": r["idx"],
                     "job": r["id"],
+                    "op_id": r["op_id"],
                     "state": state,
                     "native_id": r["native_id"],
                     "native_state": r["native_state"],

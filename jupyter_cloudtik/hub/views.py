@@ -487,9 +487,10 @@ class JobsView(_Denied):
         return self._j.get(job_id, user=None if self.caller.admin else self.caller.name)
 
     def list(self, active_only: bool = False, backend: str | None = None,
-             limit: int = 100) -> list[Any]:
+             limit: int = 100, sweep_elements: bool = True) -> list[Any]:
         return self._j.list(active_only=active_only, backend=backend, limit=limit,
-                            user=None if self.caller.admin else self.caller.name)
+                            user=None if self.caller.admin else self.caller.name,
+                            sweep_elements=sweep_elements)
 
     def backends(self) -> list[Any]:
         allowed = None if self.caller.admin else set(

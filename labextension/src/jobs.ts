@@ -11,6 +11,7 @@ import { BadgeKind } from './format';
 import { CloudTikApi } from './model';
 import { CloudTikEvent } from './types';
 import { Observed, Refresher } from './poll';
+import { ResultRow, Sweep } from './sweeps';
 
 export interface NotebookError {
   cell: number;
@@ -36,6 +37,8 @@ export interface Job {
   output_notebook: string | null;
   /** e.g. parameters the notebook ignores (submitted with allow_unknown_parameters) */
   warnings?: string[];
+  /** the sweep this job is an element of (listed as the sweep's row, not on its own) */
+  sweep?: string | null;
   created_at: number;
   submitted_at: number | null;
   started_at: number | null;
@@ -69,8 +72,17 @@ export function jobRuntime(job: Job, now: number): number | null {
   return (job.finished_at ?? now) - job.started_at;
 }
 
+/** The jobs list leaves out sweeps' elements: each sweep is one row (GET jobs/sweeps). */
+export const JOBS_PATH = 'jobs?limit=50&sweep_elements=false';
+export const SWEEPS_PATH = 'jobs/sweeps?limit=20';
+
 export class JobsModel extends Observed {
   jobs: Job[] = [];
+  sweeps: Sweep[] = [];
+  /** the sweeps shown with their elements */
+  expanded = new Set<string>();
+  /** results tables read, by sweep id (read again on "Results") */
+  results = new Map<string, ResultRow[]>();
   error: string | null = null;
   loaded = false;
   /** the job whose log is shown */
@@ -116,9 +128,16 @@ export class JobsModel extends Observed {
     return this.jobs.find(j => j.id === id);
   }
 
-  /** An event from the panel's stream: a job's operation moved, so its row may have. */
+  sweep(id: string): Sweep | undefined {
+    return this.sweeps.find(s => s.id === id);
+  }
+
+  /** An event from the panel's stream: a job's operation moved, so its row may have (a
+   * sweep's element is a job: its sweep's counts may have moved). */
   handleEvent(event: CloudTikEvent): void {
-    const ours = this.jobs.some(j => j.op_id === event.op_id);
+    const ours =
+      this.jobs.some(j => j.op_id === event.op_id) ||
+      this.sweeps.some(s => s.elements.some(e => e.op_id === event.op_id));
     const newJob = event.step === 'start' && event.message.startsWith('hpc.job ');
     if (ours || newJob) {
       this.queueRefresh();
@@ -131,8 +150,12 @@ export class JobsModel extends Observed {
 
   async refresh(): Promise<void> {
     try {
-      const data = await this.api.request<{ jobs: Job[] }>('jobs?limit=50');
+      const [data, sweeps] = await Promise.all([
+        this.api.request<{ jobs: Job[] }>(JOBS_PATH),
+        this.api.request<{ sweeps: Sweep[] }>(SWEEPS_PATH)
+      ]);
       this.jobs = data.jobs;
+      this.sweeps = sweeps.sweeps;
       this.changed();
     } catch (e) {
       this.setError(e instanceof Error ? e.message : String(e));
@@ -209,6 +232,50 @@ export class JobsModel extends Observed {
       throw new Error(`job ${id} has no executed notebook; its results are in ${data.dest}`);
     }
     return data.output_notebook;
+  }
+
+  /** Show or hide a sweep's elements. */
+  toggleSweep(id: string): void {
+    if (this.expanded.has(id)) {
+      this.expanded.delete(id);
+    } else {
+      this.expanded.add(id);
+    }
+    this.changed();
+  }
+
+  private replaceSweep(sweep: Sweep): void {
+    this.sweeps = this.sweeps.some(s => s.id === sweep.id)
+      ? this.sweeps.map(s => (s.id === sweep.id ? sweep : s))
+      : [sweep, ...this.sweeps];
+    this.changed();
+  }
+
+  /** Cancel the whole sweep, or with `element` that element only. */
+  async cancelSweep(id: string, element?: number): Promise<void> {
+    const path = `jobs/sweeps/${encodeURIComponent(id)}/cancel`;
+    const body = element === undefined ? {} : { element };
+    this.replaceSweep(await this.api.request<Sweep>(path, { method: 'POST', body }));
+  }
+
+  /** Resubmit the sweep's failed elements only. */
+  async retrySweep(id: string): Promise<void> {
+    const path = `jobs/sweeps/${encodeURIComponent(id)}/retry`;
+    this.replaceSweep(await this.api.request<Sweep>(path, { method: 'POST', body: {} }));
+  }
+
+  /** Read the sweep's results table (one row per element). */
+  async loadResults(id: string): Promise<void> {
+    const data = await this.api.request<{ sweep: string; rows: ResultRow[] }>(
+      `jobs/sweeps/${encodeURIComponent(id)}/results`
+    );
+    this.results.set(id, data.rows);
+    this.changed();
+  }
+
+  hideResults(id: string): void {
+    this.results.delete(id);
+    this.changed();
   }
 
   setError(message: string | null): void {

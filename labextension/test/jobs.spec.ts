@@ -56,7 +56,10 @@ afterEach(() => model?.stop());
 describe('JobsModel', () => {
   it('lists jobs and refreshes when an event of a job operation arrives', async () => {
     let state = 'running';
-    const server = api({ 'GET jobs?limit=50': () => ({ jobs: [job('a1', state)] }) });
+    const server = api({
+      'GET jobs?limit=50&sweep_elements=false': () => ({ jobs: [job('a1', state)] }),
+      'GET jobs/sweeps?limit=20': { sweeps: [] }
+    });
     model = new JobsModel(server);
     await model.start(60);
     expect(model.jobs.map(j => j.state)).toEqual(['running']);
@@ -67,7 +70,7 @@ describe('JobsModel', () => {
                         fraction: null, level: 'info', data: {} });
     await new Promise(r => setTimeout(r, 300));
     expect(model.jobs[0].state).toBe('succeeded');
-    expect(server.calls.filter(c => c === 'GET jobs?limit=50')).toHaveLength(2);
+    expect(server.calls.filter(c => c === 'GET jobs?limit=50&sweep_elements=false')).toHaveLength(2);
   });
 
   it('tails the selected job log from the last offset until the job is done', async () => {
@@ -78,7 +81,8 @@ describe('JobsModel', () => {
     ];
     let n = 0;
     const server = api({
-      'GET jobs?limit=50': { jobs: [job('b2', 'running')] },
+      'GET jobs?limit=50&sweep_elements=false': { jobs: [job('b2', 'running')] },
+      'GET jobs/sweeps?limit=20': { sweeps: [] },
       'GET jobs/b2/logs?offset=0': () => pieces[n++],
       'GET jobs/b2/logs?offset=7': () => pieces[n++],
       'GET jobs/b2/logs?offset=14': () => pieces[n++]
@@ -98,7 +102,8 @@ describe('JobsModel', () => {
 
   it('cancels, fetches the result, and keeps the server message of a refusal', async () => {
     const server = api({
-      'GET jobs?limit=50': { jobs: [job('c3', 'running')] },
+      'GET jobs?limit=50&sweep_elements=false': { jobs: [job('c3', 'running')] },
+      'GET jobs/sweeps?limit=20': { sweeps: [] },
       'DELETE jobs/c3': job('c3', 'running', { reason: 'cancelling' }),
       'POST jobs/c3/fetch': { dest: 'hpc-jobs/c3', output_notebook: 'hpc-jobs/c3/nb.out.ipynb' },
       'POST jobs/d4/fetch': new ApiError("job: no job 'd4'", 404, 'not_found', 'job')

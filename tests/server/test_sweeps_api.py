@@ -91,6 +91,13 @@ def test_sweep_over_rest_results_and_cancel(lab, spec_checker, sweep_files):
     ]
     listed = checked(spec_checker, lab.get("jobs/sweeps")).json()["sweeps"]
     assert sweep["id"] in {s["id"] for s in listed}
+    # each element is a job that names its sweep; the panel's list leaves them out
+    element_jobs = {e["job"] for e in done["elements"]}
+    every = checked(spec_checker, lab.get("jobs")).json()["jobs"]
+    assert {j["sweep"] for j in every if j["id"] in element_jobs} == {sweep["id"]}
+    alone = checked(spec_checker, lab.get("jobs?sweep_elements=false")).json()["jobs"]
+    assert not element_jobs & {j["id"] for j in alone}
+    assert all(j["sweep"] is None for j in alone)
     # cancel one element, then the rest
     resp = checked(
         spec_checker,
