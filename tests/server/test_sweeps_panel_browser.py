@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from jupyter_cloudtik.testing.browser import confirm
+from cloudtik_emulators.browser import confirm
 
 from .conftest import ARTIFACTS
 from .test_jobs_api import _nb
