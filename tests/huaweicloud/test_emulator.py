@@ -505,10 +505,14 @@ def test_list_tag_filter_is_contains_and_limits(emu):
         TmsClient,
     )
 
+    from jupyter_cloudtik.providers.huaweicloud.clients import _HttpConfig
+
     o = emu.options
     cred = GlobalCredentials(o.access_key, o.secret_key, o.domain_id)
-    tms = TmsClient.new_builder().with_credentials(cred).with_endpoints([emu.endpoint]) \
-        .with_http_config(HttpConfig.get_default_config()).build()
+    hc = _HttpConfig()  # TMS is the site's host, through the emulator as the proxy
+    hc.proxy_protocol, hc.proxy_host, hc.proxy_port = "http", "127.0.0.1", emu.port
+    tms = TmsClient.new_builder().with_credentials(cred).with_endpoints(
+        [emu.tms_endpoint]).with_http_config(hc).build()
     ids = [s.id for s in got]
 
     def tag(resources, key="k", project=o.project_id):

@@ -457,3 +457,64 @@ def test_wheels_are_checked_against_the_nodes_platform(name, machine, problem):
 
     got = wheel_platform_problem(name, machine)
     assert (got is None) if problem is None else (problem in got and machine in got), got
+
+
+def test_tags_go_to_the_tag_service_of_the_accounts_site(emu):
+    """TMS has one endpoint per site (Chinese, international, Europe, each dedicated
+    region), not per region, and an account exists on one site: the tags of a server in
+    ap-southeast-3 go to the international site's TMS, never to one pinned region's (the
+    old code sent every region's to cn-north-4's, and in the emulator to the regional
+    address, which publishes no TMS API).  A site the region does not tell is set with
+    ``tms_endpoint``; a 401 there says so in one line."""
+    from huaweicloudsdkcore.auth.credentials import GlobalCredentials
+    from huaweicloudsdkcore.exceptions import exceptions as sdk_exc
+    from huaweicloudsdkcore.http.http_config import HttpConfig
+    from huaweicloudsdktms.v1 import (
+        CreateResourceTagRequest,
+        CreateTagRequest,
+        ReqCreateTag,
+        ResourceTagBody,
+        TmsClient,
+    )
+
+    from jupyter_cloudtik.providers.huaweicloud.clients import tms_endpoint
+
+    assert tms_endpoint("cn-north-4") == tms_endpoint("cn-east-3") == \
+        "https://tms.myhuaweicloud.com"
+    assert tms_endpoint("ap-southeast-3") == tms_endpoint("af-south-1") == \
+        "https://tms-intl.myhuaweicloud.com"
+    assert tms_endpoint("eu-west-101") == "https://tms.eu-west-101.myhuaweicloud.eu"
+    assert tms_endpoint("my-kualalumpur-1") == "https://tms.my-kualalumpur-1.myhuaweicloud.com"
+    assert tms_endpoint("cn-north-4", "https://tms.example.org/") == "https://tms.example.org"
+
+    o = emu.options
+
+    def body(project=o.project_id):
+        return CreateResourceTagRequest(body=ReqCreateTag(
+            project_id=project, tags=[CreateTagRequest(key="k", value="v")],
+            resources=[ResourceTagBody(resource_id="no-such-server", resource_type="ecs")]))
+
+    # the regional address (where the old provider sent TMS in the emulator) has no TMS
+    raw = TmsClient.new_builder().with_credentials(GlobalCredentials(
+        o.access_key, o.secret_key, o.domain_id)).with_endpoints([emu.endpoint]) \
+        .with_http_config(HttpConfig.get_default_config()).build()
+    with pytest.raises(sdk_exc.ClientRequestException) as e:
+        raw.create_resource_tag(body())
+    assert (e.value.status_code, e.value.error_code) == (404, "APIGW.0101")
+
+    # the site's TMS answers (for a server that does not exist: per resource, TMS.0005)
+    got = _clients(emu).call("tms", "create_resource_tag", body())
+    assert [f.error_code for f in got.failed_resources] == ["TMS.0005"]
+    try:
+        o.site = "intl"  # an international account in a cn-* region
+        with pytest.raises(ConfigError) as e:
+            _clients(emu).call("tms", "create_resource_tag", body())
+        assert e.value.field == "provider.tms_endpoint" and "401" in e.value.message
+        assert "https://tms.myhuaweicloud.com" in e.value.message
+        assert o.secret_key not in e.value.message and "\n" not in e.value.message
+        c = _clients(emu)
+        c.config["tms_endpoint"] = "https://tms-intl.myhuaweicloud.com"
+        got = c.call("tms", "create_resource_tag", body())
+        assert [f.error_code for f in got.failed_resources] == ["TMS.0005"]
+    finally:
+        o.site = None

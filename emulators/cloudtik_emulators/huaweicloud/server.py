@@ -127,6 +127,27 @@ CREATE_ACTIONS = {a for m, _, a, _ in ROUTES if a.startswith("create_")}
 FAULT_KINDS = ("throttle", "error", "lost_response", "quota", "half_fail", "server_error",
                "slow_response", "rate_window")
 OBS_DOMAIN = "emulated.invalid"
+# TMS (tags) answers at one endpoint per site, not per region, and an account exists on one
+# site only (the SDK's huaweicloudsdktms/v1/region/tms_region.py: cn-north-4
+# tms.myhuaweicloud.com, ap-southeast-1 tms-intl.myhuaweicloud.com, eu-west-101
+# tms.eu-west-101.myhuaweicloud.eu, ru-moscow-1 and my-kualalumpur-1 their own; the Europe
+# site's API reference, "The endpoint of TMS is tms.myhuaweicloud.eu",
+# https://support.huaweicloud.com/eu/api-tms/en-us_topic_0126416748.html).  Here each is a
+# host name under OBS_DOMAIN reached through this server as the proxy (as OBS is):
+# ``tms.`` (the Chinese site), ``tms-intl.`` (the international site), ``tms.REGION.``.
+TMS_SITE_HOSTS = {"cn": "tms", "intl": "tms-intl", "eu-west-101": "tms.eu-west-101",
+                  "ru-moscow-1": "tms.ru-moscow-1",
+                  "my-kualalumpur-1": "tms.my-kualalumpur-1"}
+
+
+def account_site(region: str) -> str:
+    """The site an account working in ``region`` was made on, as far as the region tells:
+    the Europe site and dedicated regions are their own; cn-* the Chinese site; else the
+    international site (``Options.site`` says otherwise, e.g. an international account
+    in a cn-* region)."""
+    if region in TMS_SITE_HOSTS:
+        return region
+    return "cn" if region.startswith("cn-") else "intl"
 OBS_MAX_PUT = 5 * 1024**3  # bytes, one PutObject (see _serve)
 
 
@@ -158,6 +179,8 @@ class Fault:
 @dataclass
 class Options:
     region: str = "cn-north-4"
+    #: the site the account is on (TMS_SITE_HOSTS' keys); default: account_site(region)
+    site: str | None = None
     project_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     domain_id: str = field(default_factory=lambda: uuid.uuid4().hex)
     access_key: str = field(default_factory=lambda: "EMU" + "".join(
@@ -243,6 +266,12 @@ class Emulator:
     @property
     def obs_endpoint(self) -> str:
         return f"http://obs.{self.options.region}.{OBS_DOMAIN}"
+
+    @property
+    def tms_endpoint(self) -> str:
+        """The account's site's TMS (reached with this server as the HTTP proxy)."""
+        o = self.options
+        return f"http://{TMS_SITE_HOSTS[o.site or account_site(o.region)]}.{OBS_DOMAIN}"
 
     def info(self) -> dict[str, Any]:
         o = self.options
@@ -569,7 +598,8 @@ class ApiHandler(tornado.web.RequestHandler):
         entry = {"ts": time.time(), "method": req.method, "path": req.path,
                  "query": req.query, "host": host, "body": (req.body or b"")[:65536]
                  .decode("utf-8", "replace"), "client_token": headers.get("x-client-token")}
-        is_obs = host.endswith(OBS_DOMAIN)
+        self._host = host
+        is_obs = host.endswith(OBS_DOMAIN) and not host.startswith("tms")
         try:
             if is_obs:
                 status, body, xml, name = self._obs(headers, host, query_pairs, request_id)
@@ -614,6 +644,25 @@ class ApiHandler(tornado.web.RequestHandler):
             return None
         return fault  # lost_response: applied after the action
 
+    def _site_check(self, service: str, req) -> None:
+        """TMS only at a TMS host, and only at the account's site's; nothing else there.
+
+        A regional endpoint has no TMS API (404 APIGW.0101, the gateway's answer for a path
+        it does not publish); another site's TMS does not know the account's access key
+        (401 APIGW.0301: the sites keep separate accounts)."""
+        host = getattr(self, "_host", "")
+        at_tms = host.startswith("tms") and host.endswith("." + OBS_DOMAIN)
+        if (service == "tms") != at_tms:
+            raise ApiError(404, "APIGW.0101", f"The API does not exist or has not been "
+                           f"published: {req.method} {req.path}", "apigw")
+        if at_tms:
+            o = self.emu.options
+            site = o.site or account_site(o.region)
+            if host != f"{TMS_SITE_HOSTS[site]}.{OBS_DOMAIN}":
+                raise ApiError(401, BAD_SIGNATURE, "Incorrect IAM authentication "
+                               "information: the access key does not exist (the account "
+                               "is on another site)", "apigw")
+
     async def _api(self, headers, query_pairs):
         emu, req = self.emu, self.request
         for method, pattern, action, service in COMPILED:  # noqa: B007 (used after the loop)
@@ -627,6 +676,7 @@ class ApiHandler(tornado.web.RequestHandler):
                            f"published: {req.method} {req.path}", "apigw")
         name = f"{service}.{action}"
         self._action = name
+        self._site_check(service, req)
         try:
             ak = verify_sdk_signature(
                 req.method, req.path, query_pairs, headers, req.body or b"",

@@ -32,6 +32,44 @@ log = logging.getLogger("jupyter_cloudtik.huaweicloud")
 SERVICES = ("ecs", "vpc", "eip", "eip3", "nat", "iam", "ims", "kps", "obs", "tms")
 EMULATED_OBS_DOMAIN = "emulated.invalid"
 REAL_OBS = "https://obs.{region}.myhuaweicloud.com"
+# TMS (tags) is not a regional service: it has one endpoint per *site* (the Chinese site,
+# the international site, the Europe site) and one per dedicated region, and an account
+# exists on one site only.  The official SDK names them by one region each
+# (huaweicloudsdktms/v1/region/tms_region.py: cn-north-4 -> tms.myhuaweicloud.com,
+# ap-southeast-1 -> tms-intl.myhuaweicloud.com, eu-west-101 -> tms.eu-west-101.
+# myhuaweicloud.eu, ru-moscow-1 and my-kualalumpur-1 their own); the Europe site's API
+# reference says "The endpoint of TMS is tms.myhuaweicloud.eu"
+# (https://support.huaweicloud.com/eu/api-tms/en-us_topic_0126416748.html), and a dedicated
+# region's reference sends you to "Regions and Endpoints" or your administrator
+# (https://support.huaweicloud.com/intl/en-us/tr-central-201-api-tms/en-us_topic_0126416748.html).
+#: the SDK region whose TMS endpoint serves a workspace region, by site
+TMS_SITE_OF = {"cn": "cn-north-4", "intl": "ap-southeast-1"}
+
+
+def tms_endpoint(region: str, override: str | None = None) -> str:
+    """The TMS endpoint that tags ``region``'s servers: ``override`` (``provider.
+    tms_endpoint``) when given, the SDK's own entry when it names ``region`` (the Europe
+    site's and the dedicated regions'), else the site's: the Chinese site's for ``cn-*``,
+    the international site's for the rest.  An account of the other site (an international
+    account in a ``cn-*`` region) or a dedicated region the SDK does not list sets
+    ``tms_endpoint``: the site cannot be read from the region name."""
+    if override:
+        return override.rstrip("/")
+    from huaweicloudsdktms.v1.region.tms_region import TmsRegion
+
+    known = TmsRegion.static_fields
+    entry = known.get(region) or known[TMS_SITE_OF["cn" if region.startswith("cn-")
+                                                  else "intl"]]
+    return entry.endpoints[0]
+
+
+def emulated_host(real_endpoint: str) -> str:
+    """The emulator's name for a real service address: ``https://tms-intl.myhuaweicloud.
+    com`` -> ``http://tms-intl.emulated.invalid`` (reached through the emulator as the
+    proxy, like OBS: the emulator tells the sites apart by the Host header)."""
+    host = real_endpoint.split("://", 1)[-1].split("/", 1)[0]
+    host = host.split(".myhuaweicloud.", 1)[0].removesuffix("." + EMULATED_OBS_DOMAIN)
+    return f"http://{host}.{EMULATED_OBS_DOMAIN}"
 
 
 class _HttpConfig(HttpConfig):
@@ -138,17 +176,18 @@ class Clients:
                     endpoint = REAL_OBS.format(region=self.region)
             return ObsClient.new_builder().with_credentials(ObsCredentials(ak, sk)) \
                 .with_endpoints([endpoint]).with_http_config(self._http_config(proxy)).build()
-        if service == "tms":  # a global service, like IAM: domain-scoped credentials
+        if service == "tms":  # one endpoint per site (tms_endpoint), domain-scoped
             from huaweicloudsdktms.v1 import TmsClient
-            from huaweicloudsdktms.v1.region.tms_region import TmsRegion
 
             cred = GlobalCredentials(ak, sk, self.domain_id)
-            builder = TmsClient.new_builder().with_credentials(cred) \
-                .with_http_config(self._http_config())
+            endpoint = tms_endpoint(self.region, self.config.get("tms_endpoint"))
+            proxy = None
             if iam_endpoint:
+                # the emulator: the site's host name, through the emulator as the proxy
                 cred.with_iam_endpoint(iam_endpoint)
-                return builder.with_endpoints([iam_endpoint]).build()
-            return builder.with_region(TmsRegion.value_of("cn-north-4")).build()
+                endpoint, proxy = emulated_host(endpoint), iam_endpoint
+            return TmsClient.new_builder().with_credentials(cred) \
+                .with_http_config(self._http_config(proxy)).with_endpoints([endpoint]).build()
         if service == "iam":
             from huaweicloudsdkiam.v3 import IamClient
             from huaweicloudsdkiam.v3.region.iam_region import IamRegion
@@ -223,6 +262,18 @@ class Clients:
                                    recover=recover, on_retry=self.on_retry,
                                    checkpoint=self.checkpoint)
         except sdk_exc.SdkException as e:
+            if service == "tms" and getattr(e, "status_code", None) == 401:
+                # the other services took these credentials: the tag service is another
+                # site's, where the account does not exist (TMS_SITE_OF)
+                endpoint = tms_endpoint(self.region, self.config.get("tms_endpoint"))
+                raise ConfigError(
+                    f"provider.tms_endpoint: the tag service at {endpoint} does not know "
+                    f"these credentials (401), which the other services of {self.region} "
+                    "accepted: the account is on another Huawei Cloud site than the region "
+                    "suggests; set tms_endpoint to your site's (https://tms.myhuaweicloud."
+                    "com Chinese site, https://tms-intl.myhuaweicloud.com international, "
+                    "https://tms.myhuaweicloud.eu Europe, a dedicated region's from its "
+                    "administrator)", field="provider.tms_endpoint", value=endpoint) from None
             raise as_provider_error(e, what or name) from None
 
     def total_calls(self) -> int:

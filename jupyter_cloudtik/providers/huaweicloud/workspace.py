@@ -59,6 +59,11 @@ PROVIDER_PROPERTIES: dict[str, Any] = {
                                 "deployment); default: the public endpoints of the region."},
     "obs_endpoint": {"type": "string", "pattern": r"^https?://"},
     "obs_proxy": {"type": "string", "pattern": r"^https?://"},
+    "tms_endpoint": {"type": "string", "pattern": r"^https?://",
+                     "description": "The tag service of the account's site; default: the "
+                                    "Chinese site's for cn-* regions, the international "
+                                    "site's for the others (the Europe site's and dedicated "
+                                    "regions' as the SDK lists them)."},
     "project_id": {"type": "string", "minLength": 8},
     "profile": {"type": "string", "description": "Profile of the credentials file."},
     "availability_zone": {"type": "string"},
