@@ -9,7 +9,6 @@ the disk, not inferred from an error message.
 
 from __future__ import annotations
 
-import ast
 import io
 import tarfile
 from pathlib import Path
@@ -113,16 +112,61 @@ def test_with_leave_the_same_source_distribution_is_built(tmp_path, index):
     assert marker.read_text() == "ran"
 
 
+_SCAN = """
+import ast, json, sys
+from pathlib import Path
+root = Path(sys.argv[1])
+found = set()
+for path in sorted(root.rglob("*.py")):
+    rel = path.relative_to(root).as_posix()
+    for node in ast.walk(ast.parse(path.read_text(), rel)):
+        if isinstance(node, ast.List) and any(
+                isinstance(a, ast.Constant) and a.value == "-m" and
+                isinstance(b, ast.Constant) and b.value == "pip"
+                for a, b in zip(node.elts, node.elts[1:])):
+            found.add(rel)
+print(json.dumps(sorted(found)))
+"""
+
+
 def test_pip_runs_in_this_process_only_where_the_permit_is_asked():
-    """A module that starts ``pip`` itself would build past the decision point."""
-    found = set()
-    for path in sorted(PACKAGE.rglob("*.py")):
-        rel = path.relative_to(PACKAGE).as_posix()
-        for node in ast.walk(ast.parse(path.read_text(), rel)):
-            if isinstance(node, ast.List) and any(
-                    isinstance(a, ast.Constant) and a.value == "-m" and
-                    isinstance(b, ast.Constant) and b.value == "pip"
-                    for a, b in zip(node.elts, node.elts[1:], strict=False)):
-                found.add(rel)
+    """A module that starts ``pip`` itself would build past the decision point.  The scan
+    runs in a fresh interpreter: CPython 3.11.7's ``ast.parse`` can fail with "AST
+    constructor recursion depth mismatch" deep inside a test worker's stack (gh-106905,
+    fixed in 3.11.8), and a scan that cannot run must not read as "nothing found"."""
+    import json
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-c", _SCAN, str(PACKAGE)], capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr[-2000:]
+    found = set(json.loads(p.stdout))
     assert found <= PIP_HERE, sorted(found - PIP_HERE)
     assert "runtime/environment.py" in found  # the scan sees what it looks for
+
+
+def test_the_services_own_folder_installs_are_built_only_when_nobody_else_can_change_them(
+        tmp_path):
+    """``sync_env`` on a shared service replicates what the admin installed, folders
+    included, but only a folder no other account can change (its setup code runs beside
+    every user's secrets); anything unreadable counts as changeable."""
+    import os
+
+    proj = tmp_path / "proj"
+    proj.mkdir()
+    (proj / "pyproject.toml").write_text("[project]\nname = 'x'\nversion = '1'\n")
+    os.chmod(tmp_path, 0o755)
+    os.chmod(proj, 0o755)
+    assert environment._writable_by_others(proj) is None
+    (proj / "hatch_build.py").write_text("")
+    os.chmod(proj / "hatch_build.py", 0o666)
+    assert "writable by its group or others" in environment._writable_by_others(proj)
+    os.chmod(proj / "hatch_build.py", 0o644)
+    os.chmod(proj, 0o775)
+    assert "writable" in environment._writable_by_others(proj)
+    os.chmod(proj, 0o755)
+    if os.geteuid() == 0:
+        os.chown(proj / "pyproject.toml", 65534, 65534)
+        assert "owned by uid 65534" in environment._writable_by_others(proj)
+    assert "cannot be read" in environment._writable_by_others(tmp_path / "gone")

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -203,6 +205,32 @@ def installed_here(path: list[str] | None = None) -> tuple[dict[str, str], list[
     return pins, sorted(set(local))
 
 
+def _writable_by_others(folder: Path) -> str | None:
+    """Why someone other than this process's account or root could change what building
+    ``folder`` runs (the folder, its parent, or anything at its top level: the build files
+    and the hooks they name), or None.  Fails closed: what cannot be read counts as
+    changeable."""
+    me = os.geteuid()
+    try:
+        entries = [folder.parent, folder, *folder.iterdir()]
+    except OSError as e:
+        return f"cannot be read ({e.strerror})"
+    for entry in entries:
+        try:
+            st = entry.lstat()
+        except OSError as e:
+            return f"has {entry.name!r} that cannot be read ({e.strerror})"
+        if st.st_uid not in (0, me):
+            return f"has {entry.name or str(entry)!r} owned by uid {st.st_uid}"
+        if stat.S_ISLNK(st.st_mode):
+            continue
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            if entry == folder.parent and st.st_mode & stat.S_ISVTX:
+                continue  # a sticky shared parent (/tmp): others cannot replace the folder
+            return f"has {entry.name or str(entry)!r} writable by its group or others"
+    return None
+
+
 def wheel_name_version(path: Path) -> tuple[str, str]:
     """(normalised name, version) from a wheel's file name (PEP 427)."""
     name, version = path.name.split("-")[:2]
@@ -275,12 +303,18 @@ def collect(pip: list[str] | None, sync_env: bool, cache: Path,
     if sync_env:
         synced, local = installed_here()
         pins.update(synced)
-        if local and not builds:
-            raise ConfigError(
-                f"runtime.sync_env: {local[0]!r} is installed here from a folder; a service "
-                "many users share builds no folder (its setup code would run beside every "
-                "user's secrets): install the package from an index instead",
-                field="runtime.sync_env", value=local[0])
+        if not builds:
+            # the admin installed these from folders: built only when nobody else could
+            # have changed what building runs
+            for folder in local:
+                if (why := _writable_by_others(Path(folder))) is not None:
+                    raise ConfigError(
+                        f"runtime.sync_env: {folder!r} is installed here from a folder "
+                        f"that {why}; a service many users share builds such a folder "
+                        "only when no one but its own account (or root) can change it "
+                        "(its setup code runs beside every user's secrets): install the "
+                        "package from an index, or make the folder the service's own",
+                        field="runtime.sync_env", value=folder)
     for i, entry in enumerate(pip or []):
         if is_local(entry):
             if not builds:
