@@ -655,10 +655,19 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
             "the session's environment yet; name a Python on the system "
             "(environment.python), use packages: system, or a container",
             field="environment.packages", value=backend.kind)
-    system = system_python(backend, env)
-    cache = backend.context.state_dir / "hpc" / "wheels"
     packages = env.packages if env.packages is not None else (
         None if env.requirements else "session")
+    if packages == "session" and build_permit(backend) is None:
+        # a shared service's "session" is the service's own installation, not the
+        # user's: replicating it gives the job the wrong packages, slowly
+        raise ConfigError(
+            f"environment.packages: backend '{backend.name}' is used through a shared "
+            "service, whose installed packages are its own, not your session's: name the "
+            "packages the job needs (environment.packages: [names]), use packages: "
+            "system, or ask the admin to set the backend's environment.python",
+            field="environment.packages", value="session")
+    system = system_python(backend, env)
+    cache = backend.context.state_dir / "hpc" / "wheels"
     wheels, pins, h = lock(packages, env.requirements, cache, system,
                            permit=build_permit(backend))
     check_wheels(wheels, system, backend.name)

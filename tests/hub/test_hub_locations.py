@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 import uuid
 
@@ -61,8 +62,11 @@ def hub(tmp_path_factory, slurm):
     (data / "results").mkdir(parents=True)
     (data / "results" / "run1.csv").write_text("x,y\n1,2\n")
     dav = start_server("webdav", data, workdir=base / "dav", password=STORAGE_SECRET)
+    # the admin names the system's Python with papermill (a shared service has no
+    # session of the user's to replicate: hpc/environment.prepare refuses that)
     backends = {"remote": {"type": "slurm", "env": slurm.env, "shared_filesystem": False,
-                           "workdir": str(base / "slurm-jobs")}}
+                           "workdir": str(base / "slurm-jobs"),
+                           "environment": {"python": sys.executable}}}
     h = start_hub(base / "hub", sidekick_config=f"c.HPC.backends = {backends!r}\n")
     try:
         h.outside = outside
@@ -374,3 +378,15 @@ def test_an_hpc_systems_work_folder_is_named_not_shown(hub):
     assert "<remote work folder>" in texts[0], texts[0]   # what `pwd` printed, named
     for text in texts:
         assert folder not in text, text[:400]
+
+
+def test_the_sidekicks_own_packages_are_not_a_users_session(hub):
+    """On the hub, ``packages: session`` would replicate the sidekick's installation (its
+    own packages, not the user's): refused in one line naming the field and what to do."""
+    alice = hub.session("alice")
+    r = alice.post(hub.sidekick_api + "jobs", json={
+        "command": ["true"], "backend": "remote", "packages": "session"})
+    assert r.status_code == 400, r.text
+    body = r.json()
+    assert body["field"] == "environment.packages", body
+    assert "shared service" in body["message"] and "\n" not in body["message"]
