@@ -1166,10 +1166,24 @@ class SlurmNodeProvider(NodeProvider):
         except (NotFoundError, ValueError):
             return None
         from ..runtime.tls import attach
+        from .slurm_hosts import UntrustedAddress, check_address, job_hosts, split_host
 
-        address = data["address"]
-        host, sport = address.split("://", 1)[-1].rsplit(":", 1)
+        # the file is the job's (the user's code wrote it): every host in it must be a
+        # node Slurm gave that job, or nothing here connects there (slurm_hosts.py)
+        address = data.get("address") if isinstance(data, dict) else None
+        if not isinstance(address, str):
+            raise UntrustedAddress(f"Slurm job {head_node_id}'s scheduler file has no "
+                                   "scheduler address")
+        allowed = job_hosts(self.backend, head_node_id, remote=self._tunnelled())
+        if not allowed:  # the job runs nowhere now: a file left behind names nothing
+            return None
+        check_address(address, allowed, head_node_id, "scheduler address")
+        host, sport = split_host(address)
+        host = f"[{host}]" if ":" in host else host  # as Dask writes an IPv6 address
         port = (data.get("services") or {}).get("dashboard")
+        if port is not None and not (isinstance(port, int) and 0 < port < 65536):
+            raise UntrustedAddress(f"Slurm job {head_node_id}'s scheduler file names "
+                                   f"dashboard port {port!r}, not a port number")
         extra: dict[str, Any] = {"slurm_job_id": head_node_id}
         relay = None
         if self.tls:
@@ -1180,7 +1194,11 @@ class SlurmNodeProvider(NodeProvider):
             port = None
             ours = data.get("cloudtik") or {}
             relay = ours.get("dashboard_relay")
+            if relay is not None and not isinstance(relay, str):
+                raise UntrustedAddress(f"Slurm job {head_node_id}'s scheduler file names "
+                                       f"dashboard relay {relay!r}, not host:port")
             if relay:
+                check_address(relay, allowed, head_node_id, "dashboard relay")
                 extra["dashboard_tls_address"] = f"https://{relay}"
             elif ours.get("dashboard_relay_error"):
                 extra["dashboard_error"] = ours["dashboard_relay_error"]

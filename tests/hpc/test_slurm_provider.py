@@ -929,3 +929,67 @@ def test_ssh_keepalive_notices_a_silent_login_node(sshd, slurm, slurm_cfg, manag
     finally:
         kept.close()
         plain.close()
+
+
+def test_a_scheduler_file_pointing_off_the_jobs_node_is_never_dialled(slurm, slurm_cfg,
+                                                                     manager, tmp_path):
+    """The head job writes its scheduler file itself (the user's code, in the user's job):
+    an address there that is not a node Slurm gave that job — another loopback address
+    standing in for a metadata service or the hub's API — is refused with a message, and
+    nothing in this process connects there (a real listener counts the knocks)."""
+    import http.server
+    import threading
+    from pathlib import Path
+
+    from jupyter_cloudtik.providers.slurm_hosts import UntrustedAddress
+
+    knocks: list[str] = []
+
+    class Knock(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            knocks.append(self.path)
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *a):
+            pass
+
+    victim = http.server.ThreadingHTTPServer(("127.0.0.2", 0), Knock)
+    threading.Thread(target=victim.serve_forever, daemon=True).start()
+    vport = victim.server_address[1]
+    try:
+        cfg = _config("ssrf", {**slurm_cfg, "scheduler": "job"}, 0)
+        info = run(manager.up(cfg))
+        assert info.state == "running", info.reason
+        head = next(j["id"] for j in ours(slurm, "ssrf") if "kind=head" in j["comment"])
+        prov = manager.provider_for(manager.get("ssrf").config)
+        good = prov.connect_info(head)  # the job's own address passes
+        assert good is not None and good.scheduler_address.startswith("tcp://127.0.0.1:")
+        sched = next(Path(slurm_cfg["workdir"]).glob(f"*-ssrf/scheduler-{head}.json"))
+        data = json.loads(sched.read_text())
+        for address, dash in ((f"tcp://127.0.0.2:{vport}", vport),
+                              (f"tcp://[::ffff:127.0.0.2]:{vport}", vport),
+                              (f"tcp://169.254.169.254:{vport}", None),
+                              (f"tcp://metadata.invalid:{vport}", None),
+                              (good.scheduler_address, "80; rm -rf /")):
+            sched.write_text(json.dumps({**data, "address": address,
+                                         "services": {"dashboard": dash}}))
+            with pytest.raises(UntrustedAddress) as e:
+                prov.connect_info(head)
+            assert f"Slurm job {head}" in str(e.value)
+            with pytest.raises(UntrustedAddress):
+                run(manager.status("ssrf"))
+        sched.write_text("[]")  # not even an object: refused, not a crash
+        with pytest.raises(UntrustedAddress, match="no scheduler address"):
+            prov.connect_info(head)
+        sched.write_text(json.dumps(data))
+        assert run(manager.status("ssrf")).state == "running"
+        assert knocks == []  # nothing here knocked on the address the job named
+        run(manager.down("ssrf"))
+        # a job that runs nowhere now: its left-over file names nothing to connect to
+        sched.parent.mkdir(parents=True, exist_ok=True)
+        sched.write_text(json.dumps({**data, "address": f"tcp://127.0.0.2:{vport}"}))
+        assert prov.connect_info(head) is None
+        assert knocks == []
+    finally:
+        victim.shutdown()
