@@ -180,8 +180,13 @@ def owner_alive(pid: int | None, host: str | None, started: float | None) -> boo
 class Operations:
     """Creates, updates and reads operations and events in the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store,
+                 redact: Callable[[str], str | None] | None = None) -> None:
         self.store = store
+        #: applied to every event message and finish reason before it is stored or shown
+        #: (a feature whose messages may quote a credential passes its secret store's
+        #: ``live_redactor()``)
+        self.redact = redact
         self._listeners: list[EventListener] = []
         self._listeners_lock = threading.Lock()
 
@@ -256,6 +261,8 @@ class Operations:
         data: dict[str, Any] | None = None,
     ) -> Event:
         now = time.time()
+        if self.redact is not None:
+            message = self.redact(message) or ""
         if fraction is not None:
             fraction = min(1.0, max(0.0, float(fraction)))
         with self.store.transaction() as conn:
@@ -274,6 +281,8 @@ class Operations:
     ) -> OperationInfo:
         assert state in FINAL_STATES, state
         now = time.time()
+        if self.redact is not None and reason:
+            reason = self.redact(reason)
         message = {"succeeded": "done", "cancelled": "cancelled"}.get(state, reason or state)
         if state != "succeeded" and reason:
             message = reason

@@ -40,6 +40,8 @@ from . import env
 from .errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
 from .store import Store
 
+log = logging.getLogger(__name__)
+
 REDACTED = "<secret>"
 KEY_ENV = env.SECRET_KEY
 KEY_FILE = "secret.key"
@@ -262,6 +264,18 @@ class SecretStore:
             values.extend(self._read_all(scope).values())
         return Redactor(values)
 
+    def live_redactor(self) -> LiveRedactor:
+        """A redactor of every secret in this store that follows it as secrets are added,
+        changed or removed (for messages a feature records: job reasons, events)."""
+        return LiveRedactor(self)
+
+    def _stamp(self) -> Any:
+        """Changes whenever a secret is added, changed or removed (Vault: every minute)."""
+        if self.backend is not None:
+            return int(time.time() // 60)
+        return tuple(self.store.query(
+            "SELECT count(*), max(updated_at), sum(length(ciphertext)) FROM secrets")[0])
+
 
 BACKEND_ENV = env.SECRET_BACKEND
 
@@ -441,6 +455,34 @@ class Redactor:
         if not text or self._pattern is None:
             return text
         return self._pattern.sub(REDACTED, text)
+
+
+class LiveRedactor:
+    """Redacts with every value of a secret store, rebuilt when the store changes.  Fails
+    closed: when the values cannot be read (no key here), a message is withheld, since
+    nothing could be checked in it."""
+
+    WITHHELD = "(message withheld: the secrets it might quote cannot be read to redact it)"
+
+    def __init__(self, secrets: SecretStore) -> None:
+        self._secrets = secrets
+        self._lock = threading.Lock()
+        self._stamp: Any = None
+        self._redactor: Redactor | None = None
+
+    def __call__(self, text: str | None) -> str | None:
+        if not text:
+            return text
+        try:
+            with self._lock:
+                stamp = self._secrets._stamp()
+                if self._redactor is None or stamp != self._stamp:
+                    self._redactor, self._stamp = self._secrets.redactor(), stamp
+                redactor = self._redactor
+        except Exception:
+            log.warning("cannot read the secrets to redact a message; withholding it")
+            return self.WITHHELD
+        return redactor(text)
 
 
 class RedactingFilter(logging.Filter):

@@ -142,12 +142,16 @@ class Job:
     @classmethod
     def rerun(cls, crate: str | Path | Job, *, backend: str | None = None,
               wait: bool = False, client: JobsClient | None = None,
-              quiet: bool = False) -> Job:
+              quiet: bool = False, trust: bool = False) -> Job:
         """Run a recorded job again: the same notebook (from where it came, or the
         crate's copy if that is gone), parameters and inputs, on the same backend (or
         ``backend``).  What differs now from the record (the notebook's or a local
         input's checksum, this session's package versions) is printed before it is
-        submitted and kept as the new job's ``differences``."""
+        submitted and kept as the new job's ``differences``.
+
+        A crate this state folder did not make (or one changed since) is someone else's
+        description of a run: it is refused, with what it would run, unless ``trust``
+        (read it first)."""
         from . import provenance
 
         client = client or get_jobs_client()
@@ -164,6 +168,14 @@ class Job:
             crate = found
         recorded = provenance.read(crate)
         spec, recorded_backend = provenance.rerun_spec(recorded)
+        if not trust and not provenance.made_here(crate, recorded, client):
+            from ..core.errors import ConfigError
+
+            raise ConfigError(
+                f"crate: job {recorded.get('id')} was not run from this state folder as its "
+                "crate records it (a crate from elsewhere, or changed since); a rerun would "
+                f"run {provenance.describe_run(spec, backend or recorded_backend)}. Read "
+                "it, then rerun with trust=True (--trust)", field="crate")
         diffs = provenance.differences(recorded)
         if not quiet:
             print(f"rerun of job {recorded['id']}: "

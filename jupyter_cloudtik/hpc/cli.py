@@ -116,7 +116,8 @@ def _run(args, client) -> int:
     if cmd == "rerun":
         from .api import Job
 
-        job = Job.rerun(args.crate, backend=args.backend, client=client, quiet=True)
+        job = Job.rerun(args.crate, backend=args.backend, client=client, quiet=True,
+                        trust=args.trust)
         out = sys.stderr if args.json else sys.stdout
         print(f"rerun: {len(job.differences)} difference(s) from the record"
               + "".join(f"\n  {d}" for d in job.differences), file=out)

@@ -238,6 +238,9 @@ def add_job_commands(sub, cli: bool) -> None:
                                  "job id (its crate)")
     p.add_argument("--backend", "-b", help="run it here instead of the recorded backend")
     p.add_argument("--wait", action="store_true", help="wait until it has ended")
+    p.add_argument("--trust", action="store_true",
+                   help="run a crate this state folder did not make (read what it runs "
+                        "first: the refusal without --trust says)")
 
 
 def job_parser(prog: str) -> Parser:

@@ -139,6 +139,8 @@ class JobRecords:
 
     def _update(self, job_id: str, **fields: Any) -> None:
         fields["updated_at"] = time.time()
+        if fields.get("reason"):
+            fields["reason"] = self.redact(fields["reason"])
         cols = ", ".join(f"{k} = ?" for k in fields)
         with self.store.transaction() as conn:
             conn.execute(f"UPDATE hpc_jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))

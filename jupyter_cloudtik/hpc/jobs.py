@@ -80,8 +80,11 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
         self.hpc = hpc or hpc_settings()
         self.store = store or Store(self.settings.state_dir)
         self.store.ensure_schema("hpc", HPC_MIGRATIONS)
-        self.ops = Operations(self.store)
         self.secrets = SecretStore(self.store)
+        # a job's reason and events may quote what a system or a copy answered, which can
+        # hold a credential of this store: every one is redacted before it is kept
+        self.redact = self.secrets.live_redactor()
+        self.ops = Operations(self.store, redact=self.redact)
         self.user = user or _current_user()
         if stagers is None:
             from .storage_stager import storage_stager

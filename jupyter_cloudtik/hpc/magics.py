@@ -53,7 +53,7 @@ class HPCMagics(Magics):
                                              into hpc-jobs/JOB/
           %hpc outputs JOB                   list its result files
           %hpc wait JOB                      wait until it has ended
-          %hpc rerun CRATE [--backend B] [--wait]
+          %hpc rerun CRATE [--backend B] [--wait] [--trust]
               run a job again from its provenance crate (hpc-jobs/JOB/, or JOB)
               and say what differs from the record
 
@@ -141,7 +141,8 @@ class HPCMagics(Magics):
                     return None
                 return Job(info.id, client, info)
             if cmd == "rerun":
-                job = Job.rerun(args.crate, backend=args.backend, client=client)
+                job = Job.rerun(args.crate, backend=args.backend, client=client,
+                                trust=args.trust)
                 if args.wait:
                     _follow(client, job.id)
                     return Job(job.id, client)

@@ -125,7 +125,7 @@ async def record(
             spec=spec,
             plan=plan,
             state=state,
-            reason=reason,
+            reason=manager.redact(reason) if reason else reason,
             exit_code=exit_code,
             before=snap(BEFORE),
             after=snap(AFTER),
@@ -155,7 +155,8 @@ async def record(
         row["op_id"],
         "provenance",
         f"provenance crate: {path.parent}",
-        data={"crate": str(path.parent)},
+        # the record it holds, so a rerun knows this folder wrote it (``made_here``)
+        data={"crate": str(path.parent), "job_sha256": sha256_of(path.parent / JOB_FILE)},
     )
     return path
 
@@ -287,11 +288,49 @@ def rerun_spec(recorded: dict[str, Any]):
     return spec, backend
 
 
+def made_here(crate: str | os.PathLike[str], recorded: dict[str, Any], client: Any) -> bool:
+    """Whether this state folder wrote this crate's record of the job: the job's events
+    (ours, in the store) name the checksum of the ``cloudtik-job.json`` it wrote, and the
+    crate's is the same.  A crate from elsewhere — or one edited since — is someone else's
+    description of a run, and running it runs their command."""
+    job_file = crate_file(crate).parent / JOB_FILE
+    try:
+        digest = sha256_of(job_file)
+        events = client.events(str(recorded.get("id")))
+    except Exception:
+        return False
+    return any(e.step == "provenance" and (e.data or {}).get("job_sha256") == digest
+               for e in events)
+
+
+def describe_run(spec: Any, backend: str | None) -> str:
+    """What a rerun would run, in a few lines a person can check."""
+    what = (f"notebook {spec.notebook!r}" if spec.notebook
+            else f"command {' '.join(spec.command or [])!r}")
+    lines = [f"{what} on backend {backend!r}"]
+    if spec.parameters:
+        lines.append(f"parameters {spec.parameters!r}")
+    if spec.inputs:
+        lines.append(f"inputs {', '.join(spec.inputs)}")
+    if spec.output:
+        lines.append(f"results to {spec.output}")
+    env = spec.environment
+    if env is not None:
+        for k in ("container", "python", "venv", "conda_env", "packages"):
+            if getattr(env, k, None):
+                lines.append(f"{k} {getattr(env, k)!r}")
+        if env.setup:
+            lines.append(f"setup lines {env.setup!r}")
+    return "; ".join(lines)
+
+
 __all__ = [
     "CRATE_FILE",
     "PROFILE",
     "build",
+    "describe_run",
     "differences",
+    "made_here",
     "read",
     "redact",
     "rerun_spec",

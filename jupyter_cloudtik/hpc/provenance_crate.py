@@ -98,6 +98,19 @@ def redact(location: str) -> str:
 _URL_IN_TEXT = re.compile(r"""[A-Za-z][A-Za-z0-9+.-]*://[^\s'"<>`]*[^\s'"<>`.,;:)\]]""")
 
 
+def job_record(spec: dict[str, Any], backend: str) -> dict[str, Any]:
+    """The job as the crate keeps it for a rerun (``cloudtik-job.json``): the spec with
+    environment variables' values left out and credentials in locations redacted."""
+    record = dict(spec)
+    if record.get("environment"):
+        record["environment"] = {**record["environment"], "variables": {}}
+    record["inputs"] = [redact(i) for i in record.get("inputs") or []]
+    if record.get("output"):
+        record["output"] = redact(record["output"])
+    record["backend"] = backend
+    return record
+
+
 def redact_text(text: str) -> str:
     """``text`` (a failure message: a stage-out error names where it copied to) with
     every URL in it redacted as ``redact`` does a location: the message goes into a
@@ -410,13 +423,7 @@ def build(
         action["result"] = _single(results)
 
     # the job as submitted, for rerun (environment variables' values are left out)
-    record = dict(spec)
-    if record.get("environment"):
-        record["environment"] = {**record["environment"], "variables": {}}
-    record["inputs"] = [redact(i) for i in record.get("inputs") or []]
-    if record.get("output"):
-        record["output"] = redact(record["output"])
-    record["backend"] = job["backend"]
+    record = job_record(spec, job["backend"])
     job_text = json.dumps(record, indent=1, sort_keys=True, default=str).encode()
     (folder / JOB_FILE).write_bytes(job_text)
     crate.add_file(

@@ -317,3 +317,63 @@ def test_a_failure_message_goes_into_the_crate_redacted(tmp_path):
         "stage-out failed: copying results to https://REDACTED@store.example/out"
         "?sig=REDACTED&a=1: HTTP 403 Forbidden (see s3://REDACTED@bucket/x)"
     )
+
+
+def test_a_failing_jobs_reason_events_and_crate_never_quote_a_stored_secret(
+        make_client, tmp_path):
+    """A job's reason quotes its log's last lines, and the log says whatever the job or a
+    system printed — here a credential of the state folder's secret store (a storage's
+    password, as a failed copy would print it).  Every copy of the message kept for the
+    user — the job's reason, its events, the crate's error — has it replaced, and a
+    secret stored after the redactor first ran is known too."""
+    client = make_client({"here": {"type": "local"}})
+    store = client.manager.secrets
+    store.put("storage:archive", "pass", "first-" + SECRET)
+    client.manager.redact("warm up: the redactor reads the store once here")
+    store.put("storage:later", "pass", "later-" + SECRET)  # added afterwards
+    said = tmp_path / "what-the-copy-said.txt"  # what a tool printed, not the command
+    said.write_text(f"copy failed for user:first-{SECRET}@host\ntoken later-{SECRET}\n")
+    bad = client.submit(build_spec(command=["sh", "-c", f"cat {said} >&2; exit 3"]), "here")
+    failed = client.wait(bad.id, timeout=120)
+    assert failed.state == "failed"
+    assert "<secret>" in failed.reason, failed.reason
+    events = [e.message for e in client.manager.ops.events(
+        client.manager._row(bad.id)["op_id"])]
+    kept = [failed.reason, *events]
+    crate = Job(bad.id, client).crate
+    if crate is not None:
+        kept += [p.read_text(errors="replace") for p in crate.rglob("*") if p.is_file()]
+    assert not any(SECRET in text for text in kept), [t for t in kept if SECRET in t]
+
+
+def test_a_crate_this_folder_did_not_write_is_not_rerun_without_trust(make_client, tmp_path):
+    """A crate someone sent (or one edited after it was written) describes a run; a rerun
+    of it would run their command here.  Refused with what it would run, in one line;
+    ``trust=True`` runs it; this folder's own unchanged crate reruns as before."""
+    import shutil
+
+    from jupyter_cloudtik.core.errors import ConfigError
+
+    client = make_client({"here": {"type": "local"}})
+    job = client.wait(client.submit(build_spec(command=["sh", "-c", "echo mine"]),
+                                    "here").id, timeout=120)
+    assert job.state == "succeeded", job.reason
+    crate = Job(job.id, client).crate
+    again = Job.rerun(crate, client=client, quiet=True)  # ours, unchanged
+    assert client.wait(again.id, timeout=120).state == "succeeded"
+
+    sent = tmp_path / "sent-crate"  # the same crate, edited by whoever sent it
+    shutil.copytree(crate, sent)
+    record = json.loads((sent / provenance.JOB_FILE).read_text())
+    record["command"] = ["sh", "-c", "touch " + str(tmp_path / "pwned")]
+    (sent / provenance.JOB_FILE).write_text(json.dumps(record))
+    before = len(client.list())
+    with pytest.raises(ConfigError) as e:
+        Job.rerun(sent, client=client, quiet=True)
+    said = e.value.message
+    assert e.value.field == "crate" and "\n" not in said
+    assert str(tmp_path / "pwned") in said and "--trust" in said, said
+    assert len(client.list()) == before and not (tmp_path / "pwned").exists()
+    trusted = Job.rerun(sent, client=client, quiet=True, trust=True)
+    assert client.wait(trusted.id, timeout=120).state == "succeeded"
+    assert (tmp_path / "pwned").exists()  # read, then trusted: it runs
