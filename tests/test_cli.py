@@ -97,7 +97,7 @@ def test_bad_config_file_names_the_field(venv_bin, state_dir, tmp_path):
 
 def test_capacity_refusal_exit_code_and_oversubscription_warning(venv_bin, state_dir,
                                                                   tmp_path):
-    from jupyter_cloudtik.providers.local.provider import machine_cpus
+    from jupyter_cloudtik.providers.local.capacity import machine_cpus
 
     cfg = tmp_path / "big.yaml"  # one node with more memory than the machine: cannot run
     cfg.write_text("available_node_types:\n  worker:\n    resources: {memory: 100TiB}\n"

@@ -23,13 +23,13 @@ from jupyter_cloudtik.core.errors import (
     NotFoundError,
 )
 from jupyter_cloudtik.core.operations import started_info
-from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
-from jupyter_cloudtik.providers.local.provider import (
+from jupyter_cloudtik.providers.local.capacity import (
     NODE_MEMORY_FLOOR,
-    LocalNodeProvider,
     machine_cpus,
     machine_memory,
 )
+from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
+from jupyter_cloudtik.providers.local.provider import LocalNodeProvider
 
 
 def node_pids(state_dir, cluster="default") -> dict[int, str]:

@@ -16,8 +16,8 @@ from nbclient.exceptions import CellExecutionError
 from nbformat.v4 import new_code_cell, new_notebook
 
 from jupyter_cloudtik.clusters.magics import CloudTikMagics
+from jupyter_cloudtik.providers.local.capacity import machine_cpus, machine_memory
 from jupyter_cloudtik.providers.local.processes import find_marked_processes, is_alive
-from jupyter_cloudtik.providers.local.provider import machine_cpus, machine_memory
 
 ROOT = Path(__file__).resolve().parents[1]
 

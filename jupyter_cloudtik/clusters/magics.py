@@ -151,7 +151,7 @@ def _prewarm() -> None:
     def run() -> None:
         try:  # the imports too: %load_ext returns at once
             from ..core.settings import default_settings
-            from ..providers.local.provider import prewarm_launcher
+            from ..providers.local.prewarm import prewarm_launcher
 
             prewarm_launcher(default_settings())
         except Exception:  # only an optimisation: `up` starts the launcher anyway

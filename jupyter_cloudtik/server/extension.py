@@ -199,7 +199,7 @@ class CloudTikExtension(ExtensionApp):
         if not target:
             _tell_terminals(self.ctx, self.serverapp.base_url)
         if not target:  # clusters live here: the first `%cluster up` finds Dask imported
-            from ..providers.local.provider import prewarm_in_background
+            from ..providers.local.prewarm import prewarm_in_background
 
             prewarm_in_background(self.ctx.settings)
         self.log.info("jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",

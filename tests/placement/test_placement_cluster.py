@@ -171,7 +171,7 @@ def test_failover_gives_up_after_max_failover(store, settings):
 def test_two_ups_at_once_never_overcommit_this_machine(venv_bin, state_dir, tmp_path):
     """Two `jupyter cloudtik up` processes race for all of this machine's cores: claims make
     one of them lose cleanly, whichever check catches it."""
-    from jupyter_cloudtik.providers.local.provider import machine_cpus
+    from jupyter_cloudtik.providers.local.capacity import machine_cpus
 
     conf = tmp_path / "conf"
     conf.mkdir()

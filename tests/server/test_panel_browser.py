@@ -136,7 +136,7 @@ def test_create_watch_scale_insert_shutdown(page, lab):
 def test_oversubscription_warning_on_the_row(page, lab):
     """A worker with 3x this machine's cores starts (no refusal) and its row says why it
     may be slow; the REST operation carries the same warning."""
-    from jupyter_cloudtik.providers.local.provider import machine_cpus
+    from jupyter_cloudtik.providers.local.capacity import machine_cpus
 
     name = unique("over")
     page.click(".jp-CloudTik-new")

@@ -1,4 +1,4 @@
-"""The embedded local provider (see ``provider.py``).
+"""The embedded local provider (see ``provider.py``; its settings are ``settings.py``).
 
 Kept light: the launcher daemon (``launcher.py``) imports this package before it listens,
 and must not pay for the provider's imports (traitlets, psutil, the TLS helpers)."""
@@ -7,8 +7,12 @@ __all__ = ["LocalNodeProvider", "LocalProvider"]
 
 
 def __getattr__(name: str):
-    if name in __all__:
+    if name == "LocalNodeProvider":
         from . import provider
 
-        return getattr(provider, name)
+        return provider.LocalNodeProvider
+    if name == "LocalProvider":
+        from . import settings
+
+        return settings.LocalProvider
     raise AttributeError(name)
