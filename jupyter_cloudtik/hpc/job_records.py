@@ -150,6 +150,10 @@ class JobRecords:
         row = self._row(job_id)
         if row["state"] in FINAL_STATES:
             return
+        if state != SUCCEEDED:  # a job that ends here without its run's crate gets one
+            from . import provenance
+
+            provenance.record_unrun(self, row, state, reason, self._content_dir(job_id))
         shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
         now = time.time()
         self._update(job_id, state=state, reason=reason, finished_at=now, **fields)

@@ -161,6 +161,51 @@ async def record(
     return path
 
 
+def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
+                 content_dir: Path | None = None) -> Path | None:
+    """The crate of a job that ends without having run (refused by its backend,
+    cancelled while queued, failed at stage-in): the job as submitted, its notebook (from
+    where it came, or as it was sent), its parameters and the reason, with no snapshot
+    of a run that did not happen.  Skipped when the job already has its crate; a crate
+    that cannot be written is a warning event, never a changed outcome."""
+    import time
+
+    from ..core.store import loads
+
+    if not getattr(manager.hpc, "provenance", True) or not row["op_id"]:
+        return None
+    if any(e.step == "provenance" for e in manager.ops.events(row["op_id"])):
+        return None
+    spec, plan = loads(row["spec"], {}), loads(row["plan"], {})
+    try:
+        nb = None
+        if spec.get("notebook"):
+            name = Path(spec["notebook"]).name
+            for candidate in (Path(spec["notebook"]),
+                              *([content_dir / ".notebook" / name] if content_dir else [])):
+                if candidate.is_file():
+                    nb = candidate.read_bytes()
+                    break
+        job = {k: row[k] for k in ("id", "name", "backend", "backend_type", "native_id",
+                                   "user", "submitted_at", "started_at")}
+        job["finished_at"] = time.time()
+        path = build(manager.fetch_dest(row["id"]), job=job, spec=spec, plan=plan,
+                     state=state, reason=manager.redact(reason) if reason else reason,
+                     exit_code=None, before=None, after=None, notebook=nb,
+                     parameters_file=None, outputs_at=None, listed=[])
+    except Exception as e:  # the record is lost, the outcome is not
+        text = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+        log.warning("job %s: no provenance crate: %s", row["id"], text,
+                    exc_info=None if getattr(e, "message", None) else e)
+        manager.ops.emit(row["op_id"], "provenance", f"no provenance crate: {text}",
+                         level="warning")
+        return None
+    manager.ops.emit(row["op_id"], "provenance", f"provenance crate: {path.parent}",
+                     data={"crate": str(path.parent),
+                           "job_sha256": sha256_of(path.parent / JOB_FILE)})
+    return path
+
+
 # --- reading back ---------------------------------------------------------------------------------
 
 
@@ -332,6 +377,7 @@ __all__ = [
     "differences",
     "made_here",
     "read",
+    "record_unrun",
     "redact",
     "rerun_spec",
     "snapshot_line",

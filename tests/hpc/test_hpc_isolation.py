@@ -13,6 +13,7 @@ when it answers.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -151,6 +152,20 @@ def test_a_job_the_backend_fails_at_submit_is_failed_not_raised(faulty, make_cli
     assert info.reason == "submit failed: InjectedFault: injected fault: submit of 'boom'"
     ok = client.wait(client.submit(build_spec(command=["true"], name="fine"), "hpc").id, 30)
     assert ok.state == "succeeded", ok.reason
+    # a job that never ran still gets its record: what was asked, and why it did not run
+    from jupyter_cloudtik.hpc import provenance
+    from jupyter_cloudtik.hpc.api import Job
+
+    crate = Job(info.id, client).crate
+    assert crate is not None, [e.message for e in client.events(info.id)]
+    recorded = provenance.read(crate)
+    assert recorded["job"]["command"] == ["true"] and recorded["id"] == info.id
+    meta = json.loads((crate / provenance.CRATE_FILE).read_text())
+    action = next(e for e in meta["@graph"] if e.get("@type") == "CreateAction")
+    assert action["actionStatus"] == "http://schema.org/FailedActionStatus"
+    assert "injected fault: submit of 'boom'" in action["error"]
+    assert [e.step for e in client.events(info.id)].count("provenance") == 1
+    assert [e.step for e in client.events(ok.id)].count("provenance") == 1  # not twice
 
 
 def test_outputs_are_checked_at_submit(make_client, tmp_path):
