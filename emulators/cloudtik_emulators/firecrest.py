@@ -25,10 +25,12 @@ memory no node has, an unknown ``#SBATCH`` option) is HTTP 500 with FirecREST's
 "Unexpected Slurm command response. exit_status:1 std_err:sbatch: error: ..." text, and
 a memory refusal is recorded by accounting as a FAILED job that never had a node; a job
 over the partition's time or node limit is accepted and stays PENDING forever, as with
-Slurm's default ``EnforcePartLimits=NO`` — over the time limit it reads ``PartitionConfig``
-first (for the first answer and the first second) and ``PartitionTimeLimit`` after, as the
-real server did (a provisional answer, then Slurm's settled one); more CPUs per node than
-a node has stays PENDING (``PartitionConfig``) too; an account the user has no
+Slurm's default ``EnforcePartLimits=NO`` — it reads ``PartitionConfig`` first (for the
+first answer and the first second) and ``PartitionTimeLimit`` (``PartitionNodeLimit``)
+after, as the real server did (a provisional answer, then Slurm's settled one); more CPUs than the
+whole partition has stays PENDING (``PartitionConfig``, for good), more per node than a
+node has but within the partition is sbatch's "Requested node configuration is not
+available" (500); an account the user has no
 association with (``--accounts``) is a 500 with sbatch's "Invalid account" words, for
 jobs and transfer jobs alike; system names match in any case (the URL's spelling is
 accepted, answers carry the server's); ``view`` without ``size`` of a file over
@@ -88,8 +90,11 @@ MIN_PART_SIZE = 5 * 1024 * 1024  # S3: every part but the last (EntityTooSmall)
 MIN_TOKEN_TTL = 30  # FirecREST's OIDCTokenAuth.min_token_ttl
 # a job over the partition's time limit: the real server (FirecREST v2 beside Slurm 22.05
 # with accounting, issue 29's outside check) answered PartitionConfig first, Slurm's settled
-# PartitionTimeLimit a moment later; we answer PartitionConfig until it has been shown
-# once and this long has passed since the submit
+# PartitionTimeLimit a moment later.  In Slurm's source the first is the submit's reason
+# (job_mgr.c, _select_nodes_parts: ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE), the second the
+# scheduler's (job_scheduler.c, _job_runnable_test2 -> job_limits_check), which also turns
+# a node count over the partition's into PartitionNodeLimit.  We answer PartitionConfig
+# until it has been shown once and this long has passed since the submit
 PROVISIONAL_SECONDS = 1.0
 # the accounts the user has an association with (the outside check: an unknown account is
 # a 500 on the real server, Slurm with accounting enforced); --accounts replaces them
@@ -248,18 +253,24 @@ class FirecrestService:
         limit = _duration(d["time"]) if d.get("time") else None
         nodes = int(d.get("nodes", 1) or 1)
         cpus = int(d.get("ntasks-per-node") or 1) * int(d.get("cpus-per-task") or 1)
+        part_nodes = int(plim.get("nodes", 1))
         pending_reason = None  # EnforcePartLimits=NO: accepted, and never started
         if limit and plim.get("max_time") and limit > plim["max_time"]:
             pending_reason = "PartitionTimeLimit"  # after PartitionConfig: see job_model
-        elif nodes > int(plim.get("nodes", 1)):
-            pending_reason = "PartitionConfig"
-        elif plim.get("cpus") and cpus > int(plim["cpus"]):
-            # more CPUs per node than a node has: the real server left it pending (the
-            # outside check); the reason is our reading (Slurm has no CPU-limit reason:
-            # "nodes, CPUs or memory" is PartitionConfig)
+        elif nodes > part_nodes:  # job_limits_check: ESLURM_INVALID_NODE_COUNT
+            pending_reason = "PartitionNodeLimit"  # after PartitionConfig, as above
+        elif plim.get("cpus") and nodes * cpus > int(plim["cpus"]) * part_nodes:
+            # more CPUs than the whole partition has: Slurm's _part_access_check says
+            # ESLURM_TOO_MANY_REQUESTED_CPUS, which job_limits_check turns into
+            # WAIT_PART_CONFIG (there is no CPU-limit reason), and with EnforcePartLimits=NO
+            # job_allocate keeps the job queued — for good (job_mgr.c)
             pending_reason = "PartitionConfig"
         mem = _memory_mb(d["mem"]) if d.get("mem") else None
         refused = mem is not None and plim.get("memory_mb") and mem > plim["memory_mb"]
+        # within the partition's CPUs but more per node than a node has: select_nodes finds
+        # no node (ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE), which job_allocate refuses
+        cpu_refused = not pending_reason and plim.get("cpus") and cpus > int(plim["cpus"])
+        refused = refused or cpu_refused
         with self.lock:
             jid = self.next_id()
             name = desc.get("name") or d.get("job-name") or name_hint or "job"
@@ -287,6 +298,9 @@ class FirecrestService:
             elif not wd_path.is_dir():  # slurmd cannot chdir: the batch step ends at once
                 self.jobs[str(jid)].update(no_workdir=True, ended=time.time())
             self._save()
+        if cpu_refused:
+            raise SlurmRefusal("sbatch: error: Batch job submission failed: Requested node "
+                               "configuration is not available")
         if refused:
             raise SlurmRefusal("sbatch: error: Memory specification can not be satisfied\n"
                                "sbatch: error: Batch job submission failed: Requested node "
@@ -341,7 +355,7 @@ class FirecrestService:
                 nodes, alloc = "None assigned", 0
             else:
                 state, reason, rc, ended, nodes = "PENDING", j["pending"], None, None, ""
-                if reason == "PartitionTimeLimit" and not (
+                if reason != "PartitionConfig" and not (
                         j.get("provisional_shown")
                         and now - j["submitted"] >= PROVISIONAL_SECONDS):
                     reason = "PartitionConfig"  # not settled yet (see PROVISIONAL_SECONDS)

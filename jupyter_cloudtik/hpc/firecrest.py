@@ -19,7 +19,8 @@ mount itself is not writable by users; partitions carry no default and no time l
 limits come from the config and a job Slurm will never start (``PartitionTimeLimit``...)
 is cancelled and failed with Slurm's reason instead of waiting forever — but only on a
 reason that is final: the first answers may be provisional (``PartitionConfig`` before
-``PartitionTimeLimit``), and those keep the job queued with the reason shown as such;
+``PartitionTimeLimit``), and those keep the job queued with the reason shown as such,
+until a ``PartitionConfig`` has lasted ``settle_time`` (then it is Slurm's final word);
 system names match in any case there (our calls use the server's spelling); an account
 the user may not charge is a 500 (said in one line naming the account); ``view`` of a
 whole file over the direct limit is a 413 (read through the transfer path); Slurm's refusals
@@ -55,36 +56,12 @@ from .base import (
 )
 from .files import INPUTS_LIST, input_names
 from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, first_word, slurm_time
+from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
 LIMITS_TTL = 60.0
 # FirecREST refuses tokens with less than this left (OIDCTokenAuth.min_token_ttl = 30 s);
 # renew before that, with a margin for the request itself
 MIN_TOKEN_VALIDITY = 45
-# pending reasons for which Slurm will never start the job (the request exceeds what the
-# partition, account or QOS allows; squeue(1) "JOB REASON CODES", Slurm 22.05);
-# FirecREST cannot tell before submitting
-NEVER_STARTS = {
-    "PartitionTimeLimit": "the time limit is longer than the partition allows",
-    "BadConstraints": "no node has the requested features",
-    "DependencyNeverSatisfied": "a job it depends on will never end as asked",
-    "InvalidAccount": "the account is not valid",
-    "InvalidQOS": "the QOS is not valid",
-    "AssocMaxWallDurationPerJobLimit": "the time limit is longer than the account allows",
-    "QOSMaxWallDurationPerJobLimit": "the time limit is longer than the QOS allows",
-    "AssocMaxNodesPerJobLimit": "more nodes than the account allows",
-    "QOSMaxNodePerJobLimit": "more nodes than the QOS allows",
-    "AssocMaxCpuPerJobLimit": "more CPUs than the account allows",
-    "QOSMaxCpuPerJobLimit": "more CPUs than the QOS allows",
-}
-# pending reasons that are not final: the real server answered PartitionConfig first for
-# a job over the partition's time limit and PartitionTimeLimit a moment later (issue 29's
-# outside check); PartitionConfig is not among squeue(1)'s reason codes, and
-# PartitionNodeLimit "can also indicate that required nodes are DOWN or DRAINED" there.
-# Such a job stays queued, its reason shown as provisional, until Slurm says more
-PROVISIONAL = {
-    "PartitionConfig": "the partition may not fit the job's nodes, CPUs or memory",
-    "PartitionNodeLimit": "more nodes than the partition has up now",
-}
 
 
 class _ServerError(BackendUnavailable):
@@ -128,6 +105,9 @@ class FirecrestBackend(HPCBackend):
             "account": {"type": "string"},
             "verify": {"type": ["boolean", "string"]},
             "timeout": {"type": "number", "exclusiveMinimum": 0},
+            "settle_time": {"type": "number", "minimum": 0,
+                            "description": "seconds a provisional pending reason "
+                                           "(PartitionConfig) must last to count as final"},
             "reaches": {"type": "array", "items": {"type": "string"}},
             "environment": {"type": "object"},
             "limits": {"type": "object"},
@@ -145,6 +125,8 @@ class FirecrestBackend(HPCBackend):
         self._workdir: str | None = None
         self._limits: tuple[float, Limits] | None = None
         self._system_info: dict[str, Any] | None = None
+        # job id -> (provisional reason, when first seen): a reason that lasts settles
+        self._provisional: dict[str, tuple[str, float]] = {}
 
     # the client ------------------------------------------------------------------------------
     @property
@@ -481,10 +463,20 @@ class FirecrestBackend(HPCBackend):
         reason = st.get("stateReason")
         message = None if reason in (None, "None", "", "(null)") else reason
         if native == "PENDING" and reason in NEVER_STARTS:
-            return self._never_starts(job, reason)
+            self._provisional.pop(job.native_id, None)
+            return self._never_starts(job, reason, info)
         if native == "PENDING" and reason in PROVISIONAL:
+            seen, since = self._provisional.get(job.native_id, (None, 0.0))
+            if seen != reason:
+                since = time.monotonic()
+                self._provisional[job.native_id] = (reason, since)
+            waited = time.monotonic() - since
+            if reason in SETTLES and waited >= self._settle_time:
+                self._provisional.pop(job.native_id, None)
+                return self._never_starts(job, reason, info, waited)
             return JobStatus(state, native, f"pending: {reason} (may change; "
                                             f"{PROVISIONAL[reason]})")
+        self._provisional.pop(job.native_id, None)
         if state == FAILED:
             message = FAILURE_TEXT.get(native, message or native.lower())
         status = JobStatus(state, native, message)
@@ -499,14 +491,44 @@ class FirecrestBackend(HPCBackend):
                                  f"{signal} (is the job's folder there?)"
         return status
 
-    def _never_starts(self, job: JobRef, reason: str) -> JobStatus:
-        """Slurm keeps such a job pending forever: cancel it and say why, in Slurm's word."""
+    def _partition_max_time(self, partition: str) -> float | None:
+        """The partition's time limit as the config gives it (FirecREST does not say)."""
+        try:
+            lim = self.limits()
+        except CloudTikError:
+            return None
+        q = lim.per_queue.get(partition)
+        return (q.max_duration if q else None) or lim.max_duration
+
+    @property
+    def _settle_time(self) -> float:
+        value = self.config.get("settle_time")
+        return SETTLE_TIME if value is None else float(value)
+
+    def _never_starts(self, job: JobRef, reason: str, info: dict[str, Any],
+                      waited: float | None = None) -> JobStatus:
+        """Slurm keeps such a job pending forever: cancel it and say why, in Slurm's word
+        (and with the job's time limit when that is what is too long)."""
         try:
             self.cancel(job)
         except ProviderError:
             pass  # it is failed for us either way; the next poll tries again if it stays
-        return JobStatus(FAILED, "PENDING", f"Slurm will never start it: {reason} "
-                                            f"({NEVER_STARTS[reason]})")
+        if waited is not None:
+            why = f"{SETTLES[reason]}; Slurm kept this reason for {waited:.0f} s"
+        else:
+            why = NEVER_STARTS[reason]
+        if reason in TIME_REASONS:
+            limit = _int((info.get("time") or {}).get("limit"))  # seconds, as FirecREST says
+            asked = slurm_time(limit) if limit else "(not said)"
+            if reason == "PartitionTimeLimit":
+                part = info.get("partition") or self.config.get("partition") or "?"
+                why = f"its time limit {asked} is longer than partition '{part}' allows"
+                allowed = self._partition_max_time(part)
+                if allowed:
+                    why += f" ({slurm_time(allowed)} in backends.{self.name}.limits)"
+            else:
+                why = f"{why}: {asked}"
+        return JobStatus(FAILED, "PENDING", f"Slurm will never start it: {reason} ({why})")
 
     def _forgotten(self, job: JobRef) -> JobStatus:
         try:

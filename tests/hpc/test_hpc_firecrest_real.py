@@ -8,6 +8,7 @@ docs/hpc.md ("FirecREST: real server vs emulator") lists them with the test of e
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from pathlib import Path
@@ -205,6 +206,9 @@ def test_a_job_slurm_never_starts_is_failed_not_left_pending(make_client, backen
     info = client.submit(build_spec(command="echo hi", time="2h"), "firecrest")
     info = client.wait(info.id, 30)
     assert info.state == "failed" and "PartitionTimeLimit" in info.reason, info
+    # the final message names the job's time limit and the partition
+    assert "its time limit 02:00:00 is longer than partition 'normal' allows" in \
+        info.reason, info
     # the first answer (PartitionConfig) was shown as provisional, not taken for the end
     assert "PartitionConfig" not in info.reason, info
     assert any("pending: PartitionConfig (may change" in (e.message or "")
@@ -316,6 +320,74 @@ def test_a_provisional_reason_keeps_the_job_queued(make_client, backend_configs,
     assert st.message.startswith("pending: PartitionConfig (may change"), st
     assert _job(api, jid)["status"]["state"] == "PENDING"  # not cancelled
     assert api.delete(f"/compute/{SYS}/jobs/{jid}").status_code == 204
+
+
+def test_a_partition_config_that_lasts_is_final(make_client, backend_configs, firecrest,
+                                                api, home):
+    """More CPUs than the partition has: Slurm's scheduler keeps PartitionConfig for good
+    (job_limits_check: ESLURM_TOO_MANY_REQUESTED_CPUS has no reason of its own).  Once
+    the reason has lasted ``settle_time``, the backend applies its never-starts rule:
+    the job is cancelled and failed, and the message says why and for how long."""
+    jid = _submit(api, home, script="#!/bin/bash\n#SBATCH --cpus-per-task=4\n"
+                  ).json()["jobId"]
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": dict(config, settle_time=1.5)}, secrets)
+    backend = client.manager.backend("firecrest")
+    first = backend.poll([JobRef("x", jid)])[jid]
+    assert first.state == "queued" and first.message.startswith(
+        "pending: PartitionConfig (may change"), first
+    time.sleep(0.5)
+    assert backend.poll([JobRef("x", jid)])[jid].state == "queued"  # not settled yet
+    time.sleep(1.2)
+    st = backend.poll([JobRef("x", jid)])[jid]
+    assert (st.state, st.native_state) == ("failed", "PENDING"), st
+    assert st.message.startswith("Slurm will never start it: PartitionConfig (the "
+                                 "partition cannot take the job as asked: more CPUs"), st
+    assert re.search(r"; Slurm kept this reason for \d+ s\)$", st.message), st
+    assert "\n" not in st.message
+    assert _job(api, jid)["status"]["state"].startswith("CANCELLED")
+
+
+def test_cpus_and_nodes_over_the_partition_as_slurm_decides(tmp_path_factory):
+    """Slurm on a partition of two 2-CPU nodes (EnforcePartLimits=NO): more CPUs than the
+    whole partition is PENDING PartitionConfig for good (_part_access_check:
+    ESLURM_TOO_MANY_REQUESTED_CPUS, which job_limits_check makes WAIT_PART_CONFIG); more
+    per node than a node has but within the partition is refused by sbatch (no node fits:
+    ESLURM_REQUESTED_NODE_CONFIG_UNAVAILABLE); more nodes than it has is PartitionConfig
+    at first (the submit's answer) and PartitionNodeLimit once the scheduler has looked
+    (job_limits_check: ESLURM_INVALID_NODE_COUNT)."""
+    from .conftest import Service
+
+    svc = Service("cloudtik_emulators.firecrest", tmp_path_factory.mktemp("f7t-2n"),
+                  ["--system", SYS, "--partitions", json.dumps(
+                      {"two": {"max_time": 3600, "cpus": 2, "nodes": 2, "default": True}})]
+                  ).start()
+    try:
+        tok = httpx.post(svc.info["token_uri"], data={
+            "grant_type": "client_credentials", "client_id": "cloudtik",
+            "client_secret": CLIENT_SECRET}).json()["access_token"]
+        home = f"{svc.info['root']}/{F7T_USER}"
+        with httpx.Client(base_url=svc.url, timeout=30,
+                          headers={"Authorization": f"Bearer {tok}"}) as api:
+            Path(home).mkdir(exist_ok=True)
+            r = _submit(api, home, script="#!/bin/bash\n#SBATCH --cpus-per-task=3\n")
+            assert r.status_code == 500, r.text
+            assert "Batch job submission failed: Requested node configuration is not " \
+                "available" in r.json()["message"]
+            wide = _submit(api, home, script="#!/bin/bash\n#SBATCH --nodes=2\n"
+                           "#SBATCH --cpus-per-task=3\n").json()["jobId"]
+            many = _submit(api, home, script="#!/bin/bash\n#SBATCH --nodes=3\n"
+                           ).json()["jobId"]
+            assert _job(api, many)["status"]["stateReason"] == "PartitionConfig"
+            time.sleep(1.1)
+            assert (_job(api, wide)["status"]["state"],
+                    _job(api, wide)["status"]["stateReason"]) == ("PENDING",
+                                                                  "PartitionConfig")
+            assert (_job(api, many)["status"]["state"],
+                    _job(api, many)["status"]["stateReason"]) == ("PENDING",
+                                                                  "PartitionNodeLimit")
+    finally:
+        svc.stop()
 
 
 def test_system_names_match_in_any_case(make_client, backend_configs, firecrest, api):
