@@ -660,8 +660,12 @@ class OpsHandler(Handler):
             if not p.is_file():
                 self.remote_failed(404, f"base64: {p}: No such file or directory")
                 return
-            if p.stat().st_size > OPS_SIZE_LIMIT:
-                self.fail(413, "File to download is too large.")
+            if 4 * -(-p.stat().st_size // 3) >= OPS_SIZE_LIMIT:
+                # get_download runs `base64 --wrap=0` (Base64Command) over SSH, whose reader
+                # stops at max_ops_file_size: the encoded file (4 bytes per 3) reaching it
+                # is OutputLimitExceeded, 413 (ssh_client.py, SSHClient.execute) — before
+                # the router's own "File to download is too large." check could run
+                self.fail(413, "Command output exceeded buffer limit.")
                 return
             self.set_header("Content-Type", "application/octet-stream")
             self.finish(p.read_bytes())
@@ -700,14 +704,8 @@ class OpsHandler(Handler):
             if p.is_dir():
                 self.remote_failed(500, f"dd: error reading '{p}': Is a directory")
                 return
-            if self.get_argument("size", None) is None and \
-                    p.stat().st_size > OPS_SIZE_LIMIT:
-                # the whole file, over the limit: the real server answers 413 (issue 29's
-                # outside check; the limit is max_ops_file_size, 5 MiB, our reading)
-                self.fail(413, "Command output exceeded buffer limit.")
-                return
-            try:
-                size = int(self.get_argument("size", str(OPS_SIZE_LIMIT)))
+            try:  # FirecREST's query default for size is 5 MiB (ops/router.py, get_view)
+                size = int(self.get_argument("size", str(5 * 1024 * 1024)))
                 offset = int(self.get_argument("offset", "0"))
             except ValueError:
                 self.fail(400, "size and offset must be integers", errorType="validation")
@@ -722,10 +720,22 @@ class OpsHandler(Handler):
             if size > OPS_SIZE_LIMIT:
                 self.fail(400, f"`size` value must be less than {OPS_SIZE_LIMIT} bytes")
                 return
+            # DdCommand: dd bs=size skip=offset//size count=2 — two blocks come back over
+            # SSH, whose reader stops at max_ops_file_size: an output that reaches it is
+            # OutputLimitExceeded, a 413 (ssh_client.py, SSHClient.execute;
+            # api_response_model.py, build_http_error_from_exception).  So a whole file
+            # (no size: 5 MiB blocks) of 5 MiB or more is a 413, and so is any read whose
+            # two blocks reach the limit
+            skip = offset // size
             with open(p, "rb") as f:
-                f.seek(offset)
-                data = f.read(size)
-            self.reply({"output": data.decode(errors="replace")})
+                f.seek(skip * size)
+                block = f.read(2 * size)
+            if len(block) >= OPS_SIZE_LIMIT:
+                self.fail(413, "Command output exceeded buffer limit.")
+                return
+            # DdCommand.parse_output: the output is decoded, then cut in characters
+            i = offset % size
+            self.reply({"output": block.decode(errors="replace")[i:i + size]})
         elif op in ("head", "tail"):
             nbytes, lines = self.get_argument("bytes", None), self.get_argument("lines", None)
             skip = self.get_argument("skipHeading" if op == "tail" else "skipTrailing",

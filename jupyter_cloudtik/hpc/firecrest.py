@@ -22,8 +22,11 @@ reason that is final: the first answers may be provisional (``PartitionConfig`` 
 ``PartitionTimeLimit``), and those keep the job queued with the reason shown as such,
 until a ``PartitionConfig`` has lasted ``settle_time`` (then it is Slurm's final word);
 system names match in any case there (our calls use the server's spelling); an account
-the user may not charge is a 500 (said in one line naming the account); ``view`` of a
-whole file over the direct limit is a 413 (read through the transfer path); Slurm's refusals
+the user may not charge is a 500 (said in one line naming the account); ``view`` reads
+two blocks of ``size`` and answers 413 when they reach the direct limit, and cuts its
+answer in characters (we read aligned blocks of under half the limit, and larger files
+through the download path); a direct download is base64 through the same limit, so files
+over 3/4 of it are downloaded staged; Slurm's refusals
 (sbatch, scancel) come back as HTTP 500 with Slurm's own text — a refused submit is a
 permanent failure, not "backend down" — and Slurm's accounting records a refused
 submission as a FAILED job that never got a node, which ``find`` must not adopt.
@@ -59,6 +62,8 @@ from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, first_word, slurm_ti
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
 LIMITS_TTL = 60.0
+# data_operation.max_ops_file_size when the server does not say (FirecREST's default)
+DEFAULT_OPS_LIMIT = 5 * 1024 * 1024
 # FirecREST refuses tokens with less than this left (OIDCTokenAuth.min_token_ttl = 30 s);
 # renew before that, with a margin for the request itself
 MIN_TOKEN_VALIDITY = 45
@@ -125,6 +130,7 @@ class FirecrestBackend(HPCBackend):
         self._workdir: str | None = None
         self._limits: tuple[float, Limits] | None = None
         self._system_info: dict[str, Any] | None = None
+        self._dl_client = None  # downloads: see _download_client
         # job id -> (provisional reason, when first seen): a reason that lasts settles
         self._provisional: dict[str, tuple[str, float]] = {}
 
@@ -149,13 +155,41 @@ class FirecrestBackend(HPCBackend):
                                                    min_token_validity=MIN_TOKEN_VALIDITY)
             self._auth.timeout = float(self.config.get("timeout", 30))
             self._auth.disable_client_logging = True
-            self._client = f7t.v2.Firecrest(self.config["url"], authorization=self._auth,
-                                            verify=self.config.get("verify", True))
-            self._client.timeout = float(self.config.get("timeout", 30))
-            self._client.num_retries_rate_limit = 2
-            self._client.disable_client_logging = True
+            self._client = self._new_client()
             self._apply_direct_limit()
         return self._client
+
+    def _new_client(self):
+        import firecrest as f7t
+
+        client = f7t.v2.Firecrest(self.config["url"], authorization=self._auth,
+                                  verify=self.config.get("verify", True))
+        client.timeout = float(self.config.get("timeout", 30))
+        client.num_retries_rate_limit = 2
+        client.disable_client_logging = True
+        return client
+
+    def _download_client(self):
+        """A second client, on the same token, for downloads: FirecREST sends a direct
+        download as ``base64 --wrap=0`` over SSH (ops/router.py get_download,
+        Base64Command), and that output — 4/3 of the file — must stay under
+        ``max_ops_file_size`` (SSHClient.execute: 413 "Command output exceeded buffer
+        limit."), so pyfirecrest's threshold for downloads is lower than for uploads."""
+        self.client()
+        if self._dl_client is None:
+            self._dl_client = self._new_client()
+        self._dl_client.MAX_DIRECT_UPLOAD_SIZE = self.direct_download_max + 1
+        return self._dl_client
+
+    @property
+    def direct_download_max(self) -> int:
+        """The largest file FirecREST sends directly: its base64 (4 bytes per 3) under
+        the limit."""
+        limit = self.max_direct_size or DEFAULT_OPS_LIMIT
+        return 3 * ((limit - 1) // 4)
+
+    def _download_with(self, path: str, target: str, account: str | None) -> None:
+        self._download_client().download(self.system, path, target, account=account)
 
     def _call(self, fn_name: str, *args: Any, **kwargs: Any) -> Any:
         """A pyfirecrest call with FirecREST's failures turned into ours."""
@@ -294,8 +328,10 @@ class FirecrestBackend(HPCBackend):
 
         return f"{self.workdir}/{ENVS_DIR}"
 
-    def environment_shell(self) -> _EnvShell:
-        return _EnvShell(self)
+    def environment_shell(self):
+        from .firecrest_env import FirecrestEnvShell
+
+        return FirecrestEnvShell(self)
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
@@ -542,23 +578,60 @@ class FirecrestBackend(HPCBackend):
         return JobStatus(FAILED, "FAILED", f"exit code {rc}", exit_code=rc)
 
     def _view(self, path: str) -> str:
-        """A whole (small) file.  Over the server's direct limit ``view`` answers 413: such
-        a file is read through the transfer path instead."""
-        try:
-            out = self._call("view", self.system, path)
-        except ProviderError as e:
-            if isinstance(e, BackendUnavailable) or e.details.get("status") != 413:
-                raise
-            if not self.staged_transfers:
-                raise ProviderError(
-                    f"cannot read {path}: it is over FirecREST's direct limit "
-                    f"({self.max_direct_size} bytes) and '{self.system}' offers no staged "
-                    "transfer") from None
-            with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
-                target = Path(tmp) / "file"
-                self._download(path, target)
-                return target.read_bytes().decode(errors="replace")
-        return out if isinstance(out, str) else (out or {}).get("content", "")
+        """A whole (small) file, never asking ``view`` for more than it may answer: one
+        block under the limit (see ``_read_block``); a file that fills it is read through
+        the download path instead (staged when over the direct limit)."""
+        data, eof = self._read_block(path, 0, self.view_block)
+        if eof:
+            return data.decode(errors="replace")
+        if not self.staged_transfers and \
+                (self._stat_size(path) or 0) > self.direct_download_max:
+            raise ProviderError(
+                f"cannot read {path}: it is over what FirecREST sends directly "
+                f"({self.direct_download_max} bytes) and '{self.system}' offers no staged "
+                "transfer")
+        with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
+            target = Path(tmp) / "file"
+            self._download(path, target)
+            return target.read_bytes().decode(errors="replace")
+
+    def _stat_size(self, path: str) -> int | None:
+        return _int((self._call("stat", self.system, path) or {}).get("size"))
+
+    @property
+    def view_block(self) -> int:
+        """The largest ``size`` a ``view`` may ask for.  FirecREST's view runs ``dd
+        bs=size skip=offset/size count=2`` (DdCommand) and its SSH reader stops at
+        ``max_ops_file_size``: an output that reaches it is a 413 (SSHClient.execute,
+        "Command output exceeded buffer limit.").  Two blocks must stay under it."""
+        return max(1, ((self.max_direct_size or DEFAULT_OPS_LIMIT) - 1) // 2)
+
+    def _read_block(self, path: str, offset: int, block: int) -> tuple[bytes, bool]:
+        """The file's bytes from ``offset`` to the end of the ``block``-aligned block it
+        is in (a little past it, to the end of a character cut there), and whether the
+        file ends there.
+
+        FirecREST's view decodes dd's output and cuts it in *characters*
+        (DdCommand.parse_output: ``stdout[offset % size:][:size]``), so an offset inside
+        a block would be counted in characters; reading whole aligned blocks keeps our
+        offsets in bytes.  A block starting inside a character begins with one U+FFFD
+        per byte of it, counted back as one byte each."""
+        start = offset - offset % block
+        text = self._call("_view_part", path, start, block)
+        lead = 0  # (at 0 the file itself starts there: nothing is cut)
+        while start and lead < min(3, len(text)) and text[lead] == "\ufffd":
+            lead += 1
+        raw = b"\0" * lead + text[lead:].encode()
+        eof = len(raw) < block
+        end = len(raw)
+        if not eof:  # to the first character boundary at or after the block's end
+            pos = lead
+            for ch in text[lead:]:
+                if pos >= block:
+                    break
+                pos += len(ch.encode())
+            end = pos
+        return raw[offset - start:end], eof
 
     def cancel(self, job: JobRef) -> None:
         try:
@@ -574,17 +647,14 @@ class FirecrestBackend(HPCBackend):
             raise
 
     def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        """``ops/view`` with ``offset`` and ``size``: a bounded read (``tail -c +N`` of a
-        log over the server's output limit answers 413)."""
+        """``ops/view`` of one aligned block from ``offset`` (see ``_read_block``): a
+        bounded read under the server's output limit (a larger read answers 413)."""
         path = f"{self.folder(job.id)}/{script.LOG_NAME}"
-        size = min(limit, self.max_direct_size or limit)
         try:
-            content = self._call("_view_part", path, offset, size)
+            data, eof = self._read_block(path, offset, min(limit, self.view_block))
         except NotFoundError:
             return LogChunk("", offset, eof=True)
-        data = content.encode()[:limit]
-        return LogChunk(data.decode(errors="replace"), offset + len(data),
-                        eof=len(data) < size)
+        return LogChunk(data.decode(errors="replace"), offset + len(data), eof=eof)
 
     def _transfer_failure(self, e: Exception) -> str:
         info = (getattr(e, "_transfer_job_info", None) or {}).get("transferJob") or {}
@@ -632,8 +702,7 @@ class FirecrestBackend(HPCBackend):
     def _download(self, path: str, target: Path) -> None:
         self.system_info()  # the direct-transfer limit
         try:
-            self._call("download", self.system, path, str(target),
-                       account=self.config.get("account"))
+            self._call("_download_with", path, str(target), self.config.get("account"))
         except FileNotFoundError:
             raise NotFoundError(f"the job has no file {path}", field="name") from None
 
@@ -653,51 +722,13 @@ class FirecrestBackend(HPCBackend):
             pass
 
     def close(self) -> None:
-        if self._client is not None:
-            try:
-                self._client.close_session()
-            except Exception:
-                pass
-            self._client = None
-
-
-class _EnvShell:
-    """What ``environment.stage`` needs, through FirecREST: its file API for the files,
-    a batch job for a command (FirecREST runs none: ``environment.JobShell``)."""
-
-    runs_by_job = True
-
-    def __init__(self, backend: FirecrestBackend) -> None:
-        from .environment import JobShell
-
-        self.backend = backend
-        self.where = f"backend '{backend.name}'"
-        self._jobs = JobShell(backend)
-
-    def run(self, argv: list[str], input: bytes | None = None, timeout: float = 60.0,
-            cwd: str | None = None):
-        return self._jobs.run(argv, input, timeout, cwd)
-
-    def mkdir(self, path: str) -> None:
-        self.backend._call("mkdir", self.backend.system, path, create_parents=True)
-
-    def listdir(self, path: str) -> dict[str, int | None]:
-        """{name: size} of the files in ``path``."""
-        try:
-            entries = self.backend._call("list_files", self.backend.system, path,
-                                         show_hidden=True)
-        except NotFoundError:
-            return {}
-        return {e.get("name", ""): _int(e.get("size")) for e in entries or []
-                if e.get("type") != "d"}
-
-    def put(self, local: Path, remote: str) -> None:
-        folder, _, name = remote.rpartition("/")
-        self.backend._upload_path(Path(local), folder, name)
-
-    def write_bytes(self, path: str, data: bytes, mode: int = 0o644) -> None:
-        folder, _, name = path.rpartition("/")
-        self.backend._upload_bytes(folder, name, data)
+        for client in (self._client, self._dl_client):
+            if client is not None:
+                try:
+                    client.close_session()
+                except Exception:
+                    pass
+        self._client = self._dl_client = None
 
 
 def _status(e: Exception) -> int | None:

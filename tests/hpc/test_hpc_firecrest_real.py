@@ -462,3 +462,103 @@ def test_viewing_a_whole_file_over_the_limit(make_client, backend_configs, firec
     assert [o.name for o in outputs] == ["result.txt"], outputs
     assert any(r["path"] == f"/filesystem/{SYS}/transfer/download"
                for r in firecrest.requests() if r["t"] >= start)
+
+
+def test_view_answers_413_when_its_two_blocks_reach_the_limit(api, home, firecrest):
+    """FirecREST's view runs ``dd bs=size skip=offset/size count=2`` (DdCommand) and its
+    SSH reader stops at ``max_ops_file_size`` (5 MiB): an output that reaches it is
+    OutputLimitExceeded, 413 (SSHClient.execute).  ``size`` defaults to 5 MiB and may not
+    be over the limit (400, ops/router.py get_view)."""
+    limit = 5 * 1024 * 1024
+    f = Path(home) / "viewme.bin"
+    f.write_bytes(b"v" * limit)  # exactly the limit: the output reaches it
+    view = f"/filesystem/{SYS}/ops/view"
+    r = api.get(view, params={"path": str(f)})
+    assert (r.status_code, r.json()["message"]) == (413, "Command output exceeded buffer "
+                                                         "limit."), r.text[:200]
+    f.write_bytes(b"v" * (limit - 1))  # one byte less: the whole file comes back
+    assert len(api.get(view, params={"path": str(f)}).json()["output"]) == limit - 1
+    f.write_bytes(b"v" * (6 * 1024 * 1024))
+    # a size of its own does not help when two blocks of it reach the limit...
+    assert api.get(view, params={"path": str(f), "size": limit // 2}).status_code == 413
+    # ...two blocks under it do; the answer is one block from the offset
+    r = api.get(view, params={"path": str(f), "size": (limit - 1) // 2, "offset": 7})
+    assert r.status_code == 200 and len(r.json()["output"]) == (limit - 1) // 2
+    assert api.get(view, params={"path": str(f), "size": limit + 1}).status_code == 400
+
+
+def test_the_backend_never_asks_view_for_more_than_it_may_answer(
+        make_client, backend_configs, firecrest):
+    """Every ``view`` the backend sends (a job's small files, its log) asks for at most
+    half the limit, so its two blocks stay under it: no 413 to recover from."""
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    folder = Path(backend.folder("viewjob"))
+    (folder / ".cloudtik").mkdir(parents=True)
+    (folder / ".cloudtik" / "inputs").write_text("a.txt\n")
+    (folder / ".cloudtik" / "exitcode").write_text("0\n")
+    (folder / "result.txt").write_text("r\n")
+    (folder / "a.txt").write_text("a\n")
+    start = time.time()
+    assert [o.name for o in backend.list_outputs(JobRef("viewjob", "1"))] == ["result.txt"]
+    assert backend._forgotten(JobRef("viewjob", "1")).state == "succeeded"
+    views = [r for r in firecrest.requests()
+             if r["t"] >= start and r["path"] == f"/filesystem/{SYS}/ops/view"]
+    assert len(views) == 2, views
+    sizes = [int(dict(re.findall(r"(\w+)=([^&]*)", v["query"])).get("size", 0) or 0)
+             for v in views]
+    assert all(0 < n <= (5 * 1024 * 1024 - 1) // 2 for n in sizes), views
+
+
+def test_logs_read_in_bytes_though_view_cuts_in_characters(make_client, backend_configs,
+                                                           firecrest):
+    """The real view decodes dd's output and cuts it in characters
+    (DdCommand.parse_output), so an offset inside a block counts characters: the
+    backend reads aligned blocks and keeps its offsets in bytes, characters cut at a
+    block's end included."""
+    from jupyter_cloudtik.hpc import script
+
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    folder = Path(backend.folder("logjob"))
+    folder.mkdir(parents=True)
+    text = "".join(f"{i} ünïcødé → ✓ 🚀\n" for i in range(40))
+    (folder / script.LOG_NAME).write_text(text)
+    got, offset = "", 0
+    for _ in range(1000):
+        chunk = backend.logs(JobRef("logjob", "1"), offset, limit=13)
+        got, offset = got + chunk.text, chunk.offset
+        if chunk.eof:
+            break
+    assert got == text
+    assert offset == len(text.encode())
+
+
+def test_direct_downloads_stop_where_their_base64_reaches_the_limit(
+        make_client, backend_configs, firecrest, api, home):
+    """FirecREST sends a direct download as ``base64`` over SSH (get_download,
+    Base64Command): 4 bytes per 3 of the file, and an output reaching
+    ``max_ops_file_size`` is a 413.  The backend sends a 4 MiB file (under the limit,
+    over 3/4 of it) through the staged transfer instead."""
+    four = Path(home) / "four.bin"
+    four.write_bytes(bytes(range(256)) * (4 * 1024 * 4))  # 4 MiB
+    r = api.get(f"/filesystem/{SYS}/ops/download", params={"path": str(four)})
+    assert (r.status_code, r.json()["message"]) == (413, "Command output exceeded buffer "
+                                                         "limit.")
+    small = Path(home) / "small.bin"
+    small.write_bytes(b"s" * (3 * 1024 * 1024))  # its base64 is 4 MiB: direct
+    assert api.get(f"/filesystem/{SYS}/ops/download",
+                   params={"path": str(small)}).status_code == 200
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    backend = client.manager.backend("firecrest")
+    folder = Path(backend.folder("dljob"))
+    folder.mkdir(parents=True)
+    (folder / "four.bin").write_bytes(four.read_bytes())
+    start = time.time()
+    assert backend.read_file(JobRef("dljob", "1"), "four.bin") == four.read_bytes()
+    reqs = [r["path"] for r in firecrest.requests() if r["t"] >= start]
+    assert f"/filesystem/{SYS}/transfer/download" in reqs, reqs
+    assert f"/filesystem/{SYS}/ops/download" not in reqs, reqs
