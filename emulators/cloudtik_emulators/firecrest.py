@@ -33,8 +33,10 @@ node has but within the partition is sbatch's "Requested node configuration is n
 available" (500); an account the user has no
 association with (``--accounts``) is a 500 with sbatch's "Invalid account" words, for
 jobs and transfer jobs alike; system names match in any case (the URL's spelling is
-accepted, answers carry the server's); ``view`` without ``size`` of a file over
-``max_ops_file_size`` is a 413; a missing working folder is accepted and the job then FAILS
+accepted, answers carry the server's); ``view`` reads two blocks of ``size`` and is a 413
+when they reach ``max_ops_file_size`` (a whole file of 5 MiB or more), its answer cut in
+characters, and a direct ``download`` is a 413 when its base64 reaches that limit (from
+3.75 MiB); a missing working folder is accepted and the job then FAILS
 (exit 0, signal 53); cancelling a finished or unknown job is a 500 with scancel's words;
 states read ``CANCELLED by <uid>``; time limits are seconds; the partition model is
 ``{name, cpus (of the whole partition), totalNodes, partition (the state)}``.
