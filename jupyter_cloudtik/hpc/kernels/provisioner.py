@@ -35,6 +35,7 @@ from typing import Any
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Unicode
 
+from ...core.errors import CloudTikError
 from ..base import CANCELLED, RUNNING, SUCCEEDED
 from .job import KernelJob
 from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
@@ -60,6 +61,24 @@ def ended_because(st: Any) -> str:
     if st.state == SUCCEEDED:
         return "the kernel exited"
     return st.message or (st.native_state or st.state).lower()
+
+
+def said_to_server(error: Exception, status: int) -> Exception:
+    """``error`` as it is (same class, same ``str``), and also a tornado ``HTTPError``.
+
+    Why: jupyter_server answers a kernel that cannot start with "Unhandled error" (and logs
+    a traceback) unless the error is an ``HTTPError``, whose message it passes on to
+    JupyterLab's dialog.  Callers outside a server still catch ``ConfigError`` or
+    ``RuntimeError``."""
+    from tornado.web import HTTPError
+
+    text = str(error)
+    cls = type(type(error).__name__, (type(error), HTTPError), {"__str__": lambda self: text})
+    said = cls.__new__(cls)
+    said.__dict__.update(error.__dict__)
+    # no args: tornado would format the message with them ("%" in it is shown doubled)
+    HTTPError.__init__(said, status, text)
+    return said
 
 
 def settings_of(parent: Any) -> tuple[Any, HPCKernels, Any]:
@@ -136,10 +155,14 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return self.job is not None and self.job.native_id is not None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
-        self._resolve()
-        assert self._profile is not None
-        job = KernelJob(self._be, self._profile, key="", warn_before=self._kernels.warn_before)
-        await asyncio.to_thread(job.check)  # sizes beyond the partition: refused here
+        try:
+            self._resolve()
+            assert self._profile is not None
+            job = KernelJob(self._be, self._profile, key="",
+                            warn_before=self._kernels.warn_before)
+            await asyncio.to_thread(job.check)  # sizes beyond the partition: refused here
+        except CloudTikError as e:
+            raise said_to_server(e, e.http_status) from None
         kwargs = await super().pre_launch(**kwargs)
         kwargs["cmd"] = ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         return kwargs
@@ -156,7 +179,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                   reason=None, job=None)
         native = await asyncio.to_thread(job.submit)
         self._set(state="queued", job=native, native_state="PENDING")
-        log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
+        self.log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
                  self._be.name, self._profile.title())
         try:
             ports = await self._wait_running(job)
@@ -166,7 +189,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             await asyncio.to_thread(job.forget_key)
             raise
         self._set(state="running", node=job.node)
-        log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s", self.kernel_id,
+        self.log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s", self.kernel_id,
                  native, job.node, "SSH" if self._tunnels is not None else "this machine")
         self._watcher = asyncio.ensure_future(self._watch())
         self.connection_info = {"transport": "tcp", "ip": "127.0.0.1",
@@ -184,15 +207,16 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             st = await asyncio.to_thread(job.status)
             seen = (st.state, st.native_state, st.message)
             if seen != last:
-                log.info("HPC kernel %s: job %s %s%s", self.kernel_id, job.native_id,
+                self.log.info("HPC kernel %s: job %s %s%s", self.kernel_id, job.native_id,
                          st.native_state or st.state, f" ({st.message})" if st.message else "")
                 last = seen
             self._set(native_state=st.native_state, reason=st.message)
             if st.final:
                 why = ended_because(st)
                 self._set(state="dead", reason=why)
-                raise RuntimeError(f"the kernel's job {job.native_id} on {self._be.name} ended "
-                                   f"before the kernel started: {why}")
+                raise said_to_server(RuntimeError(
+                    f"the kernel's job {job.native_id} on {self._be.name} ended before the "
+                    f"kernel started: {why}"), 500)
             if st.state == RUNNING:
                 if not self.status.get("started"):
                     self._set(started=time.time(),
@@ -202,9 +226,10 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 if ports:
                     return ports
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the kernel's job {job.native_id} did not start within "
-                                   f"{self._kernels.start_timeout:.0f} s (HPCKernels."
-                                   "start_timeout); it was cancelled")
+                raise said_to_server(RuntimeError(
+                    f"the kernel's job {job.native_id} did not start within "
+                    f"{self._kernels.start_timeout:.0f} s (HPCKernels.start_timeout); it was "
+                    "cancelled"), 504)
             await asyncio.sleep(min(self._kernels.poll_interval, 1.0)
                                 if st.state == RUNNING else self._kernels.poll_interval)
 
@@ -224,7 +249,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             try:
                 st = await asyncio.to_thread(job.status)
             except Exception as e:  # the login node did not answer: try again
-                log.warning("HPC kernel %s: cannot see job %s: %s", self.kernel_id,
+                self.log.warning("HPC kernel %s: cannot see job %s: %s", self.kernel_id,
                             job.native_id, e)
                 await asyncio.sleep(kernels.poll_interval)
                 continue
@@ -235,17 +260,17 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 self._ended = True
                 self._set(state="dead", native_state=st.native_state, reason=why)
                 level = logging.INFO if st.state == "succeeded" else logging.WARNING
-                log.log(level, "HPC kernel %s: job %s ended (%s): %s", self.kernel_id,
+                self.log.log(level, "HPC kernel %s: job %s ended (%s): %s", self.kernel_id,
                         job.native_id, st.native_state, why)
                 return
             if self._tunnels is not None and not self._tunnels.alive():
-                log.warning("HPC kernel %s: the SSH tunnel to %s closed; job %s still runs",
+                self.log.warning("HPC kernel %s: the SSH tunnel to %s closed; job %s still runs",
                             self.kernel_id, job.node, job.native_id)
                 self._set(reason="the SSH tunnel to the compute node closed")
             left = (self.status.get("deadline") or 0) - time.time()
             if not warned and self.status.get("deadline") and left <= kernels.warn_before:
                 warned = True
-                log.warning("HPC kernel %s: job %s reaches its wall time in %.0f s",
+                self.log.warning("HPC kernel %s: job %s reaches its wall time in %.0f s",
                             self.kernel_id, job.native_id, max(left, 0))
                 self._set(warning=f"the wall time ends in about {max(left, 0) / 60:.0f} min")
             await asyncio.sleep(kernels.poll_interval)
@@ -281,7 +306,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         if job is None or job.native_id is None or self._ended:
             return
         await asyncio.to_thread(job.cancel)
-        log.info("HPC kernel %s: job %s cancelled (%s)", self.kernel_id, job.native_id, why)
+        self.log.info("HPC kernel %s: job %s cancelled (%s)", self.kernel_id, job.native_id, why)
 
     def get_shutdown_wait_time(self, recommended: float = 5.0) -> float:
         # the job's end is seen by polling Slurm: give it a few looks

@@ -1,0 +1,170 @@
+"""docs/hpc.md's "Interactive kernels", run on the project's test Slurm through a real
+Jupyter server: the doc's config block is the server's ``jupyter_server_config.py`` (with
+the test Slurm on this machine as ``daint`` in place of the doc's SSH backend, one line
+appended), the launcher's entries are what ``GET /api/kernelspecs`` answers, the doc's
+cell runs in a kernel the server started as a Slurm job (over the server's kernel
+websocket, as JupyterLab talks to it), and every refusal the doc quotes is the one the
+server logs or answers for the same request."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import subprocess
+
+import doc_examples
+import pytest
+import requests
+
+from .conftest import wait_for
+
+DOC = "docs/hpc.md"
+HEADING = "Interactive kernels"
+
+
+def _texts() -> list[str]:
+    """The section's ``text`` blocks: the launcher's entries, then the refusals."""
+    found = [b.text for b in doc_examples.parse(doc_examples.ROOT / DOC)
+             if b.heading == HEADING and b.lang == "text"]
+    assert len(found) == 2, found
+    return found
+
+
+async def _execute(server, kernel_id: str, code: str, timeout: float = 120) -> tuple[str, str]:
+    """Run ``code`` over the server's kernel websocket; (reply status, what it printed)."""
+    from jupyter_client.jsonutil import json_default
+    from jupyter_client.session import Session
+    from tornado.httpclient import HTTPRequest
+    from tornado.websocket import websocket_connect
+
+    session = Session()
+    ws_url = server.url.replace("http://", "ws://") + \
+        f"api/kernels/{kernel_id}/channels?session_id={session.session}"
+    ws = await websocket_connect(HTTPRequest(ws_url, headers=server.headers()))
+    try:
+        msg = session.msg("execute_request", {"code": code, "silent": False,
+                                              "store_history": True, "user_expressions": {},
+                                              "allow_stdin": False, "stop_on_error": True})
+        msg["channel"] = "shell"
+        await ws.write_message(json.dumps(msg, default=json_default))
+        out, status, idle = [], None, False
+        while status is None or not idle:
+            raw = await asyncio.wait_for(ws.read_message(), timeout)
+            assert raw is not None, "the server closed the kernel's websocket"
+            m = json.loads(raw)
+            if m.get("parent_header", {}).get("msg_id") != msg["header"]["msg_id"]:
+                continue
+            kind = m["msg_type"]
+            if kind == "stream":
+                out.append(m["content"]["text"])
+            elif kind == "error":
+                out.append(f"{m['content']['ename']}: {m['content']['evalue']}")
+            elif kind == "execute_reply":
+                status = m["content"]["status"]
+            elif kind == "status" and m["content"]["execution_state"] == "idle":
+                idle = True
+        return status, "".join(out)
+    finally:
+        ws.close()
+
+
+def _squeue(env: dict) -> str:
+    r = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
+                       env={**__import__("os").environ, **env})
+    return r.stdout
+
+
+@pytest.mark.slow
+def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
+    from jupyter_cloudtik.hpc.kernels import HPCKernelSpecManager, Profile
+    from jupyter_cloudtik.hpc.kernels.specs import spec_dict
+    from tests.server.conftest import _start_server, _stop
+
+    config_block = doc_examples.block(DOC, HEADING, 0, lang="python")
+    cell_block = doc_examples.block(DOC, HEADING, 1, lang="python")
+    launcher_text, refusals_text = _texts()
+    assert "c.ServerApp.kernel_spec_manager_class" in config_block.text
+    daint = {"type": "slurm", "env": slurm.env, "workdir": str(tmp_path / "daint-jobs")}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        config_block.text + "\n# the test: the project's Slurm on this machine as daint\n"
+        f"c.HPC.backends['daint'] = {daint!r}\nc.HPCKernels.poll_interval = 0.5\n")
+    # kernel specs a user (or an old install) has on disk: one whose profile the admin
+    # removed, one for the FirecREST backend (which the manager itself leaves out)
+    kernels = tmp_path / "data" / "kernels"
+    for p in (Profile(name="huge", backend="daint"), Profile(name="cscs", backend="eiger")):
+        (kernels / p.spec_name).mkdir(parents=True)
+        (kernels / p.spec_name / "kernel.json").write_text(json.dumps(spec_dict(p)))
+
+    server = _start_server(tmp_path, "server", [
+        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    try:
+        # the launcher's entries, as the doc lists them (and not the FirecREST profile's)
+        specs = requests.get(server.url + "api/kernelspecs", headers=server.headers(),
+                             timeout=60).json()["kernelspecs"]
+        shown = {name: s["spec"]["display_name"] for name, s in specs.items()
+                 if name.startswith("cloudtik-hpc-") and name not in
+                 ("cloudtik-hpc-daint-huge", "cloudtik-hpc-eiger-cscs")}
+        assert sorted(shown.values()) == launcher_text.strip().splitlines(), shown
+        assert set(shown) == {"cloudtik-hpc-daint-debug", "cloudtik-hpc-daint-large"}
+        assert "python3" in specs  # beside the installed kernels
+        assert specs["cloudtik-hpc-daint-debug"]["spec"]["metadata"]["kernel_provisioner"][
+            "provisioner_name"] == "cloudtik-hpc"
+
+        refused = refusals_text.strip().splitlines()
+        assert len(refused) == 4, refused
+        # the FirecREST profile: left out, said once in the server's log
+        assert refused[0] in server.log_text(), server.log_text()[-3000:]
+        # starting the others: the server answers the one line (and starts nothing)
+        for name, line, code in (("cloudtik-hpc-daint-huge", refused[1], 400),
+                                 ("cloudtik-hpc-daint-large", refused[2], 409),
+                                 ("cloudtik-hpc-eiger-cscs", refused[3], 400)):
+            r = requests.post(server.url + "api/kernels", headers=server.headers(),
+                              json={"name": name}, timeout=120)
+            assert r.status_code == code, (name, r.status_code, r.text[:500])
+            assert r.json().get("message") == line, (name, r.text[:2000])
+        assert "kernel-" not in _squeue(slurm.env)
+        listed = requests.get(server.url + "api/kernels", headers=server.headers(),
+                              timeout=60).json()
+        assert listed == [], listed
+
+        # the debug profile: a Slurm job, the doc's cell runs in it on the node
+        r = requests.post(server.url + "api/kernels", headers=server.headers(),
+                          json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+        assert r.status_code == 201, (r.status_code, r.text[:2000],
+                                      server.log_text()[-3000:])
+        kid = r.json()["id"]
+        queue = _squeue(slurm.env)
+        (job,) = [ln.split()[0] for ln in queue.splitlines() if "kernel-debug" in ln]
+        status, out = asyncio.run(_execute(server, kid, cell_block.text))
+        assert status == "ok", out
+        _host, job_id, cpus = out.split()
+        assert job_id == job and cpus == "1", out
+        # the server's log tells the job's story (queue state included)
+        log = server.log_text()
+        assert f"HPC kernel {kid}: job {job} submitted to daint" in log, log[-3000:]
+        assert re.search(rf"HPC kernel {kid}: job {job} (PENDING|RUNNING)", log), log[-3000:]
+        r = requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),
+                            timeout=120)
+        assert r.status_code == 204, r.text
+        wait_for(lambda: job not in _squeue(slurm.env), 60, what="the kernel's job to end")
+        # shut down: the kernel was asked to exit, which ends the job (else scancel)
+        assert re.search(rf"HPC kernel {kid}: job {job} (ended \(COMPLETED\): the kernel "
+                         "exited|cancelled)", server.log_text()), server.log_text()[-2000:]
+    finally:
+        problems = _stop(server)
+    assert not problems, problems
+    # a profile's own mistake: one line naming the field, as the doc says
+    bad = [{"name": "debug", "backend": "daint"}, {"name": "none", "backend": "daint",
+                                                   "cores": 0}]
+    from traitlets.config import Config
+
+    from jupyter_cloudtik.core.errors import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        HPCKernelSpecManager(config=Config({"HPC": {"backends": {"daint": daint}},
+                                            "HPCKernels": {"profiles": bad}})).get_all_specs()
+    quoted = re.search(r"`(HPCKernels\.profiles\[1\]\.cores: [^`]*)`",
+                       (doc_examples.ROOT / DOC).read_text())
+    assert quoted and str(e.value) == quoted.group(1), str(e.value)
