@@ -87,6 +87,20 @@ class BackendsHandler(_JobsHandler):
                          "default_backend": self.jobs.hpc.default_backend})
 
 
+class KernelsHandler(CloudTikHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """This server's interactive kernels on HPC backends (hpc/kernels/) and their jobs:
+        queued with Slurm's pending reason, running (node, wall time end), dead (why).
+        From memory, no backend call: JupyterLab shows such a kernel as "starting" while
+        its job waits, and this is where the reason is."""
+        from .kernels import kernel_status
+
+        kernels = kernel_status()
+        self.write_json({"kernels": [{"id": k, **kernels[k]} for k in sorted(kernels)]})
+
+
 class JobsHandler(_JobsHandler):
     @web.authenticated
     @authorized
@@ -293,6 +307,7 @@ class JobFileHandler(_JobsHandler):
 
 ROUTES: list[tuple[str, Any]] = [
     (r"/hpc/backends", BackendsHandler),
+    (r"/hpc/kernels", KernelsHandler),
     (r"/jobs", JobsHandler),
     # before /jobs/{job_id}: "sweeps" is no job id
     (r"/jobs/sweeps", SweepsHandler),

@@ -4,14 +4,18 @@ the test Slurm on this machine as ``daint`` in place of the doc's SSH backend, o
 appended), the launcher's entries are what ``GET /api/kernelspecs`` answers, the doc's
 cell runs in a kernel the server started as a Slurm job (over the server's kernel
 websocket, as JupyterLab talks to it), and every refusal the doc quotes is the one the
-server logs or answers for the same request."""
+server logs or answers for the same request; while the kernel's job waits in the queue,
+``GET /cloudtik/api/hpc/kernels`` says so, with Slurm's reason."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import doc_examples
 import pytest
@@ -69,9 +73,19 @@ async def _execute(server, kernel_id: str, code: str, timeout: float = 120) -> t
         ws.close()
 
 
+def _sbatch(env: dict, *argv: str) -> str:
+    r = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True,
+                       env={**os.environ, **env}, check=True)
+    return r.stdout.strip().split(";")[0]
+
+
+def _scancel(env: dict, job: str) -> None:
+    subprocess.run(["scancel", job], env={**os.environ, **env}, check=False)
+
+
 def _squeue(env: dict) -> str:
     r = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
-                       env={**__import__("os").environ, **env})
+                       env={**os.environ, **env})
     return r.stdout
 
 
@@ -129,12 +143,33 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
                               timeout=60).json()
         assert listed == [], listed
 
-        # the debug profile: a Slurm job, the doc's cell runs in it on the node
-        r = requests.post(server.url + "api/kernels", headers=server.headers(),
-                          json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+        # the debug profile: a Slurm job, which waits while the node is full; the REST API
+        # (GET hpc/kernels) says why meanwhile, as the doc says
+        blocker = _sbatch(slurm.env, "-c", "2", "-t", "10", "-o", "/dev/null",
+                          "--chdir", str(tmp_path), "--wrap", "sleep 600")
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                starting = pool.submit(requests.post, server.url + "api/kernels",
+                                       headers=server.headers(),
+                                       json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+                (queued,) = wait_for(lambda: [k for k in server.get("hpc/kernels").json()[
+                    "kernels"] if k["state"] == "queued" and k.get("reason")], 60,
+                    what="GET hpc/kernels to show the kernel queued with a reason")
+                assert queued["backend"] == "daint" and queued["profile"] == "debug", queued
+                assert queued["native_state"] == "PENDING" and queued["reason"] in (
+                    "Resources", "Priority"), queued
+                assert not starting.done()  # JupyterLab still shows it as starting
+                _scancel(slurm.env, blocker)
+                r = starting.result(300)
+        finally:
+            _scancel(slurm.env, blocker)
         assert r.status_code == 201, (r.status_code, r.text[:2000],
                                       server.log_text()[-3000:])
         kid = r.json()["id"]
+        assert queued["id"] == kid
+        (running,) = server.get("hpc/kernels").json()["kernels"]
+        assert running["state"] == "running" and running["job"] == queued["job"], running
+        assert running["node"] and running["deadline"] > time.time() + 25 * 60, running
         queue = _squeue(slurm.env)
         (job,) = [ln.split()[0] for ln in queue.splitlines() if "kernel-debug" in ln]
         status, out = asyncio.run(_execute(server, kid, cell_block.text))
@@ -144,11 +179,13 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
         # the server's log tells the job's story (queue state included)
         log = server.log_text()
         assert f"HPC kernel {kid}: job {job} submitted to daint" in log, log[-3000:]
-        assert re.search(rf"HPC kernel {kid}: job {job} (PENDING|RUNNING)", log), log[-3000:]
+        assert re.search(rf"HPC kernel {kid}: job {job} PENDING \((Resources|Priority)\)",
+                         log), log[-3000:]
         r = requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),
                             timeout=120)
         assert r.status_code == 204, r.text
         wait_for(lambda: job not in _squeue(slurm.env), 60, what="the kernel's job to end")
+        assert server.get("hpc/kernels").json() == {"kernels": []}
         # shut down: the kernel was asked to exit, which ends the job (else scancel)
         assert re.search(rf"HPC kernel {kid}: job {job} (ended \(COMPLETED\): the kernel "
                          "exited|cancelled)", server.log_text()), server.log_text()[-2000:]
