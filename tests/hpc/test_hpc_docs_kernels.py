@@ -83,6 +83,10 @@ def _scancel(env: dict, job: str) -> None:
     subprocess.run(["scancel", job], env={**os.environ, **env}, check=False)
 
 
+def _job_ids(env: dict) -> set[str]:
+    return {ln.split()[0] for ln in _squeue(env).splitlines()}
+
+
 def _squeue(env: dict) -> str:
     r = subprocess.run(["squeue", "-h", "-o", "%i %j %T"], capture_output=True, text=True,
                        env={**os.environ, **env})
@@ -184,14 +188,23 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
         r = requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),
                             timeout=120)
         assert r.status_code == 204, r.text
-        wait_for(lambda: job not in _squeue(slurm.env), 60, what="the kernel's job to end")
+        wait_for(lambda: job not in _job_ids(slurm.env), 60, what="the kernel's job to end")
         assert server.get("hpc/kernels").json() == {"kernels": []}
         # shut down: the kernel was asked to exit, which ends the job (else scancel)
         assert re.search(rf"HPC kernel {kid}: job {job} (ended \(COMPLETED\): the kernel "
                          "exited|cancelled)", server.log_text()), server.log_text()[-2000:]
+
+        # a server stopped cleanly (SIGTERM) shuts its kernels down: their jobs end
+        r = requests.post(server.url + "api/kernels", headers=server.headers(),
+                          json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+        assert r.status_code == 201, r.text[:2000]
+        (last,) = [k["job"] for k in server.get("hpc/kernels").json()["kernels"]]
+        assert last in _job_ids(slurm.env)
     finally:
         problems = _stop(server)
     assert not problems, problems
+    wait_for(lambda: last not in _job_ids(slurm.env), 60,
+             what="the job of a kernel of the stopped server to end")
     # a profile's own mistake: one line naming the field, as the doc says
     bad = [{"name": "debug", "backend": "daint"}, {"name": "none", "backend": "daint",
                                                    "cores": 0}]
