@@ -205,16 +205,26 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
     assert not problems, problems
     wait_for(lambda: last not in _job_ids(slurm.env), 60,
              what="the job of a kernel of the stopped server to end")
-    # a profile's own mistake: one line naming the field, as the doc says
+    # a profile's own mistake: that profile left out, one line naming the field in the
+    # log (as the doc quotes it); the good profile and the installed kernels stay listed
+    import logging
+
     bad = [{"name": "debug", "backend": "daint"}, {"name": "none", "backend": "daint",
                                                    "cores": 0}]
     from traitlets.config import Config
 
-    from jupyter_cloudtik.core.errors import ConfigError
+    said: list[str] = []
 
-    with pytest.raises(ConfigError) as e:
-        HPCKernelSpecManager(config=Config({"HPC": {"backends": {"daint": daint}},
-                                            "HPCKernels": {"profiles": bad}})).get_all_specs()
+    class Said(logging.Handler):
+        def emit(self, record):
+            said.append(record.getMessage())
+
+    ksm = HPCKernelSpecManager(config=Config({"HPC": {"backends": {"daint": daint}},
+                                              "HPCKernels": {"profiles": bad}}))
+    ksm.log.addHandler(Said())
+    listed = ksm.get_all_specs()
+    assert "cloudtik-hpc-daint-debug" in listed and "python3" in listed, sorted(listed)
+    assert not any(n.endswith("-none") for n in listed), sorted(listed)
     quoted = re.search(r"`(HPCKernels\.profiles\[1\]\.cores: [^`]*)`",
-                       (doc_examples.ROOT / DOC).read_text())
-    assert quoted and str(e.value) == quoted.group(1), str(e.value)
+                       " ".join((doc_examples.ROOT / DOC).read_text().split()))
+    assert quoted and any(quoted.group(1) in line for line in said), said

@@ -8,7 +8,7 @@ profile of a backend that can run interactive work (``HPCKernels.profiles``)::
 
 Nothing is written to disk: the specs follow the config.  Each names the ``cloudtik-hpc``
 provisioner with the backend and profile as its config.  ``kernel_specs()`` gives the
-same specs as data (``jupyter cloudtik kernels`` and the tests read them), and
+same specs as data (the tests read them), and
 ``write_kernel_specs`` writes them as folders for a server that cannot change its
 KernelSpecManager.
 """
@@ -22,7 +22,8 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 
-from .profiles import Profile, check_interactive, parse_profiles
+from ...core.errors import ConfigError
+from .profiles import Profile, check_interactive, parse_profile, parse_profiles
 from .provisioner import PROVISIONER_NAME, backend_registry, settings_of
 
 
@@ -53,7 +54,19 @@ def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[st
     registry = backend_registry(hpc, settings)
     configs = registry.configs()
     specs, skipped = {}, []
-    for p in parse_profiles(kernels.profiles):
+    profiles, seen = [], set()
+    for i, item in enumerate(kernels.profiles or []):
+        # one profile's mistake leaves that profile out (said in the log), not every kernel
+        try:
+            p = parse_profile(item, i)
+            if (p.backend, p.name) in seen:
+                parse_profiles([item, item])  # raises the same one line as at start-up
+        except ConfigError as e:
+            skipped.append(f"profiles[{i}] left out: {e.message}")
+            continue
+        seen.add((p.backend, p.name))
+        profiles.append(p)
+    for p in profiles:
         cfg = configs.get(p.backend)
         if cfg is None:
             skipped.append(f"profile '{p.name}': backend '{p.backend}' is not configured; "
@@ -78,8 +91,14 @@ class HPCKernelSpecManager(KernelSpecManager):
     """The installed kernel specs, plus one per HPC kernel profile."""
 
     def _hpc(self) -> dict[str, dict[str, Any]]:
-        specs, skipped = kernel_specs(self)
         told = self.__dict__.setdefault("_told", set())
+        try:
+            specs, skipped = kernel_specs(self)
+        except ConfigError as e:  # the HPC settings themselves: no HPC kernel, said once
+            if e.message not in told:
+                told.add(e.message)
+                self.log.error("jupyter_cloudtik: no HPC kernels: %s", e.message)
+            return {}
         for line in skipped:  # once per line, not at every listing
             if line not in told:
                 told.add(line)
