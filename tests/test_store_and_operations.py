@@ -162,3 +162,34 @@ def test_watch_streams_events_until_the_end(state_dir):
     seen = asyncio.run(scenario())
     assert seen[0] == "test thing:w" and seen[1:4] == ["s0", "s1", "s2"]
     assert seen[-1] == "done"
+
+
+def test_every_features_events_and_reasons_are_redacted_with_the_folders_secrets(tmp_path):
+    """Whatever feature emits it, an event or a finish reason quoting a value of the state
+    folder's secret store is kept with the value replaced — a secret stored after the
+    first event too — and a store whose values cannot be read (no key here) withholds the
+    message instead of keeping it unchecked."""
+    import shutil
+
+    from jupyter_cloudtik.core.secrets import SecretStore
+
+    store = Store(tmp_path / "state")
+    secrets = SecretStore(store)
+    secrets.put("provider:huaweicloud", "secret_key", "AKSK-first-0123456789")
+    ops = Operations(store)  # no redactor passed: the folder's own is the default
+    op = ops.start("cluster.up", "cluster:c1")
+    ops.emit(op.id, "nodes", "the cloud said: bad signature for AKSK-first-0123456789")
+    secrets.put("storage:s3", "secret_access_key", "S3-later-abcdefghij")
+    ops.finish(op.id, "failed", "stage-out: 403 for S3-later-abcdefghij")
+    kept = [e.message for e in ops.events(op.id)] + [ops.get(op.id).reason]
+    assert not any("AKSK-first" in t or "S3-later" in t for t in kept), kept
+    assert sum("<secret>" in t for t in kept) >= 3, kept
+
+    # the key is gone from this process: nothing can be checked, nothing unchecked is kept
+    shutil.move(secrets.key_path, tmp_path / "key-elsewhere")
+    other = Operations(Store(tmp_path / "state"))
+    op2 = other.start("cluster.up", "cluster:c2")
+    other.emit(op2.id, "nodes", "AKSK-first-0123456789 was refused")
+    shown = [e.message for e in other.events(op2.id)]
+    assert not any("AKSK-first" in t for t in shown), shown
+    assert any("withheld" in t for t in shown), shown

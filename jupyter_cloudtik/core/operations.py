@@ -177,16 +177,35 @@ def owner_alive(pid: int | None, host: str | None, started: float | None) -> boo
         return False
 
 
+class _StoreRedactor:
+    """The state folder's secret store's live redactor, made on first use (most
+    operations emit nothing a secret could be in, and many processes never emit)."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._live: Callable[[str], str | None] | None = None
+
+    def __call__(self, text: str) -> str | None:
+        if not text:
+            return text
+        if self._live is None:
+            from .secrets import SecretStore
+
+            self._live = SecretStore(self._store).live_redactor()
+        return self._live(text)
+
+
 class Operations:
     """Creates, updates and reads operations and events in the store."""
 
     def __init__(self, store: Store,
                  redact: Callable[[str], str | None] | None = None) -> None:
         self.store = store
-        #: applied to every event message and finish reason before it is stored or shown
-        #: (a feature whose messages may quote a credential passes its secret store's
-        #: ``live_redactor()``)
-        self.redact = redact
+        #: applied to every event message and finish reason before it is stored or shown:
+        #: a message quoting what a cloud, a system or a copy answered may hold a
+        #: credential of this state folder, whichever feature emits it (default: every
+        #: value of the folder's secret store, ``SecretStore.live_redactor``)
+        self.redact = redact if redact is not None else _StoreRedactor(store)
         self._listeners: list[EventListener] = []
         self._listeners_lock = threading.Lock()
 

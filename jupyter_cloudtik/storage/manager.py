@@ -95,9 +95,10 @@ class StorageManager(ActsForUser):
         self.settings = settings or default_settings()
         self.storage_settings = Storage(parent=self.settings)
         self.store = store or Store(self.settings.state_dir)
-        self.ops = Operations(self.store)
         self.user = user or _current_user()
         self.secrets = secrets or open_secret_store(self.settings, self.store)
+        # events redacted with the store the storages' secrets are in (Vault or the table)
+        self.ops = Operations(self.store, redact=self.secrets.live_redactor())
         self.binary = rclone_binary(self.storage_settings.rclone_path or None)
         self.catalog = StorageCatalog(self.store, self.secrets, self.storage_settings,
                                       self.binary, user=self.user)
