@@ -1,6 +1,6 @@
 """What Slurm's commands answer, as the HPC backend (hpc/slurm.py) and the Slurm cluster
-provider (providers/slurm.py) read it: ``squeue``, ``sacct``, ``sinfo`` and ``scontrol show
-partition|node -o`` output, and the cluster tags in a job's ``--comment``.
+provider (providers/slurm_parse.py) read it: ``squeue``, ``sacct``, ``sinfo`` and
+``scontrol show partition|node -o`` output, and the cluster tags in a job's ``--comment``.
 
 Properties: output of any shape is read without an exception (lines that do not parse are
 skipped: a site's odd ``MaxNodes`` or ``CPUTot`` must not break ``%hpc limits`` or a
@@ -29,7 +29,7 @@ with instrumented():
         TAG_NODE_KIND,
         TAG_NODE_TYPE,
     )
-    from jupyter_cloudtik.providers.slurm import (
+    from jupyter_cloudtik.providers.slurm_parse import (
         decode_comment,
         encode_comment,
         free_memory,

@@ -108,7 +108,7 @@ def test_odd_scontrol_values_are_no_limit():
 
 
 def test_odd_node_values_in_the_slurm_provider():
-    from jupyter_cloudtik.providers.slurm import free_memory, memory_per_core, sinfo_cpus
+    from jupyter_cloudtik.providers.slurm_parse import free_memory, memory_per_core, sinfo_cpus
 
     assert memory_per_core([{"RealMemory": "100", "CPUTot": "2/2"}]) == 100 * 2**20
     assert memory_per_core([{"RealMemory": "x"}]) is None

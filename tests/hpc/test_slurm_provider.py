@@ -693,7 +693,7 @@ def test_scheduler_job_through_the_ssh_tunnel(slurm, slurm_cfg, manager, sshd, t
     process forwards over the provider's SSH connection (with TLS inside it); the tunnel is
     opened again when the SSH connection drops and by a new process (a restarted kernel),
     and `down` closes it."""
-    from jupyter_cloudtik.providers import slurm as slurm_mod
+    from jupyter_cloudtik.providers import slurm_tunnel
     from jupyter_cloudtik.providers.slurm import SlurmNodeProvider
 
     _ssh_backend(slurm, sshd, manager, tmp_path, monkeypatch)
@@ -749,7 +749,7 @@ def test_scheduler_job_through_the_ssh_tunnel(slurm, slurm_cfg, manager, sshd, t
         assert through_sshd(int(remote.rsplit(":", 1)[1]))
 
     # the SSH connection drops: the next connect info forwards a new port
-    (tunnel,) = [t for k, t in slurm_mod._TUNNELS.items()
+    (tunnel,) = [t for k, t in slurm_tunnel._TUNNELS.items()
                  if k[2] == "tun" and k[3] == remote.split("://")[1]]
     tunnel.shell._drop()
     wait_for(lambda: not tunnel.alive(), 5, what="the dropped connection")
@@ -776,7 +776,7 @@ def test_scheduler_job_through_the_ssh_tunnel(slurm, slurm_cfg, manager, sshd, t
 
     run(manager.down("tun"))
     assert ours(slurm, "tun") == []
-    assert not [k for k in slurm_mod._TUNNELS if k[2] == "tun"]
+    assert not [k for k in slurm_tunnel._TUNNELS if k[2] == "tun"]
     assert not _listening(new_local)
     wait_for(lambda: not dask_processes(state_dir), 15, what="no dask process")
 
