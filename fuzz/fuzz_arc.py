@@ -15,13 +15,14 @@ import json
 from _harness import choose, instrumented, main, output
 
 with instrumented():
+    from jupyter_cloudtik.core.errors import BackendUnavailable
     from jupyter_cloudtik.hpc.arc import (
         add_info,
         answers_by_id,
         limits_from_info,
         status_from_answer,
     )
-    from jupyter_cloudtik.hpc.base import STATES, BackendUnavailable, Limits
+    from jupyter_cloudtik.hpc.base import STATES, Limits
 
 IDS = ["a1", "b2", "c3"]
 

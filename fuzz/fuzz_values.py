@@ -16,8 +16,12 @@ from _harness import choose, instrumented, main, text
 
 with instrumented():
     from jupyter_cloudtik.core.errors import ConfigError
-    from jupyter_cloudtik.core.units import format_bytes, parse_bytes
-    from jupyter_cloudtik.hpc.base import format_duration, parse_duration
+    from jupyter_cloudtik.core.units import (
+        format_bytes,
+        format_duration,
+        parse_bytes,
+        parse_duration,
+    )
 
 
 def one(data: bytes) -> None:

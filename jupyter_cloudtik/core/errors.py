@@ -135,6 +135,15 @@ class NodeLaunchError(ProviderError):
         self.code = code
 
 
+class BackendUnavailable(ProviderError):
+    """The backend could not be reached (network, daemon down, 5xx): try again later.
+
+    Distinct from other ``ProviderError``s, which mean the backend answered "no".
+    """
+
+    reason = "backend_unavailable"
+
+
 class OperationTimeout(CloudTikError):
     http_status = 504
     reason = "timeout"

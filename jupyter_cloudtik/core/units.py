@@ -1,4 +1,5 @@
-"""Sizes as people write them (``2GiB``, ``512MB``) and as bytes."""
+"""Sizes and durations as people write them (``2GiB``, ``512MB``; ``30m``, ``1:30:00``)
+and as bytes and seconds."""
 
 from __future__ import annotations
 
@@ -54,3 +55,74 @@ def format_bytes(n: int | float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"  # pragma: no cover
+
+
+_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
+_CLOCK = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
+_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
+
+
+def parse_duration(value: str | int | float | None, field: str = "time") -> float | None:
+    """Seconds from what people write: ``90`` (minutes, as Slurm reads it), ``30m``,
+    ``2h``, ``1:30:00``, ``2-00:00:00`` (days-hours:minutes:seconds); at most
+    ``MAX_DURATION``."""
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise ConfigError(f"{field}: {value!r} is not a duration", field=field)
+    if isinstance(value, (int, float)):
+        if not value > 0:  # also NaN (JSON's NaN, which Python's json reads)
+            raise ConfigError(f"{field}: {value} is not a positive duration", field=field)
+        return _bounded_duration(float(value) * 60, value, field)
+    text = str(value).strip().lower()
+    if len(text) > 40:  # no duration needs more; int() refuses 4300 digits with ValueError
+        raise ConfigError(f"{field}: {_short(text)!r} is not a duration (too long)",
+                          field=field)
+    m = _UNIT.match(text)
+    if m and m.group(2) in _DURATION_UNITS:
+        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
+    else:
+        m = _CLOCK.match(text)
+        if not m:
+            raise ConfigError(
+                f"{field}: {value!r} is not a duration; use minutes (90), 30m, 2h, 1:30:00 "
+                "or 2-00:00:00", field=field)
+        days, a, b, c = m.groups()
+        parts = [int(x) for x in (a, b, c) if x is not None]
+        if days is not None:  # D-HH[:MM[:SS]]
+            parts += [0] * (3 - len(parts))
+            seconds = int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+        elif len(parts) == 1:
+            seconds = parts[0] * 60  # minutes
+        elif len(parts) == 2:
+            seconds = parts[0] * 60 + parts[1]  # MM:SS, as Slurm reads it
+        else:
+            seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
+    if seconds <= 0:
+        raise ConfigError(f"{field}: {value!r} is not a positive duration", field=field)
+    return _bounded_duration(seconds, value, field)
+
+
+MAX_DURATION = 3650 * 86400.0  # ten years: more is a typo (and overflows as a float)
+
+
+def _bounded_duration(seconds: float, value: object, field: str) -> float:
+    if not seconds <= MAX_DURATION:  # also inf and NaN
+        raise ConfigError(f"{field}: {_short(str(value))!r} is longer than "
+                          f"{MAX_DURATION / 86400:.0f} days, the longest duration allowed",
+                          field=field)
+    return float(seconds)
+
+
+def _short(text: str, n: int = 40) -> str:
+    return text if len(text) <= n else text[:n] + "…"
+
+
+def format_duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    s = round(seconds)
+    days, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    return (f"{days}-" if days else "") + f"{h:02d}:{m:02d}:{s:02d}"

@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .base import FINAL_STATES, format_duration
+from ..core.units import format_duration
+from .base import FINAL_STATES
 from .client import JobsClient, get_jobs_client
 from .commands import build_spec, job_text, jobs_table, sweep_text
 from .models import JobInfo

@@ -49,7 +49,13 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CloudTikError, ConfigError, NotFoundError, ProviderError
+from ..core.errors import (
+    BackendUnavailable,
+    CloudTikError,
+    ConfigError,
+    NotFoundError,
+    ProviderError,
+)
 from . import script
 from .arc_rest import (
     CONNECT_TIMEOUT,
@@ -67,7 +73,6 @@ from .arc_rest import (
 from .arc_rest import answers_by_id as answers_by_id  # tests and fuzzers import them here
 from .arc_rest import common_state as common_state
 from .base import (
-    BackendUnavailable,
     CredentialsExpired,
     HPCBackend,
     JobRef,

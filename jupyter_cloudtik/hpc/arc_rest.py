@@ -11,18 +11,8 @@ import ssl
 import urllib.parse
 from typing import Any
 
-from ..core.errors import ConfigError
-from .base import (
-    CANCELLED,
-    FAILED,
-    QUEUED,
-    RUNNING,
-    SUCCEEDED,
-    UNKNOWN,
-    BackendUnavailable,
-    JobStatus,
-    Limits,
-)
+from ..core.errors import BackendUnavailable, ConfigError
+from .base import CANCELLED, FAILED, QUEUED, RUNNING, SUCCEEDED, UNKNOWN, JobStatus, Limits
 
 # The REST states and what A-REX means by them: A-REX's own table (REST state ← grid
 # manager state) in ARC1ClusterInfo.pm (nordugrid-arc-arex 6.17, /usr/share/arc/), and

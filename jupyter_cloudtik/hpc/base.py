@@ -22,7 +22,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import posixpath
-import re
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,8 +29,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..core.errors import CapacityError, ConfigError, ProviderError
-from ..core.units import format_bytes, parse_bytes
+from ..core.errors import BackendUnavailable, CapacityError, ConfigError
+from ..core.units import format_bytes, format_duration, parse_bytes, parse_duration
 
 # the common states; "submitting" is ours only: recorded, not yet accepted by the backend
 QUEUED, RUNNING, SUCCEEDED, FAILED, CANCELLED, UNKNOWN = (
@@ -44,15 +43,6 @@ ACTIVE_STATES = (SUBMITTING, QUEUED, RUNNING, UNKNOWN)
 ENTRY_POINT_GROUP = "jupyter_cloudtik.hpc_backends"
 
 
-class BackendUnavailable(ProviderError):
-    """The backend could not be reached (network, daemon down, 5xx): try again later.
-
-    Distinct from other ``ProviderError``s, which mean the backend answered "no".
-    """
-
-    reason = "backend_unavailable"
-
-
 class CredentialsExpired(BackendUnavailable):
     """The user's credentials for the backend expired (a proxy certificate past its
     notAfter, a token past its ``exp``): the backend cannot be asked until they are
@@ -60,79 +50,6 @@ class CredentialsExpired(BackendUnavailable):
     on by themselves once renewed credentials appear."""
 
     reason = "credentials_expired"
-
-
-# --- durations ---------------------------------------------------------------------------
-
-_DURATION_UNITS = {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "hr": 3600, "d": 86400}
-_CLOCK = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-_UNIT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*$")
-
-
-def parse_duration(value: str | int | float | None, field: str = "time") -> float | None:
-    """Seconds from what people write: ``90`` (minutes, as Slurm reads it), ``30m``,
-    ``2h``, ``1:30:00``, ``2-00:00:00`` (days-hours:minutes:seconds); at most
-    ``MAX_DURATION``."""
-    if value is None or value == "":
-        return None
-    if isinstance(value, bool):
-        raise ConfigError(f"{field}: {value!r} is not a duration", field=field)
-    if isinstance(value, (int, float)):
-        if not value > 0:  # also NaN (JSON's NaN, which Python's json reads)
-            raise ConfigError(f"{field}: {value} is not a positive duration", field=field)
-        return _bounded(float(value) * 60, value, field)
-    text = str(value).strip().lower()
-    if len(text) > 40:  # no duration needs more; int() refuses 4300 digits with ValueError
-        raise ConfigError(f"{field}: {_short(text)!r} is not a duration (too long)",
-                          field=field)
-    m = _UNIT.match(text)
-    if m and m.group(2) in _DURATION_UNITS:
-        seconds = float(m.group(1)) * _DURATION_UNITS[m.group(2)]
-    else:
-        m = _CLOCK.match(text)
-        if not m:
-            raise ConfigError(
-                f"{field}: {value!r} is not a duration; use minutes (90), 30m, 2h, 1:30:00 "
-                "or 2-00:00:00", field=field)
-        days, a, b, c = m.groups()
-        parts = [int(x) for x in (a, b, c) if x is not None]
-        if days is not None:  # D-HH[:MM[:SS]]
-            parts += [0] * (3 - len(parts))
-            seconds = int(days) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-        elif len(parts) == 1:
-            seconds = parts[0] * 60  # minutes
-        elif len(parts) == 2:
-            seconds = parts[0] * 60 + parts[1]  # MM:SS, as Slurm reads it
-        else:
-            seconds = parts[0] * 3600 + parts[1] * 60 + parts[2]
-    if seconds <= 0:
-        raise ConfigError(f"{field}: {value!r} is not a positive duration", field=field)
-    return _bounded(seconds, value, field)
-
-
-MAX_DURATION = 3650 * 86400.0  # ten years: more is a typo (and overflows as a float)
-
-
-def _bounded(seconds: float, value: object, field: str) -> float:
-    if not seconds <= MAX_DURATION:  # also inf and NaN
-        raise ConfigError(f"{field}: {_short(str(value))!r} is longer than "
-                          f"{MAX_DURATION / 86400:.0f} days, the longest duration allowed",
-                          field=field)
-    return float(seconds)
-
-
-def _short(text: str, n: int = 40) -> str:
-    return text if len(text) <= n else text[:n] + "…"
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    s = round(seconds)
-    days, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return (f"{days}-" if days else "") + f"{h:02d}:{m:02d}:{s:02d}"
 
 
 # --- the job model (PSI/J names) -----------------------------------------------------------

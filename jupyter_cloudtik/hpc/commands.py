@@ -10,15 +10,8 @@ from typing import Any
 
 from ..commands import Parser
 from ..core.errors import ConfigError
-from ..core.units import format_bytes, parse_bytes
-from .base import (
-    Environment,
-    JobAttributes,
-    JobSpec,
-    ResourceSpec,
-    format_duration,
-    parse_duration,
-)
+from ..core.units import format_bytes, format_duration, parse_bytes, parse_duration
+from .base import Environment, JobAttributes, JobSpec, ResourceSpec
 from .models import JobInfo
 
 

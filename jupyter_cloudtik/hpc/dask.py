@@ -20,7 +20,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CloudTikError, ConfigError, NotFoundError, ProviderError
+from ..core.errors import (
+    BackendUnavailable,
+    CloudTikError,
+    ConfigError,
+    NotFoundError,
+    ProviderError,
+)
 from . import dask_task, script
 from .base import (
     CANCELLED,
@@ -28,7 +34,6 @@ from .base import (
     QUEUED,
     RUNNING,
     SUCCEEDED,
-    BackendUnavailable,
     HPCBackend,
     JobRef,
     JobStatus,

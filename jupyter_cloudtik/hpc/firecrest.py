@@ -40,13 +40,19 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import CloudTikError, ConfigError, NotFoundError, ProviderError
+from ..core.errors import (
+    BackendUnavailable,
+    CloudTikError,
+    ConfigError,
+    NotFoundError,
+    ProviderError,
+)
+from ..core.units import parse_duration
 from . import script
 from .base import (
     CANCELLED,
     FAILED,
     SUCCEEDED,
-    BackendUnavailable,
     HPCBackend,
     JobRef,
     JobStatus,
@@ -54,7 +60,6 @@ from .base import (
     LogChunk,
     OutputFile,
     Submission,
-    parse_duration,
     remote_inside,
 )
 from .files import INPUTS_LIST, input_names

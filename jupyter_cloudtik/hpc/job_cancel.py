@@ -7,10 +7,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .base import (
-    FINAL_STATES,
-    BackendUnavailable,
-)
+from ..core.errors import BackendUnavailable
+from .base import FINAL_STATES
 from .job_records import (
     CANCEL_ASKED,
     CANCEL_SENT,

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ..core.errors import (
+    BackendUnavailable,
     CloudTikError,
     NotFoundError,
     ProviderError,
@@ -27,7 +28,6 @@ from .base import (
     RUNNING,
     STATES,
     UNKNOWN,
-    BackendUnavailable,
     CredentialsExpired,
     HPCBackend,
     JobStatus,

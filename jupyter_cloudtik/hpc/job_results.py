@@ -14,6 +14,7 @@ from typing import Any
 
 from ..core import locations as locs
 from ..core.errors import (
+    BackendUnavailable,
     CloudTikError,
     ConfigError,
     ConflictError,
@@ -23,17 +24,7 @@ from ..core.operations import OperationContext
 from ..core.store import dumps, loads
 from . import notebook as nbtools
 from . import provenance
-from .base import (
-    CANCELLED,
-    FAILED,
-    SUCCEEDED,
-    BackendUnavailable,
-    HPCBackend,
-    JobSpec,
-    JobStatus,
-    LogChunk,
-    OutputFile,
-)
+from .base import CANCELLED, FAILED, SUCCEEDED, HPCBackend, JobSpec, JobStatus, LogChunk, OutputFile
 from .job_records import (
     STAGE_OUT,
     _ref,

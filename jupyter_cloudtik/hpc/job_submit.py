@@ -17,6 +17,7 @@ from typing import Any
 
 from ..core import locations as locs
 from ..core.errors import (
+    BackendUnavailable,
     CloudTikError,
     ConfigError,
     NotFoundError,
@@ -33,7 +34,6 @@ from .base import (
     FINAL_STATES,
     QUEUED,
     SUBMITTING,
-    BackendUnavailable,
     CredentialsExpired,
     HPCBackend,
     JobRef,

@@ -14,8 +14,7 @@ import threading
 import time
 import urllib.parse
 
-from ..core.errors import ProviderError
-from .base import BackendUnavailable
+from ..core.errors import BackendUnavailable, ProviderError
 
 
 class _TokenConnection(http.client.HTTPConnection):

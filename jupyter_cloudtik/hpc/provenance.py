@@ -56,8 +56,9 @@ async def record(
     import asyncio
     import time
 
+    from ..core.errors import BackendUnavailable
     from ..core.store import loads
-    from .base import BackendUnavailable, JobRef
+    from .base import JobRef
 
     if not getattr(manager.hpc, "provenance", True):
         return None

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import NotFoundError, ProviderError
-from .base import BackendUnavailable
+from ..core.errors import BackendUnavailable, NotFoundError, ProviderError
 
 
 @dataclass

@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import ConfigError, NotFoundError, ProviderError
+from ..core.errors import BackendUnavailable, ConfigError, NotFoundError, ProviderError
+from ..core.units import parse_duration
 from . import script
 from .base import (
     CANCELLED,
@@ -31,7 +32,6 @@ from .base import (
     RUNNING,
     SUCCEEDED,
     UNKNOWN,
-    BackendUnavailable,
     HPCBackend,
     JobRef,
     JobStatus,
@@ -39,8 +39,6 @@ from .base import (
     LogChunk,
     OutputFile,
     Submission,
-    format_duration,
-    parse_duration,
     remote_inside,
     shell_quote,
 )
@@ -595,4 +593,4 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:64] or "job"
 
 
-__all__ = ["SlurmBackend", "format_duration"]
+__all__ = ["SlurmBackend"]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import locations as locs
-from ..core.errors import ConfigError
+from ..core.errors import BackendUnavailable, ConfigError
 from ..core.ids import resolve_row
 from ..core.operations import OperationContext
 from ..core.store import dumps, loads
@@ -48,7 +48,6 @@ from .base import (
     SUBMITTING,
     SUCCEEDED,
     UNKNOWN,
-    BackendUnavailable,
     JobRef,
     JobSpec,
 )

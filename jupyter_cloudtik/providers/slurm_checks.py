@@ -42,7 +42,7 @@ class SlurmChecks:
         self._checked = True
 
     def _check(self, cfg: dict[str, Any] | None) -> None:
-        from ..hpc.base import parse_duration
+        from ..core.units import parse_duration
 
         p = self.provider_config
         part = self.partition()

@@ -70,7 +70,7 @@ class SlurmTransport:
 
     def _run(self, argv: list[str], what: str, input: bytes | None = None,
              timeout: float = 60.0) -> Result:
-        from ..hpc.base import BackendUnavailable
+        from ..core.errors import BackendUnavailable
 
         try:
             return self.backend._slurm(argv, what, timeout=timeout, input=input)

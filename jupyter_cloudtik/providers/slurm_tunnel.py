@@ -37,7 +37,7 @@ class SlurmTunnel:
             if t is not None:
                 t.close()
                 del _TUNNELS[key]
-            from ..hpc.base import BackendUnavailable
+            from ..core.errors import BackendUnavailable
 
             try:
                 t = self.backend.shell.forward_local_port(host, int(port))

@@ -15,7 +15,7 @@ from jupyter_cloudtik.core.errors import ConfigError
 # --- values ------------------------------------------------------------------------------
 @pytest.mark.parametrize("text", ["9" * 400 + ":00", "9" * 5000, "9" * 30 + "d"])
 def test_duration_too_long_is_a_config_error(text):
-    from jupyter_cloudtik.hpc.base import parse_duration
+    from jupyter_cloudtik.core.units import parse_duration
 
     with pytest.raises(ConfigError) as e:  # was OverflowError / ValueError / inf
         parse_duration(text, field="walltime")
@@ -24,7 +24,7 @@ def test_duration_too_long_is_a_config_error(text):
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
 def test_duration_nan_and_inf_are_refused(value):
-    from jupyter_cloudtik.hpc.base import parse_duration
+    from jupyter_cloudtik.core.units import parse_duration
 
     with pytest.raises(ConfigError):  # NaN was returned as a duration
         parse_duration(value, field="walltime")
@@ -40,8 +40,7 @@ def test_size_too_large_is_a_config_error(value):
 
 
 def test_sizes_and_durations_still_read():
-    from jupyter_cloudtik.core.units import parse_bytes
-    from jupyter_cloudtik.hpc.base import parse_duration
+    from jupyter_cloudtik.core.units import parse_bytes, parse_duration
 
     assert parse_bytes("2GiB") == 2 * 1024**3 and parse_bytes(512) == 512
     assert parse_duration("1-00:00:00") == 86400.0 and parse_duration("90") == 5400.0

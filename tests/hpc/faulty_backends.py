@@ -21,8 +21,9 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from jupyter_cloudtik.core.errors import BackendUnavailable
 from jupyter_cloudtik.hpc.arc import ArcBackend
-from jupyter_cloudtik.hpc.base import BackendUnavailable, JobRef, JobStatus, Submission
+from jupyter_cloudtik.hpc.base import JobRef, JobStatus, Submission
 from jupyter_cloudtik.hpc.firecrest import FirecrestBackend
 from jupyter_cloudtik.hpc.local import LocalBackend
 from jupyter_cloudtik.hpc.slurm import SlurmBackend

@@ -11,7 +11,7 @@ import pytest
 from jupyter_cloudtik.core.errors import ConfigError
 from jupyter_cloudtik.core.operations import Operations
 from jupyter_cloudtik.core.store import Store
-from jupyter_cloudtik.hpc.base import format_duration, parse_duration
+from jupyter_cloudtik.core.units import format_duration, parse_duration
 from jupyter_cloudtik.hpc.notebook import find_error
 
 

@@ -17,7 +17,8 @@ from traitlets import Float, List
 from traitlets.config import Configurable
 
 from ...core.errors import ConfigError
-from ..base import JobAttributes, JobSpec, ResourceSpec, format_duration, parse_duration
+from ...core.units import format_duration, parse_duration
+from ..base import JobAttributes, JobSpec, ResourceSpec
 
 #: backend types whose jobs a kernel can run in, and why the others cannot
 INTERACTIVE_TYPES = ("slurm",)
