@@ -19,7 +19,6 @@ with instrumented():
     from jupyter_cloudtik.hpc.slurm import (
         common_state,
         limits_from_scontrol,
-        parse_kv,
         parse_sacct_states,
         parse_squeue_states,
     )
@@ -39,6 +38,7 @@ with instrumented():
         parse_squeue_jobs,
         sinfo_cpus,
     )
+    from jupyter_cloudtik.transport.slurm import parse_kv
 
 TAGS = (TAG_CLUSTER_NAME, TAG_NODE_KIND, TAG_NODE_TYPE, TAG_LAUNCH_CONFIG)
 

@@ -13,7 +13,10 @@ feature adds, so none of them keeps a list of features:
 - ``node_runtime``: ``"module:function"`` contributions to every node's runtime config,
   ``contribute(manager, cluster_config, role) -> dict``;
 - ``migrations``: ``(area, "module:LIST")`` store migrations, applied by ``ensure_schemas``
-  when a host starts (each table owner still calls ``ensure_schema`` itself on first use).
+  when a host starts (each table owner still calls ``ensure_schema`` itself on first use);
+- ``services``: ``(name, "module:attr")`` what a layer below may use of the feature without
+  importing it, found with ``service(name)`` (the Slurm node provider resolves an HPC
+  backend's login node through hpc's ``slurm_login``).
 
 References are strings, imported only by the face that needs them: the CLI never imports
 IPython, a kernel never imports tornado handlers.  Features load in the order of their entry
@@ -53,6 +56,7 @@ class Feature:
     shutdown: tuple[str, ...] = ()
     node_runtime: tuple[str, ...] = ()
     migrations: tuple[tuple[str, str], ...] = ()
+    services: tuple[tuple[str, str], ...] = ()
 
 
 def resolve(ref: str) -> Any:
@@ -112,6 +116,18 @@ def hooks(name: str, host: str = "server") -> list[Any]:
     found = [getattr(m, name) for m in route_modules() if callable(getattr(m, name, None))
              and host in getattr(m, "HOOK_HOSTS", ("server",))]
     return found + ([resolve(ref) for ref in _parts(name)] if host == "server" else [])
+
+
+def service(name: str) -> Any:
+    """The part some installed feature registers as service ``name``: how a plugin (a
+    provider, say) uses a feature above it without importing it.  A ``ConfigError`` when
+    no installed feature offers it (the caller cannot go on without it)."""
+    for feature in features():
+        for service_name, ref in feature.services:
+            if service_name == name:
+                return resolve(ref)
+    raise ConfigError(f"service '{name}': no installed feature offers it",
+                      field="service", value=name)
 
 
 def ensure_schemas(store: Any) -> list[str]:

@@ -515,9 +515,9 @@ class JobShell:
             cwd: str | None = None) -> Any:
         import uuid
 
+        from ..transport.shell import Result
         from . import script
         from .base import Environment, JobRef, JobSpec, Submission
-        from .shell import Result
 
         be = self.backend
         job_id = f"cloudtik-env-{uuid.uuid4().hex[:12]}"

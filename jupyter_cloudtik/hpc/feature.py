@@ -8,4 +8,7 @@ FEATURE = Feature(
     cli=("jupyter_cloudtik.hpc.cli",),
     routes=("jupyter_cloudtik.hpc.handlers",),
     migrations=(("hpc", "jupyter_cloudtik.hpc.jobs:HPC_MIGRATIONS"),),
+    # the Slurm node provider's login node, from a configured backend (providers/ never
+    # imports hpc/)
+    services=(("slurm_login", "jupyter_cloudtik.hpc.slurm:slurm_login"),),
 )

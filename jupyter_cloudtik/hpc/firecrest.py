@@ -48,6 +48,7 @@ from ..core.errors import (
     ProviderError,
 )
 from ..core.units import parse_duration
+from ..transport.slurm import UNREACHABLE
 from . import script
 from .base import (
     CANCELLED,
@@ -63,7 +64,7 @@ from .base import (
     remote_inside,
 )
 from .files import INPUTS_LIST, input_names
-from .slurm import FAILURE_TEXT, UNREACHABLE, common_state, first_word, slurm_time
+from .slurm import FAILURE_TEXT, common_state, first_word, slurm_time
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
 LIMITS_TTL = 60.0

@@ -69,7 +69,7 @@ class LocalBackend(HPCBackend):
         return str(self.workdir / ENVS_DIR)
 
     def environment_shell(self):
-        from .shell import LocalShell
+        from ..transport.shell import LocalShell
 
         return LocalShell()
 

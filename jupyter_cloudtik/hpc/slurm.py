@@ -24,6 +24,8 @@ from typing import Any
 
 from ..core.errors import BackendUnavailable, ConfigError, NotFoundError, ProviderError
 from ..core.units import parse_duration
+from ..transport.shell import Result
+from ..transport.slurm import SlurmLogin, parse_kv, slurm_int
 from . import script
 from .base import (
     CANCELLED,
@@ -43,7 +45,6 @@ from .base import (
     shell_quote,
 )
 from .files import INPUTS_LIST, input_names
-from .shell import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, LocalShell, Result, SSHShell
 
 QUEUED_STATES = {"PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED",
                  "RESV_DEL_HOLD", "SUSPENDED", "STOPPED"}
@@ -53,8 +54,6 @@ FAILED_STATES = {"FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL",
 FAILURE_TEXT = {"TIMEOUT": "the time limit was reached", "OUT_OF_MEMORY": "out of memory",
                 "NODE_FAIL": "a node failed", "BOOT_FAIL": "a node failed to boot",
                 "DEADLINE": "the deadline passed", "PREEMPTED": "preempted"}
-UNREACHABLE = ("Unable to contact slurm controller", "Socket timed out", "Connection refused",
-               "Zero Bytes were transmitted", "slurm_load_jobs error")
 LIMITS_TTL = 60.0
 CANCEL_MARKER = "cancel_requested"  # in the job's marker folder: scancel was sent
 
@@ -86,24 +85,6 @@ def slurm_time(seconds: float) -> str:
     days, rest = divmod(minutes, 1440)
     hours, mins = divmod(rest, 60)
     return f"{days}-{hours:02d}:{mins:02d}:00" if days else f"{hours:02d}:{mins:02d}:00"
-
-
-def slurm_int(value: object) -> int | None:
-    """A count Slurm printed (``CPUTot=2``), or None for anything else (``UNLIMITED``,
-    ``N/A``, ``²``, which ``str.isdigit`` accepts and ``int`` refuses, 40 digits)."""
-    if isinstance(value, str) and value.isascii() and value.isdecimal() and len(value) <= 18:
-        return int(value)
-    return None
-
-
-def parse_kv(line: str) -> dict[str, str]:
-    """``scontrol show ... -o`` lines: space-separated KEY=VALUE (values without spaces)."""
-    out = {}
-    for token in line.split():
-        if "=" in token:
-            k, v = token.split("=", 1)
-            out[k] = v
-    return out
 
 
 def parse_squeue_states(stdout: str) -> dict[str, tuple[str, str]]:
@@ -216,31 +197,14 @@ class SlurmBackend(HPCBackend):
         self.remote = bool(self.config.get("host"))
         self.shares_local_filesystem = bool(self.config.get("shared_filesystem",
                                                             not self.remote))
-        self._shell = None
+        self._login = SlurmLogin(self.config, lambda key: self.context.secret(key))
         self._workdir: str | None = None
         self._limits: tuple[float, Limits] | None = None
 
     # the login node --------------------------------------------------------------------------
     @property
     def shell(self):
-        if self._shell is None:
-            env = dict(self.config.get("env") or {})
-            if self.remote:
-                self._shell = SSHShell(
-                    self.config["host"], user=self.config.get("user"),
-                    port=int(self.config.get("port", 22)),
-                    private_key=self.context.secret("ssh_key"),
-                    passphrase=self.context.secret("ssh_key_passphrase"),
-                    known_hosts=self.config.get("known_hosts"),
-                    check_host_key=self.config.get("check_host_key", True),
-                    connect_timeout=float(self.config.get("connect_timeout", 15)), env=env,
-                    keepalive_interval=float(self.config.get(
-                        "keepalive_interval", KEEPALIVE_INTERVAL)),
-                    keepalive_count_max=int(self.config.get(
-                        "keepalive_count_max", KEEPALIVE_COUNT_MAX)))
-            else:
-                self._shell = LocalShell(env)
-        return self._shell
+        return self._login.shell
 
     @property
     def workdir(self) -> str:
@@ -270,10 +234,7 @@ class SlurmBackend(HPCBackend):
 
     def _slurm(self, argv: list[str], what: str, timeout: float = 60.0,
                input: bytes | None = None, cwd: str | None = None) -> Result:
-        r = self.shell.run(argv, input=input, timeout=timeout, cwd=cwd)
-        if r.rc != 0 and any(s in r.stderr for s in UNREACHABLE):
-            raise BackendUnavailable(f"{what}: {r.message}")
-        return r
+        return self._login.slurm(argv, what, timeout=timeout, input=input, cwd=cwd)
 
     def describe(self) -> dict[str, Any]:
         d = super().describe()
@@ -579,9 +540,36 @@ class SlurmBackend(HPCBackend):
         self.shell.run(["rm", "-rf", "--", self.folder(job.id)])
 
     def close(self) -> None:
-        if self._shell is not None:
-            self._shell.close()
-            self._shell = None
+        self._login.close()
+
+
+def slurm_login(context: Any, backend: str | None, config: dict[str, Any]) -> SlurmLogin:
+    """The ``slurm_login`` service (hpc's ``Feature``): the login node of a Slurm node
+    provider, whose ``context`` has the state folder, store, log and settings.  With
+    ``backend`` it is that configured HPC backend of type slurm (host, user, env...) with
+    ``config["env"]`` laid over the backend's; without, ``config`` holds the provider's
+    inline fields.  Either way the SSH key is a backend credential, of scope
+    ``hpc:<backend>`` (``hpc:slurm`` inline), revealed under hpc's grant."""
+    from ..core.secrets import SecretStore
+    from .base import BackendContext
+    from .settings import hpc_settings
+
+    name = backend or "slurm"
+    if backend:
+        configs = hpc_settings(parent=context.settings).backend_configs()
+        cfg = configs.get(backend)
+        if cfg is None or cfg.get("type") != "slurm":
+            slurms = sorted(n for n, c in configs.items() if c.get("type") == "slurm")
+            raise ConfigError(
+                f"provider.backend: '{backend}' is not a configured HPC backend of type "
+                f"slurm (slurm backends: {', '.join(slurms) or 'none'})",
+                field="provider.backend", value=backend)
+        cfg = {**cfg, "env": {**(cfg.get("env") or {}), **(config.get("env") or {})}}
+    else:
+        cfg = dict(config)
+    ctx = BackendContext(state_dir=context.state_dir, secrets=SecretStore(context.store),
+                         log=context.log, settings=context.settings, name=name)
+    return SlurmLogin(cfg, ctx.secret)
 
 
 def _min(*values):

@@ -23,8 +23,8 @@ What is true and where it comes from:
 * **Job scripts** are dask-jobqueue's (``SLURMJob``): the option names (``cores``,
   ``memory``, ``processes``, ``walltime``, ``job_extra_directives``,
   ``job_script_prologue``, ``interface``...) mean what they mean there.
-* **Transport** is the HPC backends' own (``hpc.slurm.SlurmBackend`` and its
-  ``LocalShell``/``SSHShell``): ``backend:`` names a configured HPC backend of type slurm
+* **Transport** is the one the HPC backends share (``transport.slurm.SlurmLogin`` and
+  its ``LocalShell``/``SSHShell``): ``backend:`` names a configured HPC backend of type slurm
   (its host, user, key in the secret store, ``SLURM_CONF``...), or ``host:``/``user:``/
   ``port:`` give one inline (key: secret ``ssh_key`` of scope ``hpc:slurm``).
 * **Before anything is queued** the request is checked against Slurm: ``sinfo`` for the
@@ -63,7 +63,7 @@ from .slurm_transport import SlurmTransport
 from .slurm_tunnel import SlurmTunnel
 
 if TYPE_CHECKING:
-    from ..hpc.slurm import SlurmBackend
+    from ..transport.slurm import SlurmLogin
 
 
 def _ns(state_dir: Any) -> str:
@@ -168,7 +168,7 @@ class SlurmNodeProvider(SlurmTransport, SlurmTls, SlurmTunnel, SlurmPartition, S
                               "SSH the scheduler runs as a job (scheduler: job)",
                               field="provider.scheduler", value="login")
         self.ns = _ns(context.state_dir)
-        self._backend: SlurmBackend | None = None
+        self._login: SlurmLogin | None = None
         self._local = None
         self._cache: tuple[float, dict[str, dict[str, str]]] | None = None
         self._lock = threading.Lock()

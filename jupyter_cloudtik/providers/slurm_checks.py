@@ -105,7 +105,7 @@ class SlurmChecks:
     def _check_fit(self, cfg: dict[str, Any] | None, part: dict[str, str]) -> None:
         nodes = self.nodes()
         res = self._resources(cfg, "worker")
-        from ..hpc.slurm import slurm_int
+        from ..transport.slurm import slurm_int
 
         cpus = max((c for n in nodes if (c := slurm_int(n.get("CPUTot"))) is not None),
                    default=None)

@@ -47,28 +47,28 @@ def _resolve_there(shell: Any, names: list[str]) -> set[str]:
     return {line.split()[0] for line in (r.stdout or "").splitlines() if line.split()}
 
 
-def job_hosts(backend: Any, job_id: str, *, remote: bool) -> set[str]:
+def job_hosts(login: Any, job_id: str, *, remote: bool) -> set[str]:
     """Every name and address of the nodes Slurm says ``job_id`` runs on; empty when the
     job runs nowhere now (so there is nothing to connect to).  Raises UntrustedAddress
     when Slurm lists nodes it then cannot expand (fail closed)."""
-    r = backend._slurm(["squeue", "-h", "-j", str(job_id), "-o", "%N"], "squeue")
+    r = login.slurm(["squeue", "-h", "-j", str(job_id), "-o", "%N"], "squeue")
     nodelist = (r.stdout or "").strip() if r.rc == 0 else ""
     if not nodelist or nodelist in ("(null)", "n/a"):
         return set()  # not running (pending, ended, unknown): nothing of it to reach
-    h = backend._slurm(["scontrol", "show", "hostnames", nodelist], "scontrol")
+    h = login.slurm(["scontrol", "show", "hostnames", nodelist], "scontrol")
     nodes = [n for n in (h.stdout or "").split() if n] if h.rc == 0 else []
     if not nodes:
         raise UntrustedAddress(f"scontrol cannot expand job {job_id}'s node list "
                                f"{nodelist!r}, so its scheduler address cannot be checked")
     names = set(nodes)
     for node in nodes:
-        n = backend._slurm(["scontrol", "show", "node", "-o", node], "scontrol")
+        n = login.slurm(["scontrol", "show", "node", "-o", node], "scontrol")
         if n.rc == 0:
             kv = _kv(n.stdout)
             names |= {v for v in (kv.get("NodeAddr"), kv.get("NodeHostName")) if v}
     hosts = set(names)
     if remote:
-        hosts |= _resolve_there(backend.shell, sorted(names))
+        hosts |= _resolve_there(login.shell, sorted(names))
     else:
         for name in names:
             hosts |= _resolve_here(name)

@@ -113,7 +113,7 @@ class SlurmNodes:
         if self._is_local_node(node_id):
             return self.local().node_logs(node_id, tail)
         try:
-            text = self.backend.shell.read_bytes(self._log_path(node_id)).decode(
+            text = self.login.shell.read_bytes(self._log_path(node_id)).decode(
                 errors="replace")
         except NotFoundError:
             return ""
@@ -123,7 +123,7 @@ class SlurmNodes:
     def recent_nodes(self, limit: int = 50) -> list[str]:
         out = self.local().recent_nodes(limit) if self.mode == "login" else []
         try:
-            files = self.backend.shell.walk(self.workdir)
+            files = self.login.shell.walk(self.workdir)
         except NotFoundError:
             files = []
         ids = {name[:-4] for name, _ in files if name.endswith(".out") and name[:-4].isdigit()}

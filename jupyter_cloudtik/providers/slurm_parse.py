@@ -77,7 +77,7 @@ def parse_sinfo(stdout: str) -> list[dict[str, Any]]:
 
 def sinfo_cpus(text: str) -> tuple[int, int, int, int] | None:
     """sinfo's ``%C``: allocated/idle/other/total CPUs, or None for another shape."""
-    from ..hpc.slurm import slurm_int
+    from ..transport.slurm import slurm_int
 
     counts = [slurm_int(x) for x in text.split("/")]
     if len(counts) != 4 or None in counts:
@@ -87,7 +87,7 @@ def sinfo_cpus(text: str) -> tuple[int, int, int, int] | None:
 
 def free_memory(nodes: list[dict[str, str]]) -> int:
     """Bytes not allocated on the idle or partly used nodes of ``scontrol show node -o``."""
-    from ..hpc.slurm import slurm_int
+    from ..transport.slurm import slurm_int
 
     free = 0
     for n in nodes:
@@ -99,7 +99,7 @@ def free_memory(nodes: list[dict[str, str]]) -> int:
 
 def memory_per_core(nodes: list[dict[str, str]]) -> int | None:
     """The smallest memory per core of ``scontrol show node -o`` rows (None: none says)."""
-    from ..hpc.slurm import slurm_int
+    from ..transport.slurm import slurm_int
 
     shares = [mem * 2**20 // max(slurm_int(n.get("CPUTot")) or 1, 1)
               for n in nodes if (mem := slurm_int(n.get("RealMemory"))) is not None]

@@ -41,7 +41,7 @@ class SlurmPartition:
         return [n for n in self._all_nodes() if name in n.get("Partitions", "").split(",")]
 
     def _all_nodes(self) -> list[dict[str, str]]:
-        from ..hpc.slurm import parse_kv
+        from ..transport.slurm import parse_kv
 
         if self._nodes and time.monotonic() - self._nodes[0] < FACTS_SECONDS:
             return self._nodes[1]
@@ -111,8 +111,8 @@ class SlurmPartition:
             f"cores on {part['nodes']} node(s) ({part['nodelist']}; sinfo)"))
 
     def offers(self, query=None) -> OfferSet:
-        from ..hpc.slurm import slurm_int
         from ..placement.model import Offer, OfferSet
+        from ..transport.slurm import slurm_int
 
         cap = self.capacity()
         part = self.partition()

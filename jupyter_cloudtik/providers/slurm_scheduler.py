@@ -46,7 +46,7 @@ class SlurmScheduler:
         """A login-node scheduler's address as its worker jobs dial it, as a scheduler file
         in the job folder (which the compute nodes share)."""
         data = json.dumps({"address": self._worker_address(info.scheduler_address)})
-        shell = self.backend.shell
+        shell = self.login.shell
         shell.mkdir(self.workdir)
         shell.write_bytes(self._scheduler_file(head_node), data.encode(), mode=0o600)
 
@@ -86,7 +86,7 @@ class SlurmScheduler:
         if self._is_local_node(head_node_id):
             return self.local().connect_info(head_node_id)
         try:
-            data = json.loads(self.backend.shell.read_bytes(
+            data = json.loads(self.login.shell.read_bytes(
                 f"{self.workdir}/scheduler-{head_node_id}.json"))
         except (NotFoundError, ValueError):
             return None
@@ -99,7 +99,7 @@ class SlurmScheduler:
         if not isinstance(address, str):
             raise UntrustedAddress(f"Slurm job {head_node_id}'s scheduler file has no "
                                    "scheduler address")
-        allowed = job_hosts(self.backend, head_node_id, remote=self._tunnelled())
+        allowed = job_hosts(self.login, head_node_id, remote=self._tunnelled())
         if not allowed:  # the job runs nowhere now: a file left behind names nothing
             return None
         check_address(address, allowed, head_node_id, "scheduler address")

@@ -51,9 +51,9 @@ class SlurmStop:
         if self.mode == "login":
             self.local().cleanup()
         # the ended heads' scheduler files: a job id Slurm gives again must not find one
-        self.backend.shell.run(["sh", "-c", 'rm -f -- "$1"/scheduler-*.json', "sh",
+        self.login.shell.run(["sh", "-c", 'rm -f -- "$1"/scheduler-*.json', "sh",
                                 self.workdir])
-        r = self.backend.shell.run(["rm", "-rf", "--", self._tls_dir()])
+        r = self.login.shell.run(["rm", "-rf", "--", self._tls_dir()])
         if r.rc != 0:
             raise ProviderError(f"cannot remove {self._tls_dir()} on {self.where}: "
                                 f"{r.message}")

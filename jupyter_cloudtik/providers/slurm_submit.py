@@ -38,7 +38,7 @@ class SlurmSubmit:
             if info is not None:
                 self._publish_login_scheduler(head_node, info)
         script = self.job_script(role, runtime.get("resources") or {}, runtime).encode()
-        self.backend.shell.mkdir(self.workdir)
+        self.login.shell.mkdir(self.workdir)
         self._stage_tls()
         comment = encode_comment(self.ns, {**tags, TAG_CLUSTER_NAME: self.cluster_name})
         made: dict[str, dict[str, Any]] = {}

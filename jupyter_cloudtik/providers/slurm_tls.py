@@ -68,7 +68,7 @@ class SlurmTls:
             else:
                 from ..runtime.tls import is_loopback
 
-                login = getattr(self.backend.shell, "host", None)
+                login = getattr(self.login.shell, "host", None)
                 self._tls = not (
                     (login is None or is_loopback(login)) and self._all_localhost()
                     and (is_loopback(self._scheduler_host()) if self.mode == "login"
@@ -100,7 +100,7 @@ class SlurmTls:
         from ..runtime.tls import ensure_cluster_tls
 
         tls = ensure_cluster_tls(self.context.state_dir, self.cluster_name)
-        shell = self.backend.shell
+        shell = self.login.shell
         d = self._tls_dir()
         r = shell.run(["sh", "-c", 'umask 077 && mkdir -p -- "$1" && chmod 700 -- "$1"',
                        "sh", d])

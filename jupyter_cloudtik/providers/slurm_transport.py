@@ -1,8 +1,9 @@
-"""How the Slurm provider reaches Slurm: the HPC backends' own Slurm commands
-(``hpc.slurm.SlurmBackend`` and its ``LocalShell``/``SSHShell``), here or on a login
-node over SSH, and the job folder there.  A named ``backend:`` or an inline
-``host:``/``user:``/``port:``; an unreachable Slurm during the up-front check is a
-wrong field (``ConfigError``), later a provider error.
+"""How the Slurm provider reaches Slurm: the login node of ``transport.slurm``
+(``SlurmLogin`` and its ``LocalShell``/``SSHShell``, shared with the HPC backends), here
+or over SSH, and the job folder there.  A named ``backend:`` (resolved by hpc's
+``slurm_login`` service, since providers never import hpc) or an inline
+``host:``/``user:``/``port:``; an unreachable Slurm during the up-front check is a wrong
+field (``ConfigError``), later a provider error.
 """
 
 from __future__ import annotations
@@ -10,11 +11,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING
 
+from ..core import features
 from ..core.errors import ConfigError, ProviderError
 
 if TYPE_CHECKING:
-    from ..hpc.shell import Result
-    from ..hpc.slurm import SlurmBackend
+    from ..transport.shell import Result
+    from ..transport.slurm import SlurmLogin
 
 
 class SlurmTransport:
@@ -22,25 +24,11 @@ class SlurmTransport:
     ``SlurmNodeProvider``)."""
 
     @property
-    def backend(self) -> SlurmBackend:
-        if self._backend is None:
-            from ..core.secrets import SecretStore
-            from ..hpc.base import BackendContext
-            from ..hpc.settings import hpc_settings
-            from ..hpc.slurm import SlurmBackend
-
+    def login(self) -> SlurmLogin:
+        if self._login is None:
             p = self.provider_config
-            name = p.get("backend") or "slurm"
             if p.get("backend"):
-                configs = hpc_settings(parent=self.context.settings).backend_configs()
-                cfg = configs.get(name)
-                if cfg is None or cfg.get("type") != "slurm":
-                    slurms = sorted(n for n, c in configs.items() if c.get("type") == "slurm")
-                    raise ConfigError(
-                        f"provider.backend: '{name}' is not a configured HPC backend of type "
-                        f"slurm (slurm backends: {', '.join(slurms) or 'none'})",
-                        field="provider.backend", value=name)
-                cfg = dict(cfg)
+                cfg: dict = {}
             else:
                 cfg = {"type": "slurm"}
                 for k in ("host", "port", "user", "known_hosts", "check_host_key",
@@ -51,12 +39,11 @@ class SlurmTransport:
                     import getpass
 
                     cfg["user"] = getpass.getuser()  # as ssh does
-            cfg["env"] = {**(cfg.get("env") or {}), **(p.get("env") or {})}
-            ctx = BackendContext(state_dir=self.context.state_dir,
-                                 secrets=SecretStore(self.context.store), log=self.context.log,
-                                 settings=self.context.settings, name=name)
-            self._backend = SlurmBackend(name, cfg, ctx)
-        return self._backend
+            cfg["env"] = dict(p.get("env") or {})
+            # hpc owns the configured backends and their keys; it offers them as a service
+            slurm_login = features.service("slurm_login")
+            self._login = slurm_login(self.context, p.get("backend"), cfg)
+        return self._login
 
     @property
     def where(self) -> str:
@@ -73,7 +60,7 @@ class SlurmTransport:
         from ..core.errors import BackendUnavailable
 
         try:
-            return self.backend._slurm(argv, what, timeout=timeout, input=input)
+            return self.login.slurm(argv, what, timeout=timeout, input=input)
         except BackendUnavailable as e:
             if self._checking:  # the up-front check: the field is wrong, not the weather
                 raise ConfigError(f"{self._host_field()}: cannot reach Slurm on {self.where}: "
@@ -90,7 +77,7 @@ class SlurmTransport:
         if self._workdir is None:
             wd = self.provider_config.get("workdir") or "~/cloudtik-slurm"
             if wd.startswith("~"):
-                wd = self.backend.shell.home() + wd[1:]
+                wd = self.login.shell.home() + wd[1:]
             self._workdir = f"{wd.rstrip('/')}/{self.ns}-{self.cluster_name}"
         return self._workdir
 

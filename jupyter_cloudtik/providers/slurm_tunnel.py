@@ -12,7 +12,7 @@ from typing import Any
 from ..core.errors import ProviderError
 from .base import ConnectInfo
 
-# (login node, state namespace, cluster, "host:port") -> hpc.shell.Tunnel of this process
+# (login node, state namespace, cluster, "host:port") -> transport.shell.Tunnel of this process
 _TUNNELS: dict[tuple[str, str, str, str], Any] = {}
 _TUNNELS_LOCK = threading.Lock()
 
@@ -40,7 +40,7 @@ class SlurmTunnel:
             from ..core.errors import BackendUnavailable
 
             try:
-                t = self.backend.shell.forward_local_port(host, int(port))
+                t = self.login.shell.forward_local_port(host, int(port))
             except BackendUnavailable as e:
                 raise ProviderError(f"cannot open the SSH tunnel to the scheduler ({dest}) "
                                     f"through {self.where}: {e.message}") from None

@@ -251,7 +251,7 @@ def test_refusals_at_submit_half_built_repair_and_old_envs_collected(
     # a build cut off half-way (a folder without the completion marker) where the job's
     # environment goes: found by the job, removed and built again
     from jupyter_cloudtik.hpc import environment as envs
-    from jupyter_cloudtik.hpc.shell import LocalShell
+    from jupyter_cloudtik.transport.shell import LocalShell
 
     system = envs.find_python(LocalShell(), "loc", [], None)
     cache = hpc_state / "hpc" / "wheels"  # the session's wheels (make_client's state)

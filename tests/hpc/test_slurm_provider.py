@@ -874,14 +874,14 @@ def test_ssh_keepalive_notices_a_silent_login_node(sshd, slurm, slurm_cfg, manag
     the connection closes after interval x (count + 1) seconds of silence, its tunnels
     count as gone, and the next command connects again.  The same silence on a connection
     without keepalive goes unnoticed (the control)."""
-    from jupyter_cloudtik.hpc.shell import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, SSHShell
     from jupyter_cloudtik.providers.slurm import SlurmNodeProvider
+    from jupyter_cloudtik.transport.shell import KEEPALIVE_COUNT_MAX, KEEPALIVE_INTERVAL, SSHShell
 
     # the provider's fields reach the shell; the defaults are on
     prov = SlurmNodeProvider({**slurm_cfg, "host": "127.0.0.1", "port": sshd.port,
                               "user": "root", "keepalive_interval": 0.5,
                               "keepalive_count_max": 2}, "ka", manager.context)
-    assert (prov.backend.shell.keepalive_interval, prov.backend.shell.keepalive_count_max) \
+    assert (prov.login.shell.keepalive_interval, prov.login.shell.keepalive_count_max) \
         == (0.5, 2)
     assert (KEEPALIVE_INTERVAL, KEEPALIVE_COUNT_MAX) == (15.0, 3)
 

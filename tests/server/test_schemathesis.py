@@ -252,7 +252,7 @@ def test_a_log_offset_past_the_end_is_an_empty_chunk(guarded):
 
 def test_the_local_shell_reads_nothing_past_the_end(tmp_path):
     """The same seek for Slurm's log on this machine (``LocalShell.read_bytes``)."""
-    from jupyter_cloudtik.hpc.shell import LocalShell
+    from jupyter_cloudtik.transport.shell import LocalShell
 
     log = tmp_path / "job.log"
     log.write_bytes(b"hello\n")

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...core.errors import ConfigError, ProviderError
+from ...transport.slurm import parse_kv
 from .. import script
 from ..base import JobRef, JobStatus, Submission
-from ..slurm import SlurmBackend, parse_kv
+from ..slurm import SlurmBackend
 from .profiles import Profile
 
 CONNECTION_FILE = "kernel.json"

@@ -1,4 +1,5 @@
-"""Running commands and moving files on a login node: here, or over SSH.
+"""Running commands and moving files on a login node: here, or over SSH (used by the HPC
+backends and the Slurm node provider alike, through ``transport.slurm`` or directly).
 
 ``LocalShell`` is for a server that runs on the login node itself; ``SSHShell`` talks to a
 remote one with asyncssh (one connection, kept and reused; commands and SFTP share it).
