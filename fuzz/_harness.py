@@ -33,7 +33,7 @@ def text(data: bytes) -> str:
 
 
 def output(data: bytes) -> str:
-    """Bytes as a command's output is decoded here (``errors="replace"``, hpc/shell.py)."""
+    """Bytes as a command's output is decoded here (``errors="replace"``, transport/shell.py)."""
     return data.decode("utf-8", "replace")
 
 

@@ -383,7 +383,7 @@ class HPCBackend:
         return None
 
     def environment_shell(self) -> Any:
-        """Commands and files on the system (``hpc/shell.py``), for building envs."""
+        """Commands and files on the system (``transport/shell.py``), for building envs."""
         return None
 
     def prepare_environment(self, merged: Environment,
