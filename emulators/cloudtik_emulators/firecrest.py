@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import hashlib
 import hmac
 import json
@@ -111,6 +112,29 @@ KNOWN_SBATCH = {"job-name", "output", "error", "nodes", "ntasks-per-node", "cpus
                 "ntasks", "qos", "gpus-per-node", "constraint", "export", "input",
                 "mem-per-cpu", "exclusive", "signal", "mail-type", "mail-user", "array",
                 "dependency", "hold", "requeue", "no-requeue", "wait", "parsable"}
+
+
+def parse_array(text: str) -> dict[str, Any]:
+    """``--array=0-9%2`` / ``1,3,5-7``: the task indices and the ``%`` limit (None: all
+    at once)."""
+    spec, _, limit = text.partition("%")
+    indices: list[int] = []
+    for part in spec.split(","):
+        a, _, b = part.partition("-")
+        b, _, step = b.partition(":")
+        indices += range(int(a), int(b or a) + 1, int(step or 1))
+    return {"indices": sorted(set(indices)), "limit": int(limit) if limit else None}
+
+
+def format_indices(indices: list[int]) -> str:
+    """``[2, 3, 4, 7]`` -> ``2-4,7``, as Slurm prints a combined array record."""
+    runs: list[list[int]] = []
+    for i in indices:
+        if runs and i == runs[-1][1] + 1:
+            runs[-1][1] = i
+        else:
+            runs.append([i, i])
+    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
 
 
 class SlurmRefusal(Exception):
@@ -183,6 +207,7 @@ class FirecrestService:
         self.base_url = base_url
         self.secret = secrets.token_bytes(32)
         self._load()
+        threading.Thread(target=self._arrays_loop, daemon=True).start()
 
     # bookkeeping --------------------------------------------------------------------------
     def record(self, method: str, path: str, query: str = "") -> None:
@@ -309,9 +334,116 @@ class FirecrestService:
                                "configuration is not available")
         if pending_reason or not wd_path.is_dir():
             return str(jid)
+        if d.get("array") is not None:
+            with self.lock:  # tasks start from the array scheduler (schedule_arrays)
+                self.jobs[str(jid)].update(array=parse_array(d["array"]), env=env,
+                                           out_t=out, err_t=err, tasks={})
+                self._save()
+            self.schedule_arrays()
+            return str(jid)
         self.runner.start(str(jid), script, wd_path, env, out_p, err_p, time_limit=limit,
                           delay=self.faults.queue_delay)
         return str(jid)
+
+    # job arrays -----------------------------------------------------------------------------
+    def schedule_arrays(self) -> None:
+        """Start the pending tasks of every array while fewer than its ``%`` limit run (and
+        as many as it has when there is none), lowest index first, as Slurm does."""
+        with self.lock:
+            changed = False
+            for jid, j in self.jobs.items():
+                arr = j.get("array")
+                if not arr or j.get("cancelled_at"):
+                    continue
+                tasks = j["tasks"]
+                running = sum(1 for i in tasks
+                              if self.runner.state(f"{jid}_{i}")[0] in ("PENDING", "RUNNING"))
+                room = (arr["limit"] or len(arr["indices"])) - running
+                for i in [i for i in arr["indices"] if str(i) not in tasks][:max(0, room)]:
+                    self._start_task(jid, j, i)
+                    changed = True
+            if changed:
+                self._save()
+
+    def _start_task(self, jid: str, j: dict[str, Any], i: int) -> None:
+        wd = Path(j["workingDirectory"])
+
+        def name(t: str) -> Path:
+            t = t.replace("%A", jid).replace("%a", str(i)).replace("%j", f"{jid}_{i}")
+            return self._rel(wd, t)
+
+        env = {**j["env"], "SLURM_ARRAY_JOB_ID": jid, "SLURM_ARRAY_TASK_ID": str(i),
+               "SLURM_ARRAY_TASK_COUNT": str(len(j["array"]["indices"]))}
+        out, err = name(j["out_t"]), name(j["err_t"])
+        j["tasks"][str(i)] = {"standardOutput": str(out)}
+        self.runner.start(f"{jid}_{i}", j["script"], wd, env, out, err,
+                          time_limit=j.get("limit"), delay=self.faults.queue_delay)
+
+    def _arrays_loop(self) -> None:
+        while True:
+            time.sleep(0.2)
+            try:
+                self.schedule_arrays()
+            except Exception:  # a job record being written: the next turn sees it
+                pass
+
+    def job_models(self, jid: str, shown: bool = False) -> list[dict[str, Any]]:
+        """What sacct and squeue list for a job: one entry; for an array, one per task
+        Slurm has started (``<id>_<i>``) and one for the tasks still pending, in Slurm's
+        combined form ``<id>_[2-5%2]`` (squeue without ``-r``, sacct without
+        ``--array``, which is how FirecREST calls them)."""
+        j = self.jobs[jid]
+        arr = j.get("array")
+        if not arr:
+            return [self.job_model(jid, shown)]
+        base = self.job_model(jid, shown)
+        with self.lock:  # the scheduler thread adds tasks
+            tasks = dict(j["tasks"])
+        out = [self._task_model(base, f"{jid}_{i}") for i in sorted(tasks, key=int)]
+        waiting = [i for i in arr["indices"] if str(i) not in tasks]
+        if waiting:
+            limit = f"%{arr['limit']}" if arr["limit"] else ""
+            m = copy.deepcopy(base)
+            m["jobId"] = f"{jid}_[{format_indices(waiting)}{limit}]"
+            if j.get("cancelled_at"):
+                m["status"].update(state="CANCELLED by 1000", stateReason="None", exitCode=0,
+                                   interruptSignal=0)
+                m["time"]["end"] = int(j["cancelled_at"])
+            else:
+                full = arr["limit"] and sum(1 for x in out if x["status"]["state"] in
+                                            ("PENDING", "RUNNING")) >= arr["limit"]
+                m["status"].update(state="PENDING", exitCode=None, interruptSignal=None,
+                                   stateReason="JobArrayTaskLimit" if full else "Priority")
+                m["time"].update(start=None, end=None, elapsed=0)
+            m["nodes"], m["allocationNodes"] = "None assigned", 0
+            out.append(m)
+        return out
+
+    def _task_model(self, base: dict[str, Any], key: str) -> dict[str, Any]:
+        m = copy.deepcopy(base)
+        m["jobId"] = key
+        state, rc = self.runner.state(key)
+        reason, signal_ = "None", 0
+        if state == "LOST":
+            state, reason = "FAILED", "NodeFail"
+        bk = self.runner.job_folder(key)
+        started = _mtime(bk / "started")
+        ended = _mtime(bk / "exitcode") or (_mtime(bk / "cancelled")
+                                            if state == "CANCELLED" else None)
+        if state == "CANCELLED":
+            state, rc = "CANCELLED by 1000", 0
+        elif state in ("PENDING", "RUNNING"):
+            rc = signal_ = None
+            reason = "Priority" if state == "PENDING" else "None"
+        m["status"] = {"state": state, "stateReason": reason, "exitCode": rc,
+                       "interruptSignal": signal_}
+        final = state.split()[0] in FINAL
+        m["time"].update(start=int(started) if started else None,
+                         end=int(ended) if ended else None,
+                         elapsed=int(((ended if final else None) or time.time()) - started)
+                         if started else 0)
+        m["nodes"] = "localhost" if started else ""
+        return m
 
     def cancel(self, jid: str) -> None:
         """scancel: a finished or unknown job is an error (FirecREST: 500)."""
@@ -319,6 +451,20 @@ class FirecrestService:
         if j is None:
             raise SlurmRefusal(f"scancel: Terminating job {jid}\nscancel: error: Kill job "
                                f"error on job id {jid}: Invalid job id specified\n", rc=0)
+        if j.get("array"):  # scancel <array id>: every task, pending and running
+            live = [i for i in j["tasks"] if self.runner.state(f"{jid}_{i}")[0]
+                    in ("PENDING", "RUNNING")]
+            pending = len(j["tasks"]) < len(j["array"]["indices"])
+            if not live and (not pending or j.get("cancelled_at")):
+                raise SlurmRefusal(f"scancel: Terminating job {jid}\nscancel: error: Kill "
+                                   f"job error on job id {jid}: Job/step already completing "
+                                   "or completed\n", rc=0)
+            with self.lock:
+                j.setdefault("cancelled_at", time.time())
+                self._save()
+            for i in live:
+                self.runner.cancel(f"{jid}_{i}")
+            return
         if j.get("pending") and not j.get("cancelled_at"):
             with self.lock:
                 j["cancelled_at"] = time.time()
@@ -396,9 +542,8 @@ class FirecrestService:
             "workingDirectory": j["workingDirectory"], "priority": 4294901759 - int(jid),
         }
 
-    def listed(self, jid: str) -> bool:
+    def listed(self, m: dict[str, Any]) -> bool:
         """GET /jobs: running and pending jobs, and finished ones of the last 24 h."""
-        m = self.job_model(jid)
         end = m["time"]["end"]
         final = m["status"]["state"].split()[0] in FINAL
         return not final or not end or time.time() - end < HISTORY_WINDOW
@@ -588,8 +733,10 @@ class JobsHandler(Handler):
             return
         s = self.svc
         if jid is None:
-            self.reply({"jobs": [s.job_model(k, shown=True) for k in sorted(s.jobs, key=int)
-                                 if s.visible(k, self.user) and s.listed(k)]})
+            self.reply({"jobs": [m for k in sorted(s.jobs, key=int) if s.visible(k, self.user)
+                                 for m in s.job_models(k, shown=True) if s.listed(m)]})
+            return
+        if not self.job_id_ok(jid):
             return
         if not jid.isdigit():  # sacct: fatal: Bad job/step specified
             self.fail(500, "Error executing Slurm command.",
@@ -606,7 +753,19 @@ class JobsHandler(Handler):
                                   "standardOutput": j["standardOutput"],
                                   "standardError": j["standardError"]}]})
             return
-        self.reply({"jobs": [s.job_model(jid, shown=True)]})
+        self.reply({"jobs": s.job_models(jid, shown=True)})
+
+    def job_id_ok(self, jid: str) -> bool:
+        """FirecREST's ``{job_id}`` path parameter is ``pattern="^[a-zA-Z0-9]+$"``
+        (compute/router.py: get_job, get_job_metadata, delete_job_cancel): an array
+        task's ``123_4`` is a validation error, which its handler answers with 400
+        (api_response_model.py, build_http_error_from_exception)."""
+        if re.fullmatch(r"[a-zA-Z0-9]+", jid):
+            return True
+        msg = "String should match pattern '^[a-zA-Z0-9]+$'"
+        self.fail(400, f"1 validation error: {msg}", errorType="validation",
+                  data={"fields": [{"location": "path", "name": "job_id", "message": msg}]})
+        return False
 
     def post(self, system: str, jid: str | None = None, what: str | None = None) -> None:
         if not self.system_ok(system):
@@ -639,6 +798,8 @@ class JobsHandler(Handler):
             return
         if jid is None:
             self.fail(405, "Method Not Allowed")
+            return
+        if not self.job_id_ok(jid):
             return
         try:
             if jid in self.svc.jobs and not self.svc.visible(jid, self.user):
@@ -987,8 +1148,8 @@ def make_app(service: FirecrestService) -> web.Application:
         (rf"/status/{sysre}/partitions", PartitionsHandler),
         (rf"/status/{sysre}/userinfo", UserinfoHandler),
         (rf"/compute/{sysre}/jobs", JobsHandler),
-        (rf"/compute/{sysre}/jobs/([A-Za-z0-9]+)", JobsHandler),
-        (rf"/compute/{sysre}/jobs/([A-Za-z0-9]+)/(metadata)", JobsHandler),
+        (rf"/compute/{sysre}/jobs/([^/]+)", JobsHandler),
+        (rf"/compute/{sysre}/jobs/([^/]+)/(metadata)", JobsHandler),
         (rf"/filesystem/{sysre}/ops/(\w+)", OpsHandler),
         (rf"/filesystem/{sysre}/transfer/(\w+)", TransferHandler),
         (r"/s3/([^/]+)/(.+)", StageHandler),
