@@ -240,7 +240,17 @@ class DetachedJobs:
         if not rec or not self.alive(key):
             return
         pid = int(rec.split()[0])
+        try:  # every descendant, as Slurm's proctrack does: `timeout` and a script's
+            # `setsid` children are in process groups of their own
+            tree = psutil.Process(pid).children(recursive=True)
+        except psutil.Error:
+            tree = []
         for sig in (signal.SIGTERM, signal.SIGKILL):
+            for child in tree:
+                try:
+                    child.send_signal(sig)
+                except psutil.Error:
+                    pass
             try:
                 os.killpg(pid, sig)
             except (ProcessLookupError, PermissionError):

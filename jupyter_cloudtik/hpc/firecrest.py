@@ -64,6 +64,7 @@ from .base import (
     remote_inside,
 )
 from .files import INPUTS_LIST, input_names
+from .firecrest_array import FirecrestArrays, expand_listing
 from .slurm import FAILURE_TEXT, common_state, first_word, slurm_time
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
@@ -99,7 +100,7 @@ def _slurm_refused(detail: str) -> bool:
         or "sbatch: error" in detail or "sbatch: unrecognized option" in detail
 
 
-class FirecrestBackend(HPCBackend):
+class FirecrestBackend(FirecrestArrays, HPCBackend):
     kind = "firecrest"
     description = "an HPC system behind a FirecREST v2 API"
     config_schema = {
@@ -139,6 +140,7 @@ class FirecrestBackend(HPCBackend):
         self._dl_client = None  # downloads: see _download_client
         # job id -> (provisional reason, when first seen): a reason that lasts settles
         self._provisional: dict[str, tuple[str, float]] = {}
+        self._element_cancels: set[str] = set()  # array tasks cancelled while pending
 
     # the client ------------------------------------------------------------------------------
     @property
@@ -398,6 +400,11 @@ class FirecrestBackend(HPCBackend):
                    file_size=len(data), account=self.config.get("account"))
 
     def submit(self, sub: Submission) -> str:
+        text = self._prepare(sub)
+        return self._sbatch(self.folder(sub.job_id), text, sub)
+
+    def _prepare(self, sub: Submission) -> str:
+        """The job's folder on the system (files, inputs, parameters, script); its script."""
         folder = self.folder(sub.job_id)
         self._check_sizes(sub)
         try:
@@ -419,6 +426,9 @@ class FirecrestBackend(HPCBackend):
                            ("\n".join(input_names(sub)) + "\n").encode())
         text = script.render(sub, directives=self.directives(sub, folder), job_dir=folder)
         self._upload_bytes(folder, script.SCRIPT_NAME, text.encode())
+        return text
+
+    def _sbatch(self, folder: str, text: str, sub: Submission) -> str:
         a = sub.spec.attributes
         try:
             res = self._call("submit", self.system, folder, script_str=text,
@@ -482,11 +492,13 @@ class FirecrestBackend(HPCBackend):
 
     # watching ------------------------------------------------------------------------------------
     def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
-        listed = {str(j["jobId"]): j for j in self._call("job_info", self.system) or []}
+        listed = expand_listing(self._call("job_info", self.system) or [])
         out = {}
         for job in jobs:
             info = listed.get(job.native_id)
-            if info is None:
+            if info is None and "_" in job.native_id:  # an array's task (firecrest_array)
+                info = self._array_task(job.native_id, listed)
+            elif info is None:
                 try:
                     found = self._call("job_info", self.system, job.native_id)
                     info = found[0] if found else None
@@ -496,6 +508,11 @@ class FirecrestBackend(HPCBackend):
         return out
 
     def _status(self, job: JobRef, info: dict[str, Any]) -> JobStatus:
+        if "_" in job.native_id:
+            return self._element_status(job, self._job_status(job, info))
+        return self._job_status(job, info)
+
+    def _job_status(self, job: JobRef, info: dict[str, Any]) -> JobStatus:
         st = info.get("status") or {}
         native = st.get("state") or ""
         if isinstance(native, list):
@@ -573,6 +590,8 @@ class FirecrestBackend(HPCBackend):
         return JobStatus(FAILED, "PENDING", f"Slurm will never start it: {reason} ({why})")
 
     def _forgotten(self, job: JobRef) -> JobStatus:
+        if "_" in job.native_id and self._element_cancelled(job):
+            return JobStatus(CANCELLED, "CANCELLED", "cancelled (its cancel marker)")
         try:
             code = self._view(f"{self.folder(job.id)}/{script.MARKER_DIR}/exitcode").strip()
         except NotFoundError:
@@ -640,6 +659,9 @@ class FirecrestBackend(HPCBackend):
         return raw[offset - start:end], eof
 
     def cancel(self, job: JobRef) -> None:
+        if "_" in job.native_id:  # one task of an array: see firecrest_array
+            self._cancel_element(job)
+            return
         try:
             self._call("cancel_job", self.system, job.native_id)
         except NotFoundError:

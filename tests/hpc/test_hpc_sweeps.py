@@ -289,10 +289,10 @@ def test_sweep_magic_and_cli(ip, sweep_nb, capsys):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind", ["firecrest", "arc"])
+@pytest.mark.parametrize("kind", ["arc"])
 def test_sweep_on_backends_without_an_array(kind, make_client, backend_configs, sweep_nb):
-    """FirecREST (the emulator) and ARC (the emulator): a bounded set of jobs, at most
-    max_concurrent at once, and the results table."""
+    """ARC (the emulator): a bounded set of jobs, at most max_concurrent at once, and the
+    results table.  (FirecREST has Slurm's arrays: test_hpc_sweeps_firecrest.py.)"""
     cfg, secrets = backend_configs[kind]()
     c = make_client({kind: cfg}, secrets=secrets)
     nb, _ = sweep_nb

@@ -1,0 +1,121 @@
+"""Sweeps on FirecREST (the emulator) as one Slurm job array: one submit, one
+``GET /compute/{system}/jobs`` per poll for every element, the ``%`` limit honoured,
+partial failure and retry, cancelling one element (by its marker: FirecREST refuses an
+array task's id) and the whole array, and the results table.
+
+The emulator is shared by the worker's tests: its request log is read from a time on."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from jupyter_cloudtik.hpc.api import Job
+
+from .conftest import wait_for
+from .test_hpc_sweeps import sweep_nb  # noqa: F401  (the fixture)
+
+JOBS = "/compute/testsys/jobs"
+
+
+def _compute(firecrest, t0: float, t1: float | None = None) -> list[dict]:
+    return [r for r in firecrest.requests() if r["t"] >= t0 and (t1 is None or r["t"] <= t1)
+            and r["path"].startswith(JOBS)]
+
+
+def _polls(c, n: int) -> tuple[float, float]:
+    """``n`` polls of the backend in a row, with the background poller kept out (it
+    skips a backend whose lock is held): the window they ran in."""
+    mgr = c.manager
+
+    async def run():
+        lock = mgr._backend_locks.setdefault("firecrest", asyncio.Lock())
+        async with lock:
+            t0 = time.time()
+            for _ in range(n):
+                await mgr._poll_backend_locked("firecrest")
+            return t0, time.time()
+
+    return c._run(run())
+
+
+@pytest.mark.slow
+def test_firecrest_sweep_is_one_array_with_limit_retry_and_results(
+        make_client, backend_configs, firecrest, sweep_nb):  # noqa: F811
+    cfg, secrets = backend_configs["firecrest"]()
+    c = make_client({"firecrest": cfg}, secrets=secrets)
+    nb, flag = sweep_nb
+    t0 = time.time()
+    s = Job.sweep(str(nb), backend="firecrest", zip={"alpha": [1, 3, 5, 7], "n": [2, 2, 4, 1]},
+                  client=c, max_concurrent=2, time="5m")
+    info = s.info
+    assert info.mode == "array"
+    natives = [e["native_id"] for e in info.elements]
+    array = natives[0].split("_")[0]
+    assert natives == [f"{array}_{i}" for i in range(4)], natives
+    # three polls for the four elements: one GET /compute/testsys/jobs each, nothing else
+    a, b = _polls(c, 3)
+    asked = [(r["method"], r["path"]) for r in _compute(firecrest, a, b)]
+    assert asked == [("GET", JOBS)] * 3, asked
+    peak = 0
+
+    def watch():
+        nonlocal peak
+        now = s.info
+        peak = max(peak, sum(1 for e in now.elements if e["state"] == "running"))
+        return now.done
+
+    wait_for(watch, timeout=240, interval=0.1, what="the FirecREST sweep to end")
+    assert peak <= 2  # Slurm's %2
+    info = s.info
+    assert info.counts == {"queued": 0, "running": 0, "succeeded": 3, "failed": 1,
+                           "cancelled": 0, "unknown": 0}, str(s)
+    sent = _compute(firecrest, t0)
+    assert [r for r in sent if r["method"] == "POST"] == [
+        r for r in sent if r["method"] == "POST" and r["path"] == JOBS]
+    assert len([r for r in sent if r["method"] == "POST"]) == 1  # one sbatch --array
+    assert not [r for r in sent if r["path"] != JOBS]  # never a task by its id (a 400)
+
+    flag.write_text("ok")
+    t1 = time.time()
+    s.retry()
+    retried = s.info.elements[1]
+    assert retried["attempts"] == 2 and retried["native_id"].split("_")[0] != array
+    assert [e["attempts"] for e in s.info.elements] == [1, 2, 1, 1]
+    info = s.wait(240)
+    assert info.state == "succeeded", str(s)
+    assert len([r for r in _compute(firecrest, t1) if r["method"] == "POST"]) == 1
+    rows = c.sweep_results(s.id)
+    assert [r["score"] for r in rows] == [2, 6, 20, 7]
+    assert all("out.txt" in r["outputs"] for r in rows), rows
+    assert all(r["location"].startswith("firecrest:") for r in rows), rows
+
+
+@pytest.mark.slow
+def test_firecrest_sweep_cancel_one_element_then_the_array(
+        make_client, backend_configs, firecrest, notebooks):
+    cfg, secrets = backend_configs["firecrest"]()
+    c = make_client({"firecrest": cfg}, secrets=secrets)
+    t0 = time.time()
+    s = Job.sweep(str(notebooks["long"]), backend="firecrest",
+                  grid={"seconds": [120, 121, 122, 123]}, client=c, max_concurrent=2,
+                  time="5m")
+    wait_for(lambda: [e["state"] for e in s.info.elements] ==
+             ["running", "running", "queued", "queued"], timeout=120,
+             what="elements 0 and 1 running, 2 and 3 held back by %2")
+    s.cancel(element=0)  # running: its marker ends it, and frees a slot for element 2
+    wait_for(lambda: s.info.elements[0]["state"] == "cancelled", timeout=60,
+             what="element 0 cancelled: " + str(s))
+    wait_for(lambda: s.info.elements[2]["state"] == "running", timeout=60,
+             what="element 2 started in element 0's slot: " + str(s))
+    s.cancel(element=3)  # pending: cancelled at once, its task exits when it starts
+    assert s.info.elements[3]["state"] == "cancelled", str(s)
+    assert s.info.elements[1]["state"] == "running", str(s)
+    s.cancel()
+    info = s.wait(60)
+    assert info.state == "cancelled" and info.counts["cancelled"] == 4, str(s)
+    deletes = [r["path"] for r in _compute(firecrest, t0) if r["method"] == "DELETE"]
+    array = s.info.elements[0]["native_id"].split("_")[0]
+    assert deletes == [f"{JOBS}/{array}"], deletes  # one scancel of the whole array
