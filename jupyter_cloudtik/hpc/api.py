@@ -68,9 +68,9 @@ class Job:
         100]}`` is 4 elements); ``zip``: values taken pairwise (lists of one length);
         ``elements``: a list of parameter dicts, as given.  ``parameters`` are shared by
         all elements.  Every element is checked against the notebook before anything is
-        submitted; on Slurm the sweep is one job array (``--array=0-N%max_concurrent``),
-        elsewhere at most ``max_concurrent`` jobs run at once (default
-        ``HPC.sweep_max_concurrent``).  ``options`` are ``Job.submit``'s.
+        submitted; on Slurm and FirecREST the sweep is one job array
+        (``--array=0-N%max_concurrent``), elsewhere at most ``max_concurrent`` jobs run
+        at once (default ``HPC.sweep_max_concurrent``).  ``options`` are ``Job.submit``'s.
         """
         client = client or get_jobs_client()
         spec = build_spec(notebook, None, parameters=parameters, **options)

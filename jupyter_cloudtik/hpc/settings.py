@@ -97,8 +97,8 @@ class HPC(Configurable):
 
     sweep_max_concurrent = Int(
         32, help="How many elements of a sweep run at once unless the sweep says "
-                 "(max_concurrent): Slurm's --array=0-N%LIMIT; on backends without job "
-                 "arrays (local, ARC, FirecREST, Dask), at most this many of its jobs are "
+                 "(max_concurrent): Slurm's --array=0-N%LIMIT (Slurm, FirecREST); on backends "
+                 "without job arrays (local, ARC, Dask), at most this many of its jobs are "
                  "submitted and not yet ended. Also the ceiling: a sweep asking for more "
                  "is refused."
     ).tag(config=True)

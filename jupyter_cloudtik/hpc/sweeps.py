@@ -10,8 +10,9 @@ Every element is checked (its parameters against the notebook's cell tagged
 hold=sweep)``) before anything is submitted; only then does the sweep submit them:
 
 * as one native job array where the backend has one (``submit_array``: Slurm's
-  ``sbatch --array=0-N%LIMIT``), the limit being how many elements run at once;
-* elsewhere (local, ARC, FirecREST, Dask) as a bounded set of jobs: at most LIMIT
+  ``sbatch --array=0-N%LIMIT``, directly or through FirecREST), the limit being how many
+  elements run at once;
+* elsewhere (local, ARC, Dask) as a bounded set of jobs: at most LIMIT
   elements are submitted and not yet ended; the poller releases the next as others end.
 
 ``retry`` records a new job for each failed element only (the old one stays as history)
