@@ -140,6 +140,41 @@ def test_jobs_as_firecrest_shows_them(api, home):
     assert job["status"]["state"] == "FAILED" and job["status"]["interruptSignal"] == 53
 
 
+def test_arrays_as_firecrest_shows_them(api, home):
+    """``#SBATCH --array=0-3%2`` goes to sbatch as is; GET /jobs (sacct and squeue
+    without --array/-r) lists started tasks as ``<id>_<i>`` and the pending rest as one
+    combined ``<id>_[2-3%2]`` entry; ``123_4`` in the path is a 400 validation error
+    (compute/router.py: ``job_id`` has ``pattern="^[a-zA-Z0-9]+$"``); ``scancel <id>``
+    ends every task.  Read from firecrest-v2's source (docs/hpc.md's table)."""
+    Path(home).mkdir(parents=True, exist_ok=True)  # the site makes <mount>/<user>
+    script = "#!/bin/bash\n#SBATCH --array=0-3%2\n#SBATCH --output=%a.out\nsleep 30\n"
+    jid = _submit(api, home, script=script).json()["jobId"]
+
+    def listed():
+        return {j["jobId"]: (j["status"]["state"], j["status"]["stateReason"])
+                for j in api.get(f"/compute/{SYS}/jobs").json()["jobs"]
+                if j["jobId"].split("_")[0] == jid}
+
+    seen = wait_for(lambda: (x := listed()).get(f"{jid}_1", ("",))[0] == "RUNNING" and x, 30,
+                    what="two tasks running")
+    assert seen == {f"{jid}_0": ("RUNNING", "None"), f"{jid}_1": ("RUNNING", "None"),
+                    f"{jid}_[2-3%2]": ("PENDING", "JobArrayTaskLimit")}, seen
+    task = f"/compute/{SYS}/jobs/{jid}_1"
+    for r in (api.get(task), api.delete(task)):
+        body = r.json()
+        assert r.status_code == 400 and body["errorType"] == "validation", body
+        assert body["data"]["fields"][0]["name"] == "job_id", body
+    assert len(api.get(f"/compute/{SYS}/jobs/{jid}").json()["jobs"]) == 3  # the array
+    assert api.delete(f"/compute/{SYS}/jobs/{jid}").status_code == 204
+
+    def all_cancelled():
+        now = listed()
+        return all(v[0].startswith("CANCELLED") for v in now.values()) and now
+
+    done = wait_for(all_cancelled, 15, what="every task cancelled")
+    assert set(done) == {f"{jid}_0", f"{jid}_1", f"{jid}_[2-3%2]"}, done
+
+
 def test_tokens_with_less_than_30_s_left_are_refused(firecrest, make_client,
                                                      backend_configs, notebooks):
     firecrest.faults(token_ttl=20)
