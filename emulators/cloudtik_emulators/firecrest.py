@@ -320,6 +320,9 @@ class FirecrestService:
                 "limit": limit or (plim.get("max_time") or 3600), "submitted": time.time(),
                 "nodes": nodes, "pending": pending_reason,
             }
+            if d.get("array") is not None:  # its tasks start from schedule_arrays
+                self.jobs[str(jid)].update(array=parse_array(d["array"]), env=env,
+                                           out_t=out, err_t=err, tasks={})
             if refused:  # slurmctld made the record, then refused: accounting keeps it
                 self.jobs[str(jid)].update(refused=True, ended=time.time())
             elif not wd_path.is_dir():  # slurmd cannot chdir: the batch step ends at once
@@ -335,10 +338,6 @@ class FirecrestService:
         if pending_reason or not wd_path.is_dir():
             return str(jid)
         if d.get("array") is not None:
-            with self.lock:  # tasks start from the array scheduler (schedule_arrays)
-                self.jobs[str(jid)].update(array=parse_array(d["array"]), env=env,
-                                           out_t=out, err_t=err, tasks={})
-                self._save()
             self.schedule_arrays()
             return str(jid)
         self.runner.start(str(jid), script, wd_path, env, out_p, err_p, time_limit=limit,
@@ -353,7 +352,8 @@ class FirecrestService:
             changed = False
             for jid, j in self.jobs.items():
                 arr = j.get("array")
-                if not arr or j.get("cancelled_at"):
+                if not arr or j.get("cancelled_at") or j.get("pending") or \
+                        j.get("refused") or j.get("no_workdir"):
                     continue
                 tasks = j["tasks"]
                 running = sum(1 for i in tasks
@@ -397,6 +397,10 @@ class FirecrestService:
         if not arr:
             return [self.job_model(jid, shown)]
         base = self.job_model(jid, shown)
+        if j.get("pending") or j.get("refused") or j.get("no_workdir"):
+            # never started: one combined entry, with the whole job's state and reason
+            limit = f"%{arr['limit']}" if arr["limit"] else ""
+            return [{**base, "jobId": f"{jid}_[{format_indices(arr['indices'])}{limit}]"}]
         with self.lock:  # the scheduler thread adds tasks
             tasks = dict(j["tasks"])
         out = [self._task_model(base, f"{jid}_{i}") for i in sorted(tasks, key=int)]

@@ -569,7 +569,8 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
         """Slurm keeps such a job pending forever: cancel it and say why, in Slurm's word
         (and with the job's time limit when that is what is too long)."""
         try:
-            self.cancel(job)
+            # an array's tasks share its resources: none will start, so all of it goes
+            self.cancel(JobRef(job.id, job.native_id.split("_", 1)[0]))
         except ProviderError:
             pass  # it is failed for us either way; the next poll tries again if it stays
         if waited is not None:

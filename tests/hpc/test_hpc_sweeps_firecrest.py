@@ -129,3 +129,39 @@ def test_firecrest_sweep_cancel_one_element_then_the_array(
     deletes = [r["path"] for r in _compute(firecrest, t0) if r["method"] == "DELETE"]
     array = s.info.elements[0]["native_id"].split("_")[0]
     assert deletes == [f"{JOBS}/{array}"], deletes  # one scancel of the whole array
+
+
+@pytest.mark.slow
+def test_an_array_slurm_never_starts_is_failed_and_cancelled_whole(
+        make_client, backend_configs, firecrest, sweep_nb):  # noqa: F811
+    """Over the partition's time limit, Slurm keeps the array pending for ever: every
+    element fails with Slurm's reason and the array is cancelled (FirecREST takes only
+    the array's id), not left in the queue."""
+    cfg, secrets = backend_configs["firecrest"]()
+    c = make_client({"firecrest": cfg}, secrets=secrets)
+    nb, _ = sweep_nb
+    t0 = time.time()
+    s = Job.sweep(str(nb), backend="firecrest", grid={"alpha": [1, 5]}, client=c,
+                  time="2h")
+    info = s.wait(60)
+    assert info.counts["failed"] == 2, str(s)
+    assert all("PartitionTimeLimit" in (e["reason"] or "") for e in info.elements), str(s)
+    array = info.elements[0]["native_id"].split("_")[0]
+    deletes = {r["path"] for r in _compute(firecrest, t0) if r["method"] == "DELETE"}
+    assert deletes == {f"{JOBS}/{array}"}, deletes
+    states = {j["jobId"]: j["status"]["state"] for j in firecrest_jobs(firecrest, array)}
+    assert states and all(v.startswith("CANCELLED") for v in states.values()), states
+
+
+def firecrest_jobs(firecrest, array: str) -> list[dict]:
+    """The array as FirecREST lists it (a plain request with a token of our own)."""
+    import httpx
+
+    from .conftest import CLIENT_SECRET
+
+    tok = httpx.post(firecrest.info["token_uri"], data={
+        "grant_type": "client_credentials", "client_id": "cloudtik",
+        "client_secret": CLIENT_SECRET}).json()["access_token"]
+    jobs = httpx.get(f"{firecrest.url}{JOBS}", headers={"Authorization": f"Bearer {tok}"},
+                     timeout=30).json()["jobs"]
+    return [j for j in jobs if j["jobId"].split("_")[0] == array]
