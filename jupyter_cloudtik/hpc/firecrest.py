@@ -64,7 +64,7 @@ from .base import (
     remote_inside,
 )
 from .files import INPUTS_LIST, input_names
-from .firecrest_array import FirecrestArrays, expand_listing
+from .firecrest_array import FirecrestArrays, expand_listing, never_ran
 from .slurm import FAILURE_TEXT, common_state, first_word, slurm_time
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
@@ -485,7 +485,7 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
         for job in self._call("job_info", self.system) or []:
             if (job.get("workingDirectory") or "").rstrip("/") != folder:
                 continue
-            if _never_ran(job):
+            if never_ran(job):
                 continue  # a refused submission that accounting recorded as FAILED
             return str(job["jobId"])
         return None
@@ -781,18 +781,6 @@ def _int(value: Any) -> int | None:
         return int(value) if value is not None and value != "" else None
     except (TypeError, ValueError):
         return None
-
-
-def _never_ran(job: dict[str, Any]) -> bool:
-    """A final job that never had a node: refused at submit (accounting records those as
-    FAILED, exit 1, "None assigned") or cancelled while pending."""
-    state = (job.get("status") or {}).get("state") or ""
-    if isinstance(state, list):
-        state = state[0] if state else ""
-    if common_state(state) not in (FAILED, CANCELLED):
-        return False
-    nodes = (job.get("nodes") or "").strip()
-    return nodes in ("", "None assigned") or job.get("allocationNodes") == 0
 
 
 def _min(*values):

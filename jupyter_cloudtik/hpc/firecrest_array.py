@@ -33,6 +33,7 @@ from typing import Any
 from ..core.errors import NotFoundError
 from . import script
 from .base import CANCELLED, FAILED, QUEUED, SUCCEEDED, JobRef, JobStatus, Submission, shell_quote
+from .slurm import common_state
 
 CANCEL_EXIT = 251  # an element its cancel marker ended (the array script's exit code)
 CANCEL_MARKER = "cancel_requested"
@@ -177,3 +178,15 @@ class FirecrestArrays:
         if st.state in (SUCCEEDED, FAILED):
             self._element_cancels.discard(job.native_id)
         return copy.copy(st)
+
+
+def never_ran(job: dict[str, Any]) -> bool:
+    """A final job that never had a node: refused at submit (accounting records those as
+    FAILED, exit 1, "None assigned") or cancelled while pending."""
+    state = (job.get("status") or {}).get("state") or ""
+    if isinstance(state, list):
+        state = state[0] if state else ""
+    if common_state(state) not in (FAILED, CANCELLED):
+        return False
+    nodes = (job.get("nodes") or "").strip()
+    return nodes in ("", "None assigned") or job.get("allocationNodes") == 0
