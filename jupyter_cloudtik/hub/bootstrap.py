@@ -185,10 +185,44 @@ def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> N
         {k: v for k, v in ro.items() if v != SECRET} or None)
 
 
+# the egress proxy's limits the hub's settings set: (c.CloudTikHub.egress_<name>, the
+# proxy's Limits field and --flag)
+EGRESS_LIMITS = ("client_connections", "client_lookups", "client_handshakes",
+                 "lookup_timeout", "lookup_threads", "min_body_rate", "body_grace",
+                 "handshake_timeout", "preauth_connections", "client_loop_share",
+                 "client_forget_seconds")
+
+
+def egress_limit_args(hub: Any) -> list[str]:
+    """The proxy's command-line flags for the hub's ``egress_*`` limits, checked here
+    (``Limits`` is the proxy's own check): a bad value is a ConfigError naming the
+    setting, the value and what is allowed."""
+    from .egress.proxy import Limits
+
+    values = {name: getattr(hub, f"egress_{name}") for name in EGRESS_LIMITS}
+    try:
+        Limits(**values)
+    except ValueError as e:
+        # "egress limit NAME is V; expected ..." -> the setting's name
+        msg, field = str(e), "egress"
+        for name in EGRESS_LIMITS:
+            if f"egress limit {name} " in msg:
+                msg = msg.replace(f"egress limit {name} ", f"c.CloudTikHub.egress_{name} ")
+                field = f"egress_{name}"
+        raise ConfigError(msg, field=field) from None
+    args: list[str] = []
+    for name, value in values.items():
+        args += [f"--{name.replace('_', '-')}", repr(value)]
+    return args
+
+
 def start_services(ctx: Any) -> None:
     """Start the egress proxy and the side-kick supervisor on the server's loop."""
     from .sidekick_supervisor import SidekickSupervisor
 
+    # a bad limit is a config error now (one line naming the setting), not a proxy that
+    # fails to start in the background
+    egress_args = egress_limit_args(ctx.hub) if ctx.hub.egress_enabled else []
     state = Path(ctx.settings.state_dir) / "hub"
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     ctx.sidekicks = SidekickSupervisor(
@@ -206,12 +240,7 @@ def start_services(ctx: Any) -> None:
                 upstream_ca_bundle=ctx.hub.egress_upstream_ca_bundle or None,
                 no_proxy=ctx.hub.egress_no_proxy,
                 deny_networks=ctx.hub.egress_deny_networks, engine=ctx.hub.egress_engine,
-                extra_args=[
-                    "--client-connections", str(ctx.hub.egress_client_connections),
-                    "--client-lookups", str(ctx.hub.egress_client_lookups),
-                    "--client-handshakes", str(ctx.hub.egress_client_handshakes),
-                    "--lookup-timeout", str(ctx.hub.egress_lookup_timeout),
-                    "--min-body-rate", str(ctx.hub.egress_min_body_rate)])
+                extra_args=egress_args)
             await ctx.egress.start()
             await push_egress(ctx)
 

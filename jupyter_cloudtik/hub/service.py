@@ -69,10 +69,11 @@ class HubSidekickExtension(ExtensionApp):
         self.handlers.extend(hub_routes("/") + build_routes("/"))
         try:
             bootstrap.load_catalog_file(ctx)
-        except ConfigError as e:  # a bad catalogue file: say what is wrong, do not serve
+            bootstrap.start_services(ctx)
+        except ConfigError as e:  # a bad catalogue file or egress limit: say what is
+            # wrong, do not serve
             self.log.critical("jupyter_cloudtik hub sidekick: %s", e.message)
             raise SystemExit(2) from None
-        bootstrap.start_services(ctx)
         for hook in lifecycle_hooks("startup", host="hub"):  # e.g. resume adaptive loops
             try:
                 hook(ctx)

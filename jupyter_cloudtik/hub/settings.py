@@ -128,6 +128,40 @@ class CloudTikHub(Configurable):
         closed).  0 disables the check.""",
     ).tag(config=True)
 
+    egress_body_grace = Float(
+        10.0, help="""Seconds a request body is read before egress_min_body_rate applies.""",
+    ).tag(config=True)
+
+    egress_handshake_timeout = Float(
+        10.0, help="""Seconds a connection to the egress proxy has to authenticate (its
+        first request head or CONNECT), and an intercepted CONNECT to finish its TLS
+        set-up; then it is closed.""",
+    ).tag(config=True)
+
+    egress_preauth_connections = Int(
+        1024, help="""Connections of one peer address that have not authenticated yet at
+        the egress proxy (every session on the hub host is 127.0.0.1: this is one budget
+        for all their first heads); over it, that address's oldest unauthenticated
+        connection is closed, so idle sockets cannot keep a new honest one out.""",
+    ).tag(config=True)
+
+    egress_client_loop_share = Float(
+        0.5, help="""Share (0 < x <= 1) of the egress proxy's event loop one client may take
+        while other clients are active; a client over it waits before its next data is
+        handled.  A client alone is never held back.""",
+    ).tag(config=True)
+
+    egress_lookup_threads = Int(
+        64, help="""Threads of the egress proxy's resolver, shared by all clients (each has
+        egress_client_lookups of them at most).""",
+    ).tag(config=True)
+
+    egress_client_forget_seconds = Float(
+        60.0, help="""A client of the egress proxy with no connection, nothing in progress
+        and no activity for this long is forgotten (the per-client table stays bounded
+        under a stream of distinct users or peers).""",
+    ).tag(config=True)
+
     egress_no_proxy = Unicode(
         "localhost,127.0.0.1,::1",
         help="NO_PROXY given to sessions with the proxy settings.",
