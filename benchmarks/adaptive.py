@@ -69,9 +69,9 @@ def main() -> None:
 
     from cloudtik_emulators.processes import stop_launcher
     from jupyter_cloudtik import Cluster
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core import adaptive
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.session import CoreBackend
 
     # baseline
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,

@@ -138,8 +138,8 @@ def main() -> None:
     logging.getLogger("distributed").setLevel(logging.ERROR)
 
     from cloudtik_emulators.processes import stop_launcher
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.session import CoreBackend
 
     backend = CoreBackend(settings=CloudTik(state_dir=state))
     time_localcluster()  # warm both sides' imports and page cache once, untimed

@@ -99,8 +99,8 @@ def main() -> None:
     args = parser.parse_args()
     state = tempfile.mkdtemp(prefix="cloudtik-bench-spark-")
     os.environ["CLOUDTIK_STATE_DIR"] = state
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.session import CoreBackend
 
     settings = CloudTik(state_dir=state)
     settings.start_reaper = False

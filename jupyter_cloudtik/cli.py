@@ -159,8 +159,8 @@ def _status_text(info, backend=None) -> str:
 
 def run(argv: list[str]) -> int:
     from .clusters.api import Cluster, ClusterList
+    from .clusters.client import get_backend, resolve_name
     from .progress import RichProgress, TextProgress, follow
-    from .session import get_backend, resolve_name
 
     parser = build_parser()
     try:

@@ -1,7 +1,7 @@
-"""``RestBackend``: the ``session.Backend`` calls over the server extension's REST API.
+"""``RestBackend``: the ``clusters.client.Backend`` calls over the server extension's REST API.
 
 A kernel started by a Jupyter server with the extension has ``CLOUDTIK_API_URL`` and
-``CLOUDTIK_API_TOKEN`` in its environment; ``session.get_backend()`` then returns this
+``CLOUDTIK_API_TOKEN`` in its environment; ``clusters.client.get_backend()`` then returns this
 backend, so the magics and the ``Cluster`` API ask the server, which owns every long
 operation, and see the same clusters and events as the side panel.  Answers are rebuilt
 into the core's own types (``ClusterInfo``, ``OperationInfo``, ``Event``) and errors into
@@ -19,13 +19,13 @@ from urllib.parse import quote
 
 import requests
 
+from .clusters.client import API_URL_ENV
 from .core import env
 from .core.errors import CloudTikError, error_from_dict
 from .core.models import ClusterInfo
 from .core.operations import Event, OperationInfo, StartedOperation
 from .core.runner import result_of
 from .providers.base import ConnectInfo
-from .session import API_URL_ENV
 
 API_TOKEN_ENV = env.API_TOKEN
 

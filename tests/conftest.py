@@ -134,7 +134,7 @@ def manager(settings):
 
 @pytest.fixture
 def backend(settings):
-    from jupyter_cloudtik.session import CoreBackend
+    from jupyter_cloudtik.clusters.client import CoreBackend
 
     b = CoreBackend(settings=settings)
     yield b

@@ -65,7 +65,7 @@ def wait_for(pred, timeout: float = 120.0, interval: float = 0.25):
 def spark_cluster(tmp_path_factory):
     """A head and two workers running Spark, in a state folder of its own."""
     from jupyter_cloudtik import Cluster
-    from jupyter_cloudtik.session import CoreBackend
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.storage.manager import StorageManager
 
     state = tmp_path_factory.mktemp("spark-state")

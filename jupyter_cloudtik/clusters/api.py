@@ -20,7 +20,7 @@ from ..core.operations import started_info
 from ..core.units import format_bytes
 from ..progress import follow, make_view
 from ..runtime.base import with_runtime
-from ..session import Backend, get_backend
+from .client import Backend, get_backend
 
 
 class Cluster:

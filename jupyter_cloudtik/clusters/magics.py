@@ -54,8 +54,8 @@ class CloudTikMagics(Magics):
         gives the options of one.  The line is read like a shell's: a trailing `# comment`
         is ignored, quotes group words (`jupyter_cloudtik/magic_line.py`).
         """
-        from ..session import get_backend, resolve_name
         from .api import Cluster, ClusterStatus
+        from .client import get_backend, resolve_name
 
         args = parse_magic_line("%cluster", _parser(), line)
         if args is None:  # help was printed
@@ -143,7 +143,7 @@ def _prewarm() -> None:
     import os
     import threading
 
-    from ..session import API_URL_ENV
+    from .client import API_URL_ENV
 
     if os.environ.get(API_URL_ENV):  # the server owns the clusters
         return

@@ -10,7 +10,7 @@ forgotten.  Every missing node is placed first, all at once, and held as claims 
 reservation id (``jupyter_cloudtik.placement``), before anything is recorded.
 
 The manager is asynchronous; provider calls (blocking SDKs, process management) run in
-worker threads.  Faces use it through ``jupyter_cloudtik.session`` and never re-implement
+worker threads.  Faces use it through ``jupyter_cloudtik.clusters.client`` and never re-implement
 any of it.
 
 ``ClusterManager`` is assembled from one part per job of its own: ``cluster_operations``

@@ -74,7 +74,7 @@ class DaskBackend(HPCBackend):
 
     # the cluster -----------------------------------------------------------------------------
     def _cluster_name(self) -> str:
-        from ..session import get_backend, resolve_name
+        from ..clusters.client import get_backend, resolve_name
 
         return resolve_name(get_backend(self.context.settings), self.config.get("cluster"))
 
@@ -91,7 +91,7 @@ class DaskBackend(HPCBackend):
                     self._provider = None
                 else:
                     from ..clusters.api import Cluster
-                    from ..session import get_backend
+                    from ..clusters.client import get_backend
 
                     cluster = Cluster.get(self._cluster_name(),
                                           get_backend(self.context.settings))

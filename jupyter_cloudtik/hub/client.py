@@ -12,10 +12,10 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..clusters.client import API_URL_ENV
 from ..core import env
 from ..core.errors import ConfigError
 from ..rest_client import RestBackend, _seg
-from ..session import API_URL_ENV
 
 
 class HubClient:

@@ -23,10 +23,10 @@ from jupyter_server.utils import url_path_join
 
 from ..api.routes import build_routes, lifecycle_hooks
 from ..api.settings import CloudTikServer
+from ..clusters.client import API_URL_ENV
 from ..clusters.manager import ClusterManager
 from ..core import env
 from ..core.settings import CloudTik
-from ..session import API_URL_ENV
 
 API_TOKEN_ENV = env.API_TOKEN
 SETTINGS_KEY = "cloudtik"

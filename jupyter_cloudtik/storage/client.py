@@ -1,7 +1,7 @@
 """A synchronous face on the storage core, for magics, the CLI, widgets and scripts.
 
 It runs :class:`~jupyter_cloudtik.storage.manager.StorageManager` on the process's one
-loop thread (``core.bridge``, shared with ``session.CoreBackend`` and the jobs client),
+loop thread (``core.bridge``, shared with ``clusters.client.CoreBackend`` and the jobs client),
 and offers the ``events`` / ``wait`` / ``cancel`` trio that ``progress.follow`` needs to
 draw bars and turn Ctrl-C into a cancel.
 """

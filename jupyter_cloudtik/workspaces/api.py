@@ -13,9 +13,9 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..clusters.client import get_backend
 from ..core.config import read_config_file
 from ..progress import follow, make_view
-from ..session import get_backend
 from .manager import WorkspaceInfo
 
 

@@ -72,8 +72,8 @@ def _info_text(info) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from ..clusters.client import get_backend
     from ..progress import TextProgress, follow
-    from ..session import get_backend
 
     backend = get_backend()
     out_json = getattr(args, "json", False)

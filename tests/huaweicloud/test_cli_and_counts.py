@@ -201,8 +201,8 @@ def test_creation_calls_do_not_grow_with_the_number_of_nodes(hwc, core, faults):
 
 def test_python_api_of_workspaces(hwc, env):
     from jupyter_cloudtik import Workspace
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core.settings import CloudTik
-    from jupyter_cloudtik.session import CoreBackend
 
     backend = CoreBackend(settings=CloudTik(state_dir=str(env), start_reaper=False))
     try:

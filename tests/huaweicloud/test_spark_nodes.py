@@ -35,9 +35,9 @@ def node_jvms(root) -> dict[int, str]:
 
 def test_spark_cluster_on_huaweicloud_nodes(hwc, env):
     from jupyter_cloudtik import Cluster, Workspace
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.providers.huaweicloud.userdata import render
-    from jupyter_cloudtik.session import CoreBackend
 
     # the user data of a Spark node checks the client's pyspark and installs Java if absent
     script = render("worker", {"types": ["spark"], "cluster_name": "x",

@@ -86,6 +86,7 @@ def _jvms(root) -> list[int]:
 def test_spark_ui_through_the_server_and_dask_beside_spark_on_huaweicloud(
         hwc, env, tmp_path):
     from jupyter_cloudtik import Cluster, Workspace
+    from jupyter_cloudtik.clusters.client import CoreBackend
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.runtime.tls import (
         SPARK_UI_ALPN,
@@ -93,7 +94,6 @@ def test_spark_ui_through_the_server_and_dask_beside_spark_on_huaweicloud(
         load_cluster_tls,
         make_cluster_tls,
     )
-    from jupyter_cloudtik.session import CoreBackend
     from tests.server.conftest import _start_server, _stop
 
     backend = CoreBackend(settings=CloudTik(state_dir=str(env), start_reaper=False,

@@ -12,7 +12,7 @@ from .kernels import KernelError, running_kernel
 def test_kernel_magics_use_the_server(lab):
     name = unique("kernel")
     with running_kernel(lab, "magics.ipynb") as k:
-        out = k.run("from jupyter_cloudtik.session import get_backend\n"
+        out = k.run("from jupyter_cloudtik.clusters.client import get_backend\n"
                     "b = get_backend(); print(b.kind, b.url)")
         assert out.split() == ["rest", lab.api_url]
         k.run("%load_ext jupyter_cloudtik")

@@ -12,7 +12,7 @@ from .kernels import running_kernel
 
 # every request the kernel's REST backend sends, counted by requests' own response hook
 COUNT = """
-from jupyter_cloudtik.session import get_backend
+from jupyter_cloudtik.clusters.client import get_backend
 calls = []
 get_backend().session.hooks["response"].append(
     lambda r, *a, **k: calls.append(r.request.method + " " + r.request.path_url))

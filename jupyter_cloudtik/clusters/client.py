@@ -13,12 +13,12 @@ import os
 from collections.abc import Iterator
 from typing import Any, Protocol
 
-from .core import env
-from .core.bridge import LoopThread, bridge, choose_client
-from .core.errors import ConflictError
-from .core.models import ClusterInfo
-from .core.operations import Event, OperationInfo, StartedOperation, Target
-from .providers.base import ConnectInfo
+from ..core import env
+from ..core.bridge import LoopThread, bridge, choose_client
+from ..core.errors import ConflictError
+from ..core.models import ClusterInfo
+from ..core.operations import Event, OperationInfo, StartedOperation, Target
+from ..providers.base import ConnectInfo
 
 API_URL_ENV = env.API_URL
 __all__ = ["API_URL_ENV", "Backend", "CoreBackend", "LoopThread", "get_backend",
@@ -83,7 +83,7 @@ class CoreBackend:
     kind = "core"
 
     def __init__(self, settings=None, manager=None) -> None:
-        from .clusters.manager import ClusterManager
+        from .manager import ClusterManager
 
         self.runner = bridge()  # the process's one loop thread
         if manager is None:
@@ -145,9 +145,9 @@ class CoreBackend:
         """Record the bounds; the loop runs where the clusters live, not here: a Jupyter
         server on this state folder if one runs, else the reaper daemon (started now), so
         it keeps going after this process (a CLI, a plain IPython) exits."""
-        from .clusters.reaper import ensure_reaper, reaper_running
-        from .core import adaptive
-        from .core.errors import ConflictError
+        from ..core import adaptive
+        from ..core.errors import ConflictError
+        from .reaper import ensure_reaper, reaper_running
 
         adaptive.validate(self.manager, name, minimum, maximum, interval, wait_count)
         settings = self.manager.settings
@@ -163,13 +163,13 @@ class CoreBackend:
         return spec.to_dict()
 
     def usage(self, name: str) -> dict[str, Any]:
-        from .core import usage
+        from ..core import usage
 
         usage.sample(self.manager)
         return usage.usage(self.manager, name)
 
     def adapt_off(self, name: str) -> None:
-        from .core import adaptive
+        from ..core import adaptive
 
         adaptive.adapt_off(self.manager, name)
 
@@ -180,7 +180,7 @@ class CoreBackend:
     @property
     def workspaces(self):
         if getattr(self, "_workspaces", None) is None:
-            from .workspaces.manager import WorkspaceManager
+            from ..workspaces.manager import WorkspaceManager
 
             self._workspaces = WorkspaceManager(settings=self.manager.settings,
                                                 store=self.manager.store,
@@ -204,7 +204,7 @@ class CoreBackend:
         return self.runner.run(self.workspaces.status(name))
 
     def _maybe_start_reaper(self, op_id: str) -> None:
-        from .clusters.reaper import ensure_reaper
+        from .reaper import ensure_reaper
 
         try:
             ensure_reaper(self.manager.settings, self.manager.store)
@@ -218,7 +218,7 @@ def get_backend(settings=None) -> Backend:
     (``CLOUDTIK_API_URL`` set), else the core in process.  Cached per state folder."""
 
     def rest() -> Backend:
-        from .rest_client import RestBackend
+        from ..rest_client import RestBackend
 
         return RestBackend.from_environment()
 
