@@ -218,7 +218,7 @@ def get_backend(settings=None) -> Backend:
     (``CLOUDTIK_API_URL`` set), else the core in process.  Cached per state folder."""
 
     def rest() -> Backend:
-        from ..rest_client import RestBackend
+        from .rest import RestBackend
 
         return RestBackend.from_environment()
 

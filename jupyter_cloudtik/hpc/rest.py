@@ -15,9 +15,9 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from ..clusters.rest import RestBackend, _seg
 from ..core.errors import ConfigError
 from ..core.operations import Event
-from ..rest_client import RestBackend, _seg
 from .base import JobSpec, LogChunk, OutputFile, follow_logs
 from .models import JobInfo
 from .staging import is_local, local_path, split_named

@@ -13,9 +13,9 @@ import os
 from typing import Any
 
 from ..clusters.client import API_URL_ENV
+from ..clusters.rest import RestBackend, _seg
 from ..core import env
 from ..core.errors import ConfigError
-from ..rest_client import RestBackend, _seg
 
 
 class HubClient:

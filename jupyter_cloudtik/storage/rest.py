@@ -11,8 +11,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..clusters.rest import RestBackend, _seg
 from ..core.errors import error_from_dict
-from ..rest_client import RestBackend, _seg
 from .catalog import NAME_RE, StorageInfo, check_name
 from .manager import Location
 

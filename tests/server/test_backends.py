@@ -11,6 +11,7 @@ from IPython.core.error import UsageError
 
 from jupyter_cloudtik.clusters.api import Cluster
 from jupyter_cloudtik.clusters.client import CoreBackend
+from jupyter_cloudtik.clusters.rest import RestBackend
 from jupyter_cloudtik.core import bridge
 from jupyter_cloudtik.core.errors import (
     ConfigError,
@@ -20,7 +21,6 @@ from jupyter_cloudtik.core.errors import (
 )
 from jupyter_cloudtik.core.models import ClusterInfo
 from jupyter_cloudtik.core.operations import Event, OperationInfo
-from jupyter_cloudtik.rest_client import RestBackend
 
 from .conftest import stop_state_processes, unique
 

@@ -177,10 +177,10 @@ def test_requirements_are_refused_by_the_rest_client_not_dropped(lab, job_files,
     """The REST body has no requirements: the real REST client against the real server
     refuses a spec with a requirements file in one line (before, it was dropped and the
     job ran with other packages than asked), and nothing reaches the server."""
+    from jupyter_cloudtik.clusters.rest import RestBackend
     from jupyter_cloudtik.core.errors import ConfigError
     from jupyter_cloudtik.hpc.base import Environment, JobSpec
     from jupyter_cloudtik.hpc.rest import RestJobsClient
-    from jupyter_cloudtik.rest_client import RestBackend
 
     req = tmp_path / "requirements.txt"
     req.write_text("numpy==1.26.4\n")

@@ -19,13 +19,13 @@ from urllib.parse import quote
 
 import requests
 
-from .clusters.client import API_URL_ENV
-from .core import env
-from .core.errors import CloudTikError, error_from_dict
-from .core.models import ClusterInfo
-from .core.operations import Event, OperationInfo, StartedOperation
-from .core.runner import result_of
-from .providers.base import ConnectInfo
+from ..core import env
+from ..core.errors import CloudTikError, error_from_dict
+from ..core.models import ClusterInfo
+from ..core.operations import Event, OperationInfo, StartedOperation
+from ..core.runner import result_of
+from ..providers.base import ConnectInfo
+from .client import API_URL_ENV
 
 API_TOKEN_ENV = env.API_TOKEN
 
@@ -221,12 +221,12 @@ class RestBackend:
                           )["operation"]["id"]
 
     def workspace_get(self, name: str):
-        from .workspaces.manager import WorkspaceInfo
+        from ..workspaces.manager import WorkspaceInfo
 
         return WorkspaceInfo.from_dict(self._json("GET", f"workspaces/{_seg(name)}"))
 
     def workspace_list(self, include_deleted: bool = False):
-        from .workspaces.manager import WorkspaceInfo
+        from ..workspaces.manager import WorkspaceInfo
 
         data = self._json("GET", "workspaces", params={"all": str(include_deleted).lower()})
         return [WorkspaceInfo.from_dict(w) for w in data["workspaces"]]
@@ -250,7 +250,7 @@ def _error_from_response(resp: requests.Response) -> CloudTikError:
     if not isinstance(data, dict) or "message" not in data:
         return CloudTikError(f"the cloudtik API answered HTTP {resp.status_code}")
     if resp.status_code == 403 and data.get("reason") in ("forbidden", None):
-        from .core.errors import PermissionDeniedError
+        from ..core.errors import PermissionDeniedError
 
         return PermissionDeniedError(str(data["message"]), field=data.get("field"))
     return error_from_dict(data)
