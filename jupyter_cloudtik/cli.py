@@ -14,7 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from .commands import Parser, UsageProblem, add_cluster_commands
+from .clusters.commands import add_cluster_commands
+from .core.arguments import Parser, UsageProblem
 from .core.errors import (
     CapacityError,
     CloudTikError,

@@ -21,7 +21,7 @@ import argparse
 
 from IPython.core.error import UsageError
 
-from .commands import UsageProblem
+from .core.arguments import UsageProblem
 
 _BLANKS = " \t\n\r"
 _DQUOTE_ESCAPES = '$`"\\\n'

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from IPython.core.error import UsageError
 
-from jupyter_cloudtik.commands import cluster_parser
+from jupyter_cloudtik.clusters.commands import cluster_parser
 from jupyter_cloudtik.hpc.commands import job_parser
 from jupyter_cloudtik.hpc.magics import _cell_parser
 from jupyter_cloudtik.hub.commands import sidekick_parser

@@ -11,9 +11,9 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..commands import cluster_parser
 from ..core.errors import CloudTikError, OperationCancelled
 from ..magic_line import parse_magic_line
+from .commands import cluster_parser
 
 
 def _parser():

@@ -18,7 +18,7 @@ COMMANDS = {"jobs"}
 
 
 def add_commands(sub) -> None:
-    from ..commands import Parser
+    from ..core.arguments import Parser
 
     p = sub.add_parser("jobs", help="HPC jobs: submit notebooks, watch, fetch results",
                        description="HPC jobs: the same jobs %hpc shows.")

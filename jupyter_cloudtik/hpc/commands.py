@@ -8,7 +8,7 @@ import shlex
 import time
 from typing import Any
 
-from ..commands import Parser
+from ..core.arguments import Parser
 from ..core.errors import ConfigError
 from ..core.units import format_bytes, format_duration, parse_bytes, parse_duration
 from .base import Environment, JobAttributes, JobSpec, ResourceSpec

@@ -14,7 +14,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 
-from ..commands import Parser, UsageProblem
+from ..core.arguments import Parser, UsageProblem
 from ..core.errors import CloudTikError
 from ..magic_line import parse_magic_line
 from .commands import (

@@ -28,7 +28,7 @@ def run(args: Any) -> int:
     if args.command == "sidekick":
         import sys
 
-        from ..commands import UsageProblem
+        from ..core.arguments import UsageProblem
         from ..core.errors import CloudTikError
         from .client import HubClient
         from .commands import run_sidekick

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..commands import Parser, UsageProblem
+from ..core.arguments import Parser, UsageProblem
 
 
 def sidekick_parser(prog: str) -> Parser:

@@ -7,7 +7,7 @@ from typing import Any
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
-from ..commands import UsageProblem
+from ..core.arguments import UsageProblem
 from ..core.errors import CloudTikError
 from ..magic_line import parse_magic_line
 from .commands import run_sidekick, sidekick_parser

@@ -16,7 +16,7 @@ COMMANDS = {"storage"}
 
 
 def add_commands(sub) -> None:
-    from ..commands import Parser
+    from ..core.arguments import Parser
 
     p = sub.add_parser("storage", help="storages: add, browse, copy, mount (rclone)",
                        description="Storages (rclone remotes): the same ones %storage and "

@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from ..commands import Parser
+from ..core.arguments import Parser
 from ..core.errors import ConfigError
 from ..core.units import format_bytes
 from .settings import VFS_CACHE_MODES

@@ -209,7 +209,8 @@ def test_a_requirement_the_client_cannot_get_fails_before_any_server(hwc, core, 
 def test_sync_env_option_of_the_magic_and_the_cli():
     """``--sync-env`` of ``%cluster up`` and ``jupyter cloudtik up`` (one parser) sets
     ``runtime.sync_env``, keeping the rest of the config's runtime section."""
-    from jupyter_cloudtik.commands import Parser, add_cluster_commands
+    from jupyter_cloudtik.clusters.commands import add_cluster_commands
+    from jupyter_cloudtik.core.arguments import Parser
     from jupyter_cloudtik.runtime.base import with_runtime
 
     for cli in (True, False):

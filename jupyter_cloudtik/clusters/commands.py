@@ -3,23 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from typing import NoReturn
 
-
-class UsageProblem(Exception):
-    """Bad sub-command or option; the message includes the usage line."""
-
-
-class Parser(argparse.ArgumentParser):
-    """An ArgumentParser that raises instead of printing and exiting (magics need that)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageProblem(f"{self.format_usage().strip()}\n{self.prog}: {message}")
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if status:
-            raise UsageProblem(message or "")
-        raise SystemExit(0)
+from ..core.arguments import Parser
 
 
 def _non_negative_int(text: str) -> int:
