@@ -1,7 +1,7 @@
 """The clusters feature as the faces find it (``jupyter_cloudtik.features`` entry point).
 
-The cluster commands themselves are the CLI's own (``cli.py``), the one feature every
-other one builds on."""
+The cluster commands (``commands.py``, ``cli.py``) are the ones ``jupyter cloudtik`` runs
+when no other feature claims the command: the one feature every other one builds on."""
 
 from ..core.features import Feature
 
