@@ -118,7 +118,7 @@ def hooks(name: str, host: str = "server") -> list[Any]:
     return found + ([resolve(ref) for ref in _parts(name)] if host == "server" else [])
 
 
-def service(name: str) -> Any:
+def feature_service(name: str) -> Any:
     """The part some installed feature registers as service ``name``: how a plugin (a
     provider, say) uses a feature above it without importing it.  A ``ConfigError`` when
     no installed feature offers it (the caller cannot go on without it)."""

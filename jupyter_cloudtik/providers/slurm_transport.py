@@ -41,7 +41,7 @@ class SlurmTransport:
                     cfg["user"] = getpass.getuser()  # as ssh does
             cfg["env"] = dict(p.get("env") or {})
             # hpc owns the configured backends and their keys; it offers them as a service
-            slurm_login = features.service("slurm_login")
+            slurm_login = features.feature_service("slurm_login")
             self._login = slurm_login(self.context, p.get("backend"), cfg)
         return self._login
 

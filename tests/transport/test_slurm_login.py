@@ -53,6 +53,6 @@ def test_a_backend_that_is_not_a_configured_slurm_one_names_the_field(state_dir)
 
 
 def test_a_service_no_feature_offers_is_refused():
-    assert callable(features.service("slurm_login"))
+    assert callable(features.feature_service("slurm_login"))
     with pytest.raises(ConfigError, match="service 'no_such': no installed feature offers it"):
-        features.service("no_such")
+        features.feature_service("no_such")
