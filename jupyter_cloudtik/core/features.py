@@ -15,7 +15,7 @@ feature adds, so none of them keeps a list of features:
 - ``migrations``: ``(area, "module:LIST")`` store migrations, applied by ``ensure_schemas``
   when a host starts (each table owner still calls ``ensure_schema`` itself on first use);
 - ``services``: ``(name, "module:attr")`` what a layer below may use of the feature without
-  importing it, found with ``service(name)`` (the Slurm node provider resolves an HPC
+  importing it, found with ``feature_service(name)`` (the Slurm node provider resolves an HPC
   backend's login node through hpc's ``slurm_login``).
 
 References are strings, imported only by the face that needs them: the CLI never imports
