@@ -16,14 +16,11 @@ Also one large download per mode, for throughput; each mode prints
 Fairness (issue 27; needs root for the proxy's private resolv.conf, see
 tests/hub/egress_fairness.py): an honest client's sequential keep-alive GETs, each to a new
 name (a real look-up), quiet and while another client runs each abuse; one line per abuse
-``egress fairness ABUSE p99 ratio X`` (p99 under abuse / the quiet p99 measured just
-before it; the median of ``--rounds`` such pairs, each round's ratio in brackets).  Then
-2,000 keep-alive GETs while two CPU burners load the machine: ``egress keepalive 2000 max X
-s p99 Y ms``.
+``egress fairness ABUSE p99 ratio X`` (p99 under abuse / quiet p99).  Then 2,000 keep-alive
+GETs while two CPU burners load the machine: ``egress keepalive 2000 max X s p99 Y ms``.
 
     .venv/bin/python benchmarks/egress_proxy.py [--requests 500] [--mib 64]
-        [--only latency|fairness|keepalive] [--fair-requests 300] [--rounds 3]
-        [--abuses slow-names,tiny-chunk-upload,...]
+        [--only latency|fairness|keepalive] [--fair-requests 300]
 """
 
 from __future__ import annotations
@@ -119,10 +116,6 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=64)
     ap.add_argument("--only", choices=("latency", "fairness", "keepalive"), default=None)
     ap.add_argument("--fair-requests", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=3,
-                    help="fairness: quiet and abuse measured this many times, medians")
-    ap.add_argument("--abuses", default="",
-                    help="fairness: a comma-separated subset of the abuses (default: all)")
     args = ap.parse_args()
     Handler.mib = args.mib
     if args.only in (None, "latency"):
@@ -163,26 +156,15 @@ def fairness(args: argparse.Namespace) -> None:
             n = args.fair_requests
             if args.only in (None, "fairness"):
                 ef.normal_latencies(setup, 20)  # warm-up
-                kinds = args.abuses.split(",") if args.abuses else list(ef.ABUSES)
-                ratios: dict[str, list[float]] = {k: [] for k in kinds}
-                for rnd in range(args.rounds):
-                    # the quiet baseline of each abuse is measured just before it: the
-                    # machine's load (a CI run on the same cores) drifts within a run
-                    for kind in kinds:
-                        quiet, failed = ef.normal_latencies(setup, n)
-                        print(f"fairness round {rnd + 1}: {n} sequential keep-alive GETs of "
-                              f"one client, each a new name; quiet {ef.summary(quiet)} "
-                              f"failed {failed}", flush=True)
-                        with ef.abuse(kind, setup, seconds=60):
-                            lat, failed = ef.normal_latencies(setup, n)
-                        ratio = ef.pct(lat, .99) / ef.pct(quiet, .99)
-                        ratios[kind].append(ratio)
-                        print(f"  under {kind}: {ef.summary(lat)} failed {failed}; "
-                              f"p99 ratio {ratio:.2f}", flush=True)
-                for kind in kinds:
-                    rs = ratios[kind]
-                    print(f"egress fairness {kind} p99 ratio {statistics.median(rs):.2f}"
-                          f" (median of {len(rs)}: {', '.join(f'{r:.2f}' for r in rs)})",
+                quiet, failed = ef.normal_latencies(setup, n)
+                print(f"fairness: {n} sequential keep-alive GETs of one client, each a new "
+                      f"name; quiet {ef.summary(quiet)} failed {failed}", flush=True)
+                q99 = ef.pct(quiet, .99)
+                for kind in ef.ABUSES:
+                    with ef.abuse(kind, setup, seconds=60):
+                        lat, failed = ef.normal_latencies(setup, n)
+                    print(f"  under {kind}: {ef.summary(lat)} failed {failed}")
+                    print(f"egress fairness {kind} p99 ratio {ef.pct(lat, .99) / q99:.2f}",
                           flush=True)
             if args.only in (None, "keepalive"):
                 keepalive(setup)

@@ -66,7 +66,6 @@ class _Conn:
     body_since: float | None = None   # a request body is being read since
     body_bytes: int = 0
     peer: str = ""                    # its peer address while it is pre-auth (see _preauth)
-    deferred: float = 0.0             # loop time of its set-up, billed once it is known
 
 
 
@@ -113,10 +112,6 @@ class EgressAddon:
         key = (f"user:{ident.user}" if ident.user is not None
                else f"peer:{flow.client_conn.peername[0] if flow.client_conn.peername else '?'}")
         st.key = key
-        if st.deferred:
-            # its set-up (accept, connect hook) is the user's (FairLoop.charge)
-            self.fair.bill(flow.client_conn, st.deferred)
-            st.deferred = 0.0
         if st.counted == key:
             return None
         if st.counted is not None:

@@ -19,7 +19,7 @@ from .proxy import Limits
 if TYPE_CHECKING:
     from .addon import EgressAddon
 
-__all__ = ["OVER_LIMIT_DELAY", "ClientShare", "FairLoop", "fair_reads"]
+__all__ = ["HOOK_CHARGE_CAP", "OVER_LIMIT_DELAY", "ClientShare", "FairLoop", "fair_reads"]
 
 # a connection over its client's client_connections is answered 429 after this long: a
 # client that reconnects at once cannot turn refusals into work the loop does for everyone
@@ -44,39 +44,24 @@ class FairLoop:
     before its next read while other clients are active, and read in small pieces, so no
     single step of the loop takes long.  Work-conserving: a client alone is never held."""
 
-    # seconds: a client that used the loop within this is "active".  Not shorter: a client
-    # whose requests are slowed to more than this by an abuser would stop counting, and
-    # the abuser would no longer be paced (measured: honest GETs of 3 s with 0.5)
-    ACTIVE = 2.0
+    ACTIVE = 0.5   # seconds: a client that read within this is "active"
     SLOW = 0.002   # a read whose handling took longer: the next read of that connection is small
-    # seconds of loop time a client that stayed within its share may use at once before it
-    # is paced: an honest client's request (a few ms of work in a burst: head, hooks,
-    # upstream connection, response) is never held for its own last step; an abuser is
-    # always past it
-    CREDIT = 0.25
 
     def __init__(self, addon: EgressAddon) -> None:
         self.addon = addon
-        self.share = max(0.01, min(1.0, addon.limits.client_loop_share))
+        self.wait = 1.0 / max(0.01, min(1.0, addon.limits.client_loop_share)) - 1.0
         # connections whose last read was cheap to handle: read in full (64 KiB); the
         # others, new ones included, in small pieces
         self.cheap: weakref.WeakSet[connection.Connection] = weakref.WeakSet()
-        self._active: set[str] = set()
-        self._counted_at = 0.0
 
-    def _others_active(self, key: str, now: float) -> int:
-        """How many clients other than ``key`` are active (counted at most every 20 ms:
-        this runs on every step of every connection)."""
-        if now - self._counted_at > 0.02:
-            since = now - self.ACTIVE
-            self._active = {k for k, c in self.addon.clients.items() if c.seen > since}
-            self._counted_at = now
-        return len(self._active) - (key in self._active)
+    def _others_active(self, key: str, now: float) -> bool:
+        return any(k != key and c.seen > now - self.ACTIVE
+                   for k, c in self.addon.clients.items())
 
     def size(self, conn: connection.Connection) -> int:
         """How much to read next from ``conn``: little at first and after a read that was
         expensive (64 KiB of one-byte chunks is one long step of the loop)."""
-        return 65535 if conn in self.cheap else 512
+        return 65535 if conn in self.cheap else 2048
 
     async def pace(self, client: connection.Client) -> asyncio.Lock | None:
         """Before data read for ``client`` is handled: while it is over its share, its
@@ -108,81 +93,21 @@ class FairLoop:
         else:
             self.cheap.add(conn)
 
-    def charge(self, client: connection.Client, spent: float, defer: bool = False) -> None:
+    def charge(self, client: connection.Client, spent: float) -> None:
         """``client``'s connection handler used the loop for ``spent`` (any event: data,
-        a hook's completion, a connection opened or closed).  ``defer``: the connection's
-        own set-up and tear-down (accepting it, its connect and disconnect hooks); before
-        it authenticates that is kept on the connection and billed to its user when it
-        does (``bill``), not to its peer address: on a single-host hub the peer bucket
-        paces every user's first head, and a flood of new connections billed there held
-        an honest user's first request for seconds."""
-        if defer:
-            st = self.addon.conns.get(client)
-            if st is not None and not st.key:
-                st.deferred += spent
-                return
-        self.bill(client, spent)
-
-    def bill(self, client: connection.Client, spent: float) -> None:
+        a hook's completion, a connection opened or closed)."""
         key = self.addon.key(client)
         cl = self.addon.client(key)
         now = time.monotonic()
         cl.seen = now
-        others = self._others_active(key, now) if self.share < 1 else 0
-        if others:
-            # its share is divided by the others active: with the pre-auth bucket of the
-            # hub host, an abuser and an honest user, neither of the first two may take
-            # half the loop (together they would take all of it)
-            share = self.share / others
-            cl.next_read = (max(now - self.CREDIT, cl.next_read)
-                            + spent * (1.0 / share - 1.0))
+        if self.wait and self._others_active(key, now):
+            cl.next_read = max(now, cl.next_read) + spent * self.wait
 
 
 
 _GATE: FairLoop | None = None
-
-
-class _Steps:
-    """Awaits ``coro`` charging the loop time of each of its steps (the time between two of
-    its suspensions: what it really took from everyone, never the time it waited) to
-    ``client``.  A hook that awaits a look-up, an upstream connection being opened, a
-    ``429`` held back for a second: charged what they computed, not how long they took."""
-
-    __slots__ = ("_client", "_defer", "_it")
-
-    def __init__(self, coro, client: connection.Client,  # type: ignore[no-untyped-def]
-                 defer: bool = False) -> None:
-        self._it = coro.__await__()
-        self._client = client
-        self._defer = defer
-
-    def __await__(self):  # type: ignore[no-untyped-def]
-        return self
-
-    def __iter__(self):  # type: ignore[no-untyped-def]
-        return self
-
-    def __next__(self):  # type: ignore[no-untyped-def]
-        return self.send(None)
-
-    def send(self, value):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        try:
-            return self._it.send(value)
-        finally:
-            if _GATE is not None:
-                _GATE.charge(self._client, time.perf_counter() - t0, self._defer)
-
-    def throw(self, *exc):  # type: ignore[no-untyped-def]
-        t0 = time.perf_counter()
-        try:
-            return self._it.throw(*exc)
-        finally:
-            if _GATE is not None:
-                _GATE.charge(self._client, time.perf_counter() - t0, self._defer)
-
-    def close(self) -> None:
-        self._it.close()
+# a hook is charged its wall time up to this (beyond it, it was waiting, not working)
+HOOK_CHARGE_CAP = 0.005
 
 
 def fair_reads(gate: FairLoop) -> None:
@@ -191,16 +116,8 @@ def fair_reads(gate: FairLoop) -> None:
     loop every other client waits on.  Reads of client connections go through ``gate``
     (``FairLoop``): they are taken in small pieces after an expensive one, and a client that
     used more than its share of the loop waits before its data is handled while others are
-    active (the reads of its upstream connections count for it too).
-
-    What a client used is measured step by step on every task mitmproxy runs for its
-    connection (``_Steps``): the connection's life (accept, hooks, close), its reads, its
-    upstream connections (opened, read, closed), the add-ons' hooks and timers.  Charging
-    only the handling of data read, and hooks by their wall time capped at 5 ms, left out
-    the upstream connections and the accepting of connections (17 s of the 79 s of loop
-    time in a profile under a flood of connections) and billed an honest client for the
-    time its hooks waited on a look-up (issue 27).  The rest
-    is mitmproxy's ``ConnectionHandler.handle_connection`` (11.0.2)."""
+    active (the reads of its upstream connections count for it too).  The rest is
+    mitmproxy's ``ConnectionHandler.handle_connection`` (11.0.2)."""
     global _GATE
     first = _GATE is None
     _GATE = gate
@@ -209,20 +126,13 @@ def fair_reads(gate: FairLoop) -> None:
     from mitmproxy.connection import ConnectionState
     from mitmproxy.proxy import events
 
-    async def _handle_connection(self, connection):  # type: ignore[no-untyped-def]
+    async def handle_connection(self, connection):  # type: ignore[no-untyped-def]
         cancelled = None
         reader = self.transports[connection].reader
         assert reader
         gate = _GATE
         while True:
             try:
-                # not while a hook of this connection's handler is pending: mitmproxy's
-                # layers queue what arrives meanwhile (cheap to take, so read 64 KiB at a
-                # time) and handle the whole queue in one step when the hook completes:
-                # seconds of one-byte chunks in one step of the loop (measured: steps of
-                # 0.7-2 s and an honest GET of 26 s under the tiny-chunk upload)
-                while self.hook_tasks:
-                    await asyncio.wait(list(self.hook_tasks))
                 data = await reader.read(gate.size(connection) if gate else 65535)
                 if not data:
                     raise OSError("Connection closed by peer.")
@@ -242,10 +152,6 @@ def fair_reads(gate: FairLoop) -> None:
                     turn.release()
             try:
                 await self.drain_writers()
-                # one read handled is one step of the loop: the reader may hold more (up
-                # to 128 KiB), and reading it without yielding made a step of seconds of
-                # one-byte chunks whose cost was charged (and paced) only after it
-                await asyncio.sleep(0)
             except asyncio.CancelledError as e:
                 cancelled = e
                 break
@@ -274,28 +180,27 @@ def fair_reads(gate: FairLoop) -> None:
         if cancelled:
             raise cancelled
 
-    async def handle_connection(self, connection):  # type: ignore[no-untyped-def]
-        if connection is self.client:
-            # a task of its own; an upstream connection's runs inside open_connection's
-            return await _Steps(_handle_connection(self, connection), self.client)
-        return await _handle_connection(self, connection)
-
     mitm_server.ConnectionHandler.handle_connection = handle_connection
+    original_event = mitm_server.ConnectionHandler.server_event
 
-    def steps(name: str) -> None:
-        """The task entry ``name`` of mitmproxy's handler, its steps charged."""
-        original = getattr(mitm_server.ConnectionHandler, name)
+    async def server_event(self, event):  # type: ignore[no-untyped-def]
+        t0 = time.perf_counter()
+        try:
+            await original_event(self, event)
+        finally:
+            if _GATE is not None:
+                _GATE.charge(self.client, time.perf_counter() - t0)
 
-        defer = name == "handle_client"
+    mitm_server.ConnectionHandler.server_event = server_event
 
-        async def timed(self, *args):  # type: ignore[no-untyped-def]
-            return await _Steps(original(self, *args), self.client, defer)
+    async def hook_task(self, hook):  # type: ignore[no-untyped-def]
+        # the add-ons' work for a hook is the client's too (ours: credentials, rules, the
+        # log line); its wall time, capped, since it may await a look-up
+        t0 = time.perf_counter()
+        await self.handle_hook(hook)
+        if _GATE is not None:
+            _GATE.charge(self.client, min(time.perf_counter() - t0, HOOK_CHARGE_CAP))
+        if hook.blocking:
+            await self.server_event(events.HookCompleted(hook))
 
-        timed.__name__ = name
-        setattr(mitm_server.ConnectionHandler, name, timed)
-
-    # handle_client: the connection's life (its own reads are handle_connection's task);
-    # open_connection: an upstream connection, from the server_connect hook to its close;
-    # hook_task: the add-ons' work (credentials, rules, the log line); wakeup: timers
-    for name in ("handle_client", "open_connection", "hook_task", "wakeup"):
-        steps(name)
+    mitm_server.ConnectionHandler.hook_task = hook_task
