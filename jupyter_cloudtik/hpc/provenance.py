@@ -54,7 +54,6 @@ async def record(
     fetched into, and say where in an event (``provenance``).  A crate that cannot be
     written is a warning event, never the job's failure."""
     import asyncio
-    import time
 
     from ..core.errors import BackendUnavailable
     from ..core.store import loads
@@ -105,24 +104,9 @@ async def record(
 
     def write() -> Path:
         nb = get(Path(spec["notebook"]).name) if spec.get("notebook") else None
-        job = {
-            k: row[k]
-            for k in (
-                "id",
-                "name",
-                "backend",
-                "backend_type",
-                "native_id",
-                "user",
-                "submitted_at",
-                "started_at",
-            )
-        }
-        job["finished_at"] = time.time()
-        folder = manager.fetch_dest(row["id"])
         return build(
-            folder,
-            job=job,
+            manager.fetch_dest(row["id"]),
+            job=_job_fields(row),
             spec=spec,
             plan=plan,
             state=state,
@@ -141,25 +125,38 @@ async def record(
     except BackendUnavailable:  # asked again with the job's end, when it answers
         raise
     except Exception as e:  # the run's record is lost, the run is not
-        text = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-        log.warning(
-            "job %s: no provenance crate: %s",
-            row["id"],
-            text,
-            exc_info=None if getattr(e, "message", None) else e,
-        )
-        manager.ops.emit(
-            row["op_id"], "provenance", f"no provenance crate: {text}", level="warning"
-        )
+        _lost(manager, row, e)
         return None
-    manager.ops.emit(
-        row["op_id"],
-        "provenance",
-        f"provenance crate: {path.parent}",
-        # the record it holds, so a rerun knows this folder wrote it (``made_here``)
-        data={"crate": str(path.parent), "job_sha256": sha256_of(path.parent / JOB_FILE)},
-    )
+    _announce(manager, row, path)
     return path
+
+
+def _job_fields(row: Any) -> dict[str, Any]:
+    """The job's own fields a crate records, ended now."""
+    import time
+
+    job = {k: row[k] for k in ("id", "name", "backend", "backend_type", "native_id", "user",
+                               "submitted_at", "started_at")}
+    job["finished_at"] = time.time()
+    return job
+
+
+def _lost(manager: Any, row: Any, e: Exception) -> None:
+    """A crate that could not be written: a warning (log and event), never the job's
+    failure."""
+    text = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
+    log.warning("job %s: no provenance crate: %s", row["id"], text,
+                exc_info=None if getattr(e, "message", None) else e)
+    manager.ops.emit(row["op_id"], "provenance", f"no provenance crate: {text}",
+                     level="warning")
+
+
+def _announce(manager: Any, row: Any, path: Path) -> None:
+    """Say where the crate is, with the checksum of the record it holds (so a rerun
+    knows this folder wrote it: ``made_here``)."""
+    manager.ops.emit(row["op_id"], "provenance", f"provenance crate: {path.parent}",
+                     data={"crate": str(path.parent),
+                           "job_sha256": sha256_of(path.parent / JOB_FILE)})
 
 
 def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
@@ -169,8 +166,6 @@ def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
     where it came, or as it was sent), its parameters and the reason, with no snapshot
     of a run that did not happen.  Skipped when the job already has its crate; a crate
     that cannot be written is a warning event, never a changed outcome."""
-    import time
-
     from ..core.store import loads
 
     if not getattr(manager.hpc, "provenance", True) or not row["op_id"]:
@@ -187,23 +182,14 @@ def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
                 if candidate.is_file():
                     nb = candidate.read_bytes()
                     break
-        job = {k: row[k] for k in ("id", "name", "backend", "backend_type", "native_id",
-                                   "user", "submitted_at", "started_at")}
-        job["finished_at"] = time.time()
-        path = build(manager.fetch_dest(row["id"]), job=job, spec=spec, plan=plan,
+        path = build(manager.fetch_dest(row["id"]), job=_job_fields(row), spec=spec, plan=plan,
                      state=state, reason=manager.redact(reason) if reason else reason,
                      exit_code=None, before=None, after=None, notebook=nb,
                      parameters_file=None, outputs_at=None, listed=[])
     except Exception as e:  # the record is lost, the outcome is not
-        text = getattr(e, "message", None) or f"{type(e).__name__}: {e}"
-        log.warning("job %s: no provenance crate: %s", row["id"], text,
-                    exc_info=None if getattr(e, "message", None) else e)
-        manager.ops.emit(row["op_id"], "provenance", f"no provenance crate: {text}",
-                         level="warning")
+        _lost(manager, row, e)
         return None
-    manager.ops.emit(row["op_id"], "provenance", f"provenance crate: {path.parent}",
-                     data={"crate": str(path.parent),
-                           "job_sha256": sha256_of(path.parent / JOB_FILE)})
+    _announce(manager, row, path)
     return path
 
 
