@@ -69,8 +69,8 @@ def main() -> None:
 
     from cloudtik_emulators.processes import stop_launcher
     from jupyter_cloudtik import Cluster
+    from jupyter_cloudtik.clusters import adaptive
     from jupyter_cloudtik.clusters.client import CoreBackend
-    from jupyter_cloudtik.core import adaptive
     from jupyter_cloudtik.core.settings import CloudTik
 
     # baseline

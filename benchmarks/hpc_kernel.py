@@ -25,6 +25,16 @@ benchmark, hpc_env.py).  Measured, interleaved, in one run:
 
 Target: ours / baseline <= 1.2 for each.
 
+Both really jump (a second SSH connection, to the node, carried by the first): on this
+machine that puts a round trip at about 35-40 ms above a direct connection to the same
+kernel, the same with OpenSSH ``ssh -L`` (ControlMaster or not) as with asyncssh in or out
+of the server's process, and the same for ``ssh -N -L`` straight to the login node (no
+jump) whether or not it is a ControlMaster.  Only ``ssh -L`` as the mux client of a
+ControlMaster that already ran commands (what this baseline did by mistake before) does
+not pay it.  So Python copying the messages is not that cost; the extra is close to
+Linux's 40 ms delayed-ACK timer (Nagle against delayed ACKs, not confirmed).
+benchmarks/hpc_kernel_tunnels.py measures these ways side by side.
+
     python benchmarks/hpc_kernel.py [--starts 3] [--cells 50] [--poll 0.5]
 
 Needs root, openssh-server and Debian's slurm-wlm + munge (scripts/install-system-deps.sh);
@@ -117,8 +127,11 @@ class ByHand:
         local = {p: free_port() for p in PORTS}
         forwards = [a for p in PORTS for a in ("-L", f"127.0.0.1:{local[p]}:127.0.0.1:{info[p]}")]
         jump = " ".join(["ssh", *self.opts, "-W", "%h:%p", "root@127.0.0.1"])
-        self.tunnel = subprocess.Popen(["ssh", *self.opts, "-o", f"ProxyCommand={jump}",
-                                        "-o", "ControlMaster=no", "-o", "ControlPath=none",
+        # ControlPath=none before self.opts: ssh keeps the first value of each option, so
+        # after them it would be ignored, the forwards would go through the ControlMaster
+        # to the login node and the node would never be reached through the jump
+        self.tunnel = subprocess.Popen(["ssh", "-o", "ControlMaster=no", "-o", "ControlPath=none",
+                                        *self.opts, "-o", f"ProxyCommand={jump}",
                                         "-o", "ExitOnForwardFailure=yes", "-N", *forwards,
                                         "root@127.0.0.1"])
         for p in PORTS:

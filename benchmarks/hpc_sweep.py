@@ -17,7 +17,9 @@ while the sweep runs (target: 1, whatever the number of elements).
 
 Prints ``sweep N ratio vs sbatch X, vs submitit Y`` (target <= 1.1 each).  Needs Debian's
 slurm-wlm and munge (scripts/install-system-deps.sh) and papermill; submitit is optional
-(``vs submitit n/a (<reason>)`` without it).
+(``vs submitit n/a (<reason>)`` without it).  Then the same sweep through the FirecREST
+emulator and a real A-REX, one line each (``hpc_sweep_sites.py``; ``--no-sites`` skips
+them); an A-REX that cannot run here prints ``arc sweep N: n/a (<why>)``.
 """
 
 from __future__ import annotations
@@ -231,6 +233,12 @@ def main() -> None:
         action="store_true",
         help="run our sweep before the one by hand (default: after)",
     )
+    parser.add_argument(
+        "--no-sites",
+        dest="sites",
+        action="store_false",
+        help="skip the same sweep through FirecREST and a real A-REX (hpc_sweep_sites.py)",
+    )
     args = parser.parse_args()
     grid, elements = grid_for(args.elements)
 
@@ -299,6 +307,12 @@ def main() -> None:
         f"scheduler calls per poll tick: {mean:.2f} on average, at most "
         f"{max(ticks, default=0)} (target 1)"
     )
+    if args.sites:  # the same sweep through the FirecREST and real-ARC test set-ups
+        from hpc_sweep_sites import arc_line, firecrest_line
+
+        print(firecrest_line(base / "firecrest", nb, grid, elements, limit, args.cpus),
+              flush=True)
+        print(arc_line(base / "arc", nb, grid, elements, limit), flush=True)
 
 
 if __name__ == "__main__":

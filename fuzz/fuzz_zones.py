@@ -1,6 +1,6 @@
 """What a zone service (placement/zones.py) reads from the network: sealed hints (Fernet
 tokens a zone issued from ``select`` and gets back in ``boot``), the request every
-``select``/``boot`` body carries (placement/model.py ``Request.from_dict``) and JSON filter
+``select``/``boot`` body carries (offers.py ``Request.from_dict``) and JSON filter
 queries (placement/jsonfilter.py), which users write.
 
 Properties: a hint this zone did not seal — any text, or a real hint with any byte changed —
@@ -21,8 +21,8 @@ with instrumented():
     from cryptography.fernet import Fernet
 
     from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.offers import Offer, Request, VirtualState
     from jupyter_cloudtik.placement.jsonfilter import compile_query
-    from jupyter_cloudtik.placement.model import Offer, Request, VirtualState
     from jupyter_cloudtik.placement.zones import HintRefused, ZoneKeys
 
 KEYS = ZoneKeys(tempfile.mkdtemp(prefix="fuzz-zones-"), Fernet.generate_key().decode())

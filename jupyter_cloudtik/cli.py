@@ -14,15 +14,10 @@ import sys
 from .clusters.commands import add_cluster_commands
 from .core.arguments import Parser, UsageProblem
 from .core.errors import (
-    CapacityError,
+    USER_ERRORS,
     CloudTikError,
-    ConfigError,
-    ConflictError,
-    NotFoundError,
     OperationCancelled,
 )
-
-USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
 
 
 def _feature_modules():

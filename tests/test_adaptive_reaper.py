@@ -12,8 +12,8 @@ import time
 import doc_examples
 import pytest
 
+from jupyter_cloudtik.clusters import adaptive
 from jupyter_cloudtik.clusters.reaper import reaper_running
-from jupyter_cloudtik.core import adaptive
 from jupyter_cloudtik.core.store import Store
 
 pytestmark = pytest.mark.slow

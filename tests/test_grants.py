@@ -132,3 +132,16 @@ def test_a_single_persons_policy_grants_their_own_items_in_the_right_mode(tmp_pa
     grant = policy.grant(me, "storage", "ro", "read")
     assert policy.node_secrets(grant, manager.secrets)["pass"] == "pw-ro"
     assert SERVICE.admin and policy.service("zone", "z", "why").for_service
+
+
+def test_only_storage_reads_its_tables():
+    """Who may use a storage is decided on what the storage feature says exists (its index,
+    through the registry); no other module reads its tables with SQL of its own."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "jupyter_cloudtik"
+    sql = re.compile(r"\b(FROM|JOIN|INTO|UPDATE)\s+(storages|storage_mounts)\b", re.I)
+    found = [f"{p.relative_to(root)}" for p in root.rglob("*.py")
+             if p.relative_to(root).parts[0] != "storage" and sql.search(p.read_text())]
+    assert found == [], found

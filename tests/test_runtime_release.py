@@ -12,10 +12,10 @@ import time
 
 import pytest
 
+from jupyter_cloudtik.core.fuse import fusermount, mount_entry, unmount_path
 from jupyter_cloudtik.core.store import Store
 from jupyter_cloudtik.providers.base import ProviderContext
 from jupyter_cloudtik.providers.local import LocalNodeProvider
-from jupyter_cloudtik.storage.mounts import fusermount, mount_entry, unmount_path
 from jupyter_cloudtik.storage.rclone import rclone_binary
 
 

@@ -332,7 +332,7 @@ def test_spark_connect_server_beside_the_master(backend, state_dir):
     Run after the magics tests made an IPython shell (as ``make test`` does), this also
     checks that the Connect client imports under IPython's ``__main__`` (no ``__spec__``)."""
     from jupyter_cloudtik import Cluster
-    from jupyter_cloudtik.providers.base import ConnectInfo
+    from jupyter_cloudtik.core.models import ConnectInfo
     from jupyter_cloudtik.runtime.spark import SparkRuntime
 
     cfg = {"cluster_name": "conn", "idle_timeout_minutes": 60,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from jupyter_cloudtik.core import usage
+from jupyter_cloudtik.clusters import usage
 
 
 def test_cost_so_far_integrates_the_recorded_prices(manager):

@@ -37,6 +37,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from tornado import web
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core.process_groups import GroupRef, signal_group, writes_under
 
 ADMIN_HEADER = "X-Emulator-Admin"
 
@@ -204,14 +205,16 @@ class DetachedJobs:
         bk = self.job_folder(key)
         if (bk / "cancelled").exists():
             return "CANCELLED", None
-        code = _read(bk / "exitcode")
-        if code is not None:
-            rc = int(code) if code.lstrip("-").isdigit() else -1
-            if rc == 124:
-                return "TIMEOUT", rc
-            return ("COMPLETED" if rc == 0 else "FAILED"), rc
-        if self.alive(key):
-            return ("RUNNING" if (bk / "started").exists() else "PENDING"), None
+        for look in (1, 2):
+            code = _read(bk / "exitcode")
+            if code is not None:
+                rc = int(code) if code.lstrip("-").isdigit() else -1
+                if rc == 124:
+                    return "TIMEOUT", rc
+                return ("COMPLETED" if rc == 0 else "FAILED"), rc
+            if look == 1 and self.alive(key):
+                return ("RUNNING" if (bk / "started").exists() else "PENDING"), None
+        # gone without an exit code (read again: it may have ended between the two looks)
         return "LOST", None
 
     def alive(self, key: str) -> bool:
@@ -240,6 +243,11 @@ class DetachedJobs:
         if not rec or not self.alive(key):
             return
         pid = int(rec.split()[0])
+        started = float(rec.split()[1]) if len(rec.split()) > 1 else None
+        # the group only while it is still ours (core/process_groups): once the job's
+        # leader has ended its number may be somebody else's; members logging to the
+        # job's folder are ours
+        ref, owned = GroupRef(pid, started), writes_under(self.job_folder(key))
         try:  # every descendant, as Slurm's proctrack does: `timeout` and a script's
             # `setsid` children are in process groups of their own
             tree = psutil.Process(pid).children(recursive=True)
@@ -251,9 +259,7 @@ class DetachedJobs:
                     child.send_signal(sig)
                 except psutil.Error:
                     pass
-            try:
-                os.killpg(pid, sig)
-            except (ProcessLookupError, PermissionError):
+            if not signal_group(ref, sig, owned):
                 return
             deadline = time.monotonic() + 2
             while time.monotonic() < deadline and self.alive(key):

@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core.process_groups import signal_child
 
 ARC_PACKAGES = ["nordugrid-arc-arex", "nordugrid-arc-client", "nordugrid-arc-plugins-needed",
                 "nordugrid-arc-plugins-arcrest", "nordugrid-arc-plugins-internal",
@@ -379,14 +380,12 @@ class ArexSite:
 
         for p in self.procs:
             if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGTERM)
+                signal_child(p, signal.SIGTERM)
         for p in self.procs:
             try:
                 p.wait(30)
             except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(p.pid, signal.SIGKILL)
+                signal_child(p, signal.SIGKILL)
                 p.wait(10)
         self.procs = []
         self._kill_leftovers()

@@ -16,6 +16,13 @@ import time
 import urllib.request
 from pathlib import Path
 
+from jupyter_cloudtik.core.process_groups import (
+    GroupRef,
+    signal_child,
+    signal_group,
+    writes_under,
+)
+
 CONFIG = """
 import os, sys
 c.DaskGateway.backend_class = "dask_gateway_server.backends.local.UnsafeLocalBackend"
@@ -83,14 +90,14 @@ class GatewayServer:
             return
         import signal
 
+        ref = GroupRef.of(self.proc.pid) if self.proc.poll() is None else \
+            GroupRef(self.proc.pid, None)
         self.proc.send_signal(signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
         except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)
+            signal_child(self.proc, signal.SIGKILL)
             self.proc.wait()
-        # the local backend's schedulers and workers are in the server's session
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        # the local backend's schedulers and workers are in the server's session: what of
+        # it logs to our folder (the number itself may be somebody else's once reaped)
+        signal_group(ref, signal.SIGKILL, writes_under(self.root))

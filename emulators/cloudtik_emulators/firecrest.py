@@ -41,6 +41,12 @@ characters, and a direct ``download`` is a 413 when its base64 reaches that limi
 states read ``CANCELLED by <uid>``; time limits are seconds; the partition model is
 ``{name, cpus (of the whole partition), totalNodes, partition (the state)}``.
 
+Limits (issue 29, read from the firecrest-v2 source, each cited where it is applied): a
+submit over a QOS limit (``--qos``) is FirecREST's SlurmQuotaError, 403; ``ls`` answers 413
+when its ``ls -l`` text reaches ``max_ops_file_size`` and 408 when it runs over
+``ssh.timeout.command_execution`` (``firecrest_files``); the job listing shows finished
+jobs of its ``time_window`` only (1h ... 7d, 24h by default), ``GET /jobs/{id}`` any job.
+
 Faults (``POST /_emulator/faults``, see ``_service.py``): down (503), failing routes,
 throttling (429), short-lived or revoked tokens, a queue delay; ``POST /_emulator/slurm
 {"down": true}``: Slurm's controller does not answer (FirecREST's 500s with Slurm's text).
@@ -59,10 +65,7 @@ import json
 import os
 import re
 import secrets
-import shlex
-import shutil
 import signal
-import stat as statmod
 import sys
 import threading
 import time
@@ -76,117 +79,64 @@ from tornado import httpserver, web
 
 from ._service import (
     AdminHandler,
-    BaseHandler,
     CertsHandler,
     DetachedJobs,
     Faults,
     TokenHandler,
     TokenIssuer,
     job_environment,
-    q,
 )
-
-APP_VERSION = "2.6.0"
-OPS_SIZE_LIMIT = 5 * 1024 * 1024  # FirecREST's data_operation.max_ops_file_size default
-MAX_PART_SIZE = 5 * 1024 * 1024  # the stage's multipart part size
-MIN_PART_SIZE = 5 * 1024 * 1024  # S3: every part but the last (EntityTooSmall)
-MIN_TOKEN_TTL = 30  # FirecREST's OIDCTokenAuth.min_token_ttl
-# a job over the partition's time limit: the real server (FirecREST v2 beside Slurm 22.05
-# with accounting, issue 29's outside check) answered PartitionConfig first, Slurm's settled
-# PartitionTimeLimit a moment later.  In Slurm's source the first is the submit's reason
-# (job_mgr.c, _select_nodes_parts: ESLURM_REQUESTED_PART_CONFIG_UNAVAILABLE), the second the
-# scheduler's (job_scheduler.c, _job_runnable_test2 -> job_limits_check), which also turns
-# a node count over the partition's into PartitionNodeLimit.  We answer PartitionConfig
-# until it has been shown once and this long has passed since the submit
-PROVISIONAL_SECONDS = 1.0
-# the accounts the user has an association with (the outside check: an unknown account is
-# a 500 on the real server, Slurm with accounting enforced); --accounts replaces them
-DEFAULT_ACCOUNTS = ("default",)
-INVALID_ACCOUNT = ("sbatch: error: Batch job submission failed: Invalid account or "
-                   "account/partition combination specified\n")
-HISTORY_WINDOW = 24 * 3600  # GET /jobs lists finished jobs of the last 24 h (time_window)
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"}
-SLURM_ERROR = "Unexpected Slurm command response. exit_status:{rc} std_err:{err}"
-KNOWN_SBATCH = {"job-name", "output", "error", "nodes", "ntasks-per-node", "cpus-per-task",
-                "mem", "time", "reservation", "partition", "account", "chdir", "comment",
-                "ntasks", "qos", "gpus-per-node", "constraint", "export", "input",
-                "mem-per-cpu", "exclusive", "signal", "mail-type", "mail-user", "array",
-                "dependency", "hold", "requeue", "no-requeue", "wait", "parsable"}
-
-
-def parse_array(text: str) -> dict[str, Any]:
-    """``--array=0-9%2`` / ``1,3,5-7``: the task indices and the ``%`` limit (None: all
-    at once)."""
-    spec, _, limit = text.partition("%")
-    indices: list[int] = []
-    for part in spec.split(","):
-        a, _, b = part.partition("-")
-        b, _, step = b.partition(":")
-        indices += range(int(a), int(b or a) + 1, int(step or 1))
-    return {"indices": sorted(set(indices)), "limit": int(limit) if limit else None}
-
-
-def format_indices(indices: list[int]) -> str:
-    """``[2, 3, 4, 7]`` -> ``2-4,7``, as Slurm prints a combined array record."""
-    runs: list[list[int]] = []
-    for i in indices:
-        if runs and i == runs[-1][1] + 1:
-            runs[-1][1] = i
-        else:
-            runs.append([i, i])
-    return ",".join(f"{a}-{b}" if a != b else str(a) for a, b in runs)
-
-
-class SlurmRefusal(Exception):
-    """sbatch or scancel said no: FirecREST answers 500 with Slurm's text."""
-
-    def __init__(self, err: str, rc: int = 1) -> None:
-        super().__init__(SLURM_ERROR.format(rc=rc, err=err))
-
-
-def _memory_mb(text: str) -> int | None:
-    m = re.match(r"^(\d+)([KMGT]?)B?$", text.strip().upper())
-    if not m:
-        return None
-    n, unit = int(m.group(1)), m.group(2) or "M"
-    return {"K": n // 1024, "M": n, "G": n * 1024, "T": n * 1024 * 1024}[unit]
-
-
-def _duration(text: str) -> int | None:
-    """Seconds of a Slurm --time value."""
-    m = re.match(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$", text.strip())
-    if not m:
-        return None
-    d, a, b, c = m.groups()
-    parts = [int(x) for x in (a, b, c) if x is not None]
-    if d is not None:
-        parts += [0] * (3 - len(parts))
-        return int(d) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
-    if len(parts) == 1:
-        return parts[0] * 60
-    if len(parts) == 2:
-        return parts[0] * 60 + parts[1]
-    return parts[0] * 3600 + parts[1] * 60 + parts[2]
-
-
-def sbatch_directives(script: str) -> dict[str, str]:
-    out = {}
-    for line in script.splitlines():
-        if not line.startswith("#SBATCH"):
-            continue
-        for tok in shlex.split(line[len("#SBATCH"):]):
-            if tok.startswith("--"):
-                k, _, v = tok[2:].partition("=")
-                out[k] = v
-    return out
+from .firecrest_files import OpsHandler, StageHandler, TransferHandler
+from .firecrest_model import (
+    APP_VERSION,
+    COMMAND_TIMEOUT,
+    DEFAULT_ACCOUNTS,
+    DEFAULT_TIME_WINDOW,
+    FINAL,
+    INVALID_ACCOUNT,
+    KNOWN_SBATCH,
+    OPS_SIZE_LIMIT,
+    PROVISIONAL_SECONDS,
+    SLURM_DOWN,
+    SLURM_ERROR,
+    TIME_WINDOWS,
+    Handler,
+    OutsideError,
+    QuotaRefusal,
+    SlurmRefusal,
+    _duration,
+    _memory_mb,
+    _mtime,
+    format_indices,
+    parse_array,
+    sbatch_directives,
+)
+from .firecrest_status import (
+    PartitionsHandler,
+    SlurmFaultHandler,
+    SystemConfigHandler,
+    SystemsHandler,
+    UserinfoHandler,
+)
 
 
 class FirecrestService:
     def __init__(self, root: Path, system: str, clients: dict[str, str], admin_token: str,
                  partitions: dict[str, dict[str, Any]] | None = None,
                  base_url: str = "", staging: bool = True,
-                 accounts: list[str] | None = None) -> None:
+                 accounts: list[str] | None = None,
+                 qos: dict[str, Any] | None = None) -> None:
         self.root = root.resolve()
+        # the user's QOS limits (sacctmgr's MaxSubmitJobsPerUser as max_submit_jobs,
+        # MaxWallDurationPerJob with DenyOnLimit as max_wall seconds); none by default
+        self.qos: dict[str, Any] = dict(qos or {})
+        # the system's data_operation.max_ops_file_size and ssh.timeout.command_execution
+        # (FirecREST's config; their defaults), and a slow file system's extra seconds per
+        # ls (POST /_emulator/system): see firecrest_files.OpsHandler._ls
+        self.ops_limit = OPS_SIZE_LIMIT
+        self.command_timeout = COMMAND_TIMEOUT
+        self.fs_delay = 0.0
+        self.age = 0.0  # see listed
         self.accounts = set(DEFAULT_ACCOUNTS if accounts is None else accounts)
         self.system = system
         self.state_dir = self.root / ".f7t"
@@ -278,6 +228,7 @@ class FirecrestService:
             raise SlurmRefusal(INVALID_ACCOUNT)
         plim = self.partitions[part]
         limit = _duration(d["time"]) if d.get("time") else None
+        self._check_qos(user, limit, parse_array(d["array"]) if d.get("array") else None)
         nodes = int(d.get("nodes", 1) or 1)
         cpus = int(d.get("ntasks-per-node") or 1) * int(d.get("cpus-per-task") or 1)
         part_nodes = int(plim.get("nodes", 1))
@@ -343,6 +294,37 @@ class FirecrestService:
         self.runner.start(str(jid), script, wd_path, env, out_p, err_p, time_limit=limit,
                           delay=self.faults.queue_delay)
         return str(jid)
+
+    def _check_qos(self, user: str, limit: int | None, arr: dict[str, Any] | None) -> None:
+        """Slurm's acct_policy_validate at submit (with AccountingStorageEnforce=limits,qos):
+        MaxSubmitJobsPerUser counts the user's pending and running jobs, each array task
+        as one (acct_policy.c, _validate_tres_usage_limits_for_qos / max_submit_jobs_pu);
+        MaxWallDurationPerJob refuses only with the QOS flag DenyOnLimit (else the job
+        waits, which is not modelled here)."""
+        most = self.qos.get("max_submit_jobs")
+        if most is not None:
+            asked = len(arr["indices"]) if arr else 1
+            if self._active_jobs(user) + asked > int(most):
+                raise QuotaRefusal("QOSMaxSubmitJobPerUserLimit")
+        wall = self.qos.get("max_wall")
+        if wall is not None and limit and limit > int(wall):
+            raise QuotaRefusal("QOSMaxWallDurationPerJobLimit")
+
+    def _active_jobs(self, user: str) -> int:
+        """The user's jobs Slurm still holds (pending or running), array tasks one each."""
+        n = 0
+        for jid in list(self.jobs):
+            if self.jobs[jid]["user"] != user:
+                continue
+            for m in self.job_models(jid):
+                if m["status"]["state"] not in ("PENDING", "RUNNING"):
+                    continue
+                key = str(m["jobId"])
+                if "[" in key:  # the combined entry of an array's waiting tasks
+                    n += len(parse_array(key.split("[", 1)[1].rstrip("]"))["indices"])
+                else:
+                    n += 1
+        return n
 
     # job arrays -----------------------------------------------------------------------------
     def schedule_arrays(self) -> None:
@@ -426,6 +408,22 @@ class FirecrestService:
     def _task_model(self, base: dict[str, Any], key: str) -> dict[str, Any]:
         m = copy.deepcopy(base)
         m["jobId"] = key
+        state, rc, reason, signal_, started, ended = self._ran(key)
+        final = state.split()[0] in FINAL
+        m["status"] = {"state": state, "stateReason": reason, "exitCode": rc,
+                       "interruptSignal": signal_}
+        m["time"].update(start=int(started) if started else None,
+                         end=int(ended) if ended else None,
+                         elapsed=int(((ended if final else None) or time.time()) - started)
+                         if started else 0)
+        m["nodes"] = "localhost" if started else ""
+        return m
+
+    def _ran(self, key: str) -> tuple[str, int | None, str, int | None, float | None,
+                                      float | None]:
+        """What Slurm says of a job or array task the runner started: its state (``LOST``
+        is FAILED with NodeFail; a cancel reads ``CANCELLED by <uid>``), exit code,
+        reason, signal, start and end — one reading for whole jobs and array tasks."""
         state, rc = self.runner.state(key)
         reason, signal_ = "None", 0
         if state == "LOST":
@@ -436,18 +434,10 @@ class FirecrestService:
                                             if state == "CANCELLED" else None)
         if state == "CANCELLED":
             state, rc = "CANCELLED by 1000", 0
-        elif state in ("PENDING", "RUNNING"):
+        elif state in ("PENDING", "RUNNING"):  # squeue: no exit code yet
             rc = signal_ = None
             reason = "Priority" if state == "PENDING" else "None"
-        m["status"] = {"state": state, "stateReason": reason, "exitCode": rc,
-                       "interruptSignal": signal_}
-        final = state.split()[0] in FINAL
-        m["time"].update(start=int(started) if started else None,
-                         end=int(ended) if ended else None,
-                         elapsed=int(((ended if final else None) or time.time()) - started)
-                         if started else 0)
-        m["nodes"] = "localhost" if started else ""
-        return m
+        return state, rc, reason, signal_, started, ended
 
     def cancel(self, jid: str) -> None:
         """scancel: a finished or unknown job is an error (FirecREST: 500)."""
@@ -514,21 +504,9 @@ class FirecrestService:
                     if shown:
                         j["provisional_shown"] = True
         else:
-            state, rc = self.runner.state(jid)
-            reason = "None"
-            if state == "LOST":
-                state, reason = "FAILED", "NodeFail"
+            state, rc, reason, signal_, started, ended = self._ran(jid)
             if state == "PENDING":
-                reason, nodes = "Priority", ""
-            bk = self.runner.job_folder(jid)
-            started = _mtime(bk / "started")
-            ended = _mtime(bk / "exitcode") or (_mtime(bk / "cancelled")
-                                                if state == "CANCELLED" else None)
-            if state == "CANCELLED":
-                state, rc, signal_ = "CANCELLED by 1000", 0, 0
-            elif state in ("PENDING", "RUNNING"):
-                rc = None
-                signal_ = None
+                nodes = ""
             if state == "RUNNING" and started and limit:
                 ended = started + limit  # squeue's EndTime: when the limit is reached
         elapsed = int(((ended if state in FINAL or state.startswith("CANCELLED") else None)
@@ -546,11 +524,13 @@ class FirecrestService:
             "workingDirectory": j["workingDirectory"], "priority": 4294901759 - int(jid),
         }
 
-    def listed(self, m: dict[str, Any]) -> bool:
-        """GET /jobs: running and pending jobs, and finished ones of the last 24 h."""
+    def listed(self, m: dict[str, Any], window: str = DEFAULT_TIME_WINDOW) -> bool:
+        """GET /jobs: running and pending jobs, and finished ones that ended within the
+        ``time_window`` (``age``: the seconds the clock is ahead for finished jobs, set
+        over /_emulator/slurm to show a job that ended days ago)."""
         end = m["time"]["end"]
         final = m["status"]["state"].split()[0] in FINAL
-        return not final or not end or time.time() - end < HISTORY_WINDOW
+        return not final or not end or time.time() + self.age - end < TIME_WINDOWS[window]
 
     def visible(self, jid: str, user: str) -> bool:
         return jid in self.jobs and self.jobs[jid]["user"] == user
@@ -585,146 +565,6 @@ class FirecrestService:
                 "logs": {"outputLog": str(out), "errorLog": str(err)}}
 
 
-class OutsideError(Exception):
-    """A path on none of the system's file systems (FirecREST: 400)."""
-
-
-def _mtime(p: Path) -> float | None:
-    try:
-        return p.stat().st_mtime
-    except OSError:
-        return None
-
-
-def _file_entry(p: Path, name: str) -> dict[str, Any]:
-    st = p.lstat()
-    kind = "d" if statmod.S_ISDIR(st.st_mode) else "l" if statmod.S_ISLNK(st.st_mode) else "-"
-    return {"name": name, "type": kind,
-            "linkTarget": os.readlink(p) if kind == "l" else None, "user": "user",
-            "group": "users", "permissions": statmod.filemode(st.st_mode)[1:],
-            "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(st.st_mtime)),
-            "size": str(st.st_size)}
-
-
-class Handler(BaseHandler):
-    def prepare(self) -> None:
-        super().prepare()
-        if self._finished or not self.needs_auth:
-            return
-        exp = (getattr(self, "claims", None) or {}).get("exp")
-        if exp is not None and exp - time.time() < MIN_TOKEN_TTL:
-            self.fail(401, f"Access token expires too soon (less than {MIN_TOKEN_TTL}s "
-                           "remaining).")
-
-    def fail(self, status: int, message: str, **extra: Any) -> None:
-        extra.setdefault("user", getattr(self, "user", None))
-        super().fail(status, message, **extra)
-
-    def system_ok(self, system: str) -> bool:
-        # the real server matches system names in any case (issue 29's outside check:
-        # "TestSys" reached "testsys"); answers carry its own spelling
-        if system.lower() != self.svc.system.lower():
-            self.fail(404, "System not found")
-            return False
-        return True
-
-    def remote_failed(self, status: int, err: str, rc: int = 1) -> None:
-        """How FirecREST reports a command that failed on the system."""
-        self.fail(status, f"Remote process failed with exit status:{rc} and error "
-                          f"message:{err}")
-
-    def may_write(self, p: Path, what: str) -> bool:
-        if self.svc.writable(p, self.user):
-            return True
-        self.remote_failed(403, f"{what}: Permission denied")
-        return False
-
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None))[1]
-        message = getattr(exc, "reason", None) or getattr(exc, "log_message", None) or \
-            self._reason
-        self.finish(json.dumps(self.svc.error_body(status_code, str(message))))
-
-    def sys_path(self, raw: str | None) -> Path | None:
-        try:
-            return self.svc.path(raw)
-        except OutsideError as e:
-            self.fail(400, str(e))
-            return None
-
-
-class SlurmFaultHandler(AdminHandler):
-    """POST /_emulator/slurm {"down": true}: slurmctld stops answering while FirecREST
-    itself is up — its answers are then 500s with Slurm's "Unable to contact slurm
-    controller", as the real server's are."""
-
-    def post(self, what: str = "") -> None:
-        self.svc.slurm_down = bool((self.json_body() or {}).get("down"))
-        self.reply({"ok": True})
-
-
-SLURM_DOWN = {
-    "jobs": ("Error executing Slurm command.", ["Command execution timeout limit exceeded."]),
-    "submit": (SLURM_ERROR.format(rc=1, err="sbatch: error: Batch job submission failed: "
-                                            "Unable to contact slurm controller (connect "
-                                            "failure)\n"), None),
-    "partitions": (SLURM_ERROR.format(rc=1, err="slurm_load_partitions error: Unable to "
-                                                "contact slurm controller (connect "
-                                                "failure)\n"), None),
-}
-
-
-class SystemsHandler(Handler):
-    def get(self) -> None:
-        s = self.svc
-        now = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
-        health = [{"serviceType": t, "lastChecked": now, "latency": 0.01, "healthy": True,
-                   "message": None} for t in ("scheduler", "ssh", "filesystem")]
-        health[2]["path"] = str(s.root)
-        transfer = {"service_type": "s3", "name": "stage", "public_url": s.base_url,
-                    "region": "us-east-1", "ttl": 3600} if s.staging else None
-        self.reply({"systems": [{
-            "name": s.system,
-            "ssh": {"host": "localhost", "port": 22, "proxyHost": None, "proxyPort": None,
-                    "maxClients": 100, "timeout": {"connection": 5, "login": 5,
-                                                   "commandExecution": 5,
-                                                   "idleTimeout": 60, "keepAlive": 5}},
-            "scheduler": {"type": "slurm", "connectionMode": "ssh", "version": "22.05.8",
-                          "apiUrl": None, "apiVersion": None, "timeout": 10},
-            "servicesHealth": health,
-            "probing": {"services": {}, "intervalCheck": 60}, "lastHealthCheck": now,
-            "fileSystems": [{"path": str(s.root), "dataType": "scratch",
-                             "defaultWorkDir": True}],
-            # FirecREST leaves this one in snake case
-            "dataOperation": {"datatransfer_jobs_directives": ["#SBATCH --nodes=1"],
-                              "max_ops_file_size": OPS_SIZE_LIMIT, "data_transfer": transfer},
-        }]})
-
-
-class PartitionsHandler(Handler):
-    def get(self, system: str) -> None:
-        if not self.system_ok(system):
-            return
-        if self.svc.slurm_down:
-            msg, _ = SLURM_DOWN["partitions"]
-            self.fail(500, msg, causedBy=[msg])
-            return
-        # scontrol's PartitionName, TotalCPUs, TotalNodes, State: no default, no MaxTime
-        self.reply({"partitions": [
-            {"name": k, "cpus": (v.get("cpus") or 1) * v.get("nodes", 1),
-             "totalNodes": v.get("nodes", 1), "partition": v.get("state", "UP")}
-            for k, v in self.svc.partitions.items()]})
-
-
-class UserinfoHandler(Handler):
-    def get(self, system: str) -> None:
-        if not self.system_ok(system):
-            return
-        self.reply({"user": {"id": "1000", "name": self.user}, "group": {"id": "100",
-                    "name": "users"}, "groups": [{"id": "100", "name": "users"}],
-                    "accounts": None})
-
-
 class JobsHandler(Handler):
     def prepare(self) -> None:
         super().prepare()
@@ -737,8 +577,16 @@ class JobsHandler(Handler):
             return
         s = self.svc
         if jid is None:
+            window = self.get_argument("time_window", None) or DEFAULT_TIME_WINDOW
+            if window not in TIME_WINDOWS:  # the JobsTimeWindow enum: FastAPI's 400
+                msg = "Input should be " + ", ".join(f"'{w}'" for w in TIME_WINDOWS)
+                self.fail(400, f"1 validation error: {msg}", errorType="validation",
+                          data={"fields": [{"location": "query", "name": "time_window",
+                                            "message": msg}]})
+                return
             self.reply({"jobs": [m for k in sorted(s.jobs, key=int) if s.visible(k, self.user)
-                                 for m in s.job_models(k, shown=True) if s.listed(m)]})
+                                 for m in s.job_models(k, shown=True)
+                                 if s.listed(m, window)]})
             return
         if not self.job_id_ok(jid):
             return
@@ -792,6 +640,9 @@ class JobsHandler(Handler):
         except SlurmRefusal as e:
             self.fail(500, str(e))
             return
+        except QuotaRefusal as e:  # SlurmQuotaError: 403 (see firecrest_model)
+            self.fail(403, str(e))
+            return
         except ValueError as e:
             self.fail(400, str(e))
             return
@@ -816,330 +667,6 @@ class JobsHandler(Handler):
         self.reply(None, 204)
 
 
-class OpsHandler(Handler):
-    def get(self, system: str, op: str) -> None:
-        if not self.system_ok(system):
-            return
-        p = self.sys_path(self.get_argument("path", None))
-        if p is None:
-            return
-        if op == "download":
-            if not p.is_file():
-                self.remote_failed(404, f"base64: {p}: No such file or directory")
-                return
-            if 4 * -(-p.stat().st_size // 3) >= OPS_SIZE_LIMIT:
-                # get_download runs `base64 --wrap=0` (Base64Command) over SSH, whose reader
-                # stops at max_ops_file_size: the encoded file (4 bytes per 3) reaching it
-                # is OutputLimitExceeded, 413 (ssh_client.py, SSHClient.execute) — before
-                # the router's own "File to download is too large." check could run
-                self.fail(413, "Command output exceeded buffer limit.")
-                return
-            self.set_header("Content-Type", "application/octet-stream")
-            self.finish(p.read_bytes())
-            return
-        if not p.exists():
-            if op == "ls":
-                self.remote_failed(404, f"ls: cannot access '{p}': No such file or directory",
-                                   rc=2)
-            elif op == "view":
-                self.remote_failed(404, f"dd: failed to open '{p}': No such file or directory")
-            else:
-                self.remote_failed(404, f"{op}: cannot open '{p}' for reading: No such file "
-                                        "or directory")
-            return
-        if op == "ls":
-            recursive = self.get_argument("recursive", "false") == "true"
-            hidden = self.get_argument("showHidden", "false") == "true"
-            entries = []
-            if p.is_dir():
-                walker = sorted(p.rglob("*")) if recursive else sorted(p.iterdir())
-                for c in walker:
-                    rel = c.relative_to(p).as_posix()
-                    if not hidden and any(part.startswith(".") for part in rel.split("/")):
-                        continue
-                    entries.append(_file_entry(c, rel))
-            else:
-                entries.append(_file_entry(p, p.name))
-            self.reply({"output": entries})
-        elif op == "stat":
-            st = p.stat()
-            self.reply({"output": {"mode": st.st_mode, "ino": st.st_ino, "dev": st.st_dev,
-                                   "nlink": st.st_nlink, "uid": st.st_uid, "gid": st.st_gid,
-                                   "size": st.st_size, "atime": int(st.st_atime),
-                                   "ctime": int(st.st_ctime), "mtime": int(st.st_mtime)}})
-        elif op == "view":
-            if p.is_dir():
-                self.remote_failed(500, f"dd: error reading '{p}': Is a directory")
-                return
-            try:  # FirecREST's query default for size is 5 MiB (ops/router.py, get_view)
-                size = int(self.get_argument("size", str(5 * 1024 * 1024)))
-                offset = int(self.get_argument("offset", "0"))
-            except ValueError:
-                self.fail(400, "size and offset must be integers", errorType="validation")
-                return
-            if offset < 0:
-                self.fail(400, "`offset` value must be an integer value equal or greater "
-                               "than 0")
-                return
-            if size <= 0:
-                self.fail(400, "`size` value must be an integer value greater than 0")
-                return
-            if size > OPS_SIZE_LIMIT:
-                self.fail(400, f"`size` value must be less than {OPS_SIZE_LIMIT} bytes")
-                return
-            # DdCommand: dd bs=size skip=offset//size count=2 — two blocks come back over
-            # SSH, whose reader stops at max_ops_file_size: an output that reaches it is
-            # OutputLimitExceeded, a 413 (ssh_client.py, SSHClient.execute;
-            # api_response_model.py, build_http_error_from_exception).  So a whole file
-            # (no size: 5 MiB blocks) of 5 MiB or more is a 413, and so is any read whose
-            # two blocks reach the limit
-            skip = offset // size
-            with open(p, "rb") as f:
-                f.seek(skip * size)
-                block = f.read(2 * size)
-            if len(block) >= OPS_SIZE_LIMIT:
-                self.fail(413, "Command output exceeded buffer limit.")
-                return
-            # DdCommand.parse_output: the output is decoded, then cut in characters
-            i = offset % size
-            self.reply({"output": block.decode(errors="replace")[i:i + size]})
-        elif op in ("head", "tail"):
-            nbytes, lines = self.get_argument("bytes", None), self.get_argument("lines", None)
-            skip = self.get_argument("skipHeading" if op == "tail" else "skipTrailing",
-                                     "false") == "true"
-            data = p.read_bytes()
-            if nbytes and lines:
-                self.fail(400, "Only one of `bytes` or `lines` can be specified.")
-                return
-            if nbytes is not None:
-                n = int(nbytes)
-                if op == "tail":
-                    out = data[max(0, n - 1):] if skip else data[-n:] if n else b""
-                    start, end = (n, -1) if skip else (-n, -1)
-                else:
-                    out = data[:-n] if skip else data[:n]
-                    start, end = (0, -n) if skip else (0, n)
-            else:
-                n = int(lines or 10)
-                rows = data.splitlines(keepends=True)
-                if op == "tail":
-                    out = b"".join(rows[max(0, n - 1):] if skip else rows[-n:])
-                    start, end = (n, -1) if skip else (-n, -1)
-                else:
-                    out = b"".join(rows[:-n] if skip else rows[:n])
-                    start, end = (0, -n) if skip else (0, n)
-            if len(out) > OPS_SIZE_LIMIT:  # the SSH client's output buffer
-                self.fail(413, "Command output exceeded buffer limit.")
-                return
-            self.reply({"output": {"content": out.decode(errors="replace"),
-                                   "contentType": "bytes" if nbytes else "lines",
-                                   "startPosition": start, "endPosition": end}})
-        elif op == "checksum":
-            self.reply({"output": {"algorithm": "SHA256",
-                                   "checksum": hashlib.sha256(p.read_bytes()).hexdigest()}})
-        elif op == "file":
-            self.reply({"output": "directory" if p.is_dir() else "ASCII text"})
-        else:
-            self.fail(404, f"no operation '{op}'")
-
-    def post(self, system: str, op: str) -> None:
-        if not self.system_ok(system):
-            return
-        if op == "mkdir":
-            body = self.json_body() or {}
-            p = self.sys_path(body.get("path") or body.get("sourcePath"))
-            if p is None:
-                return
-            if p.exists() and not p.is_dir():
-                self.remote_failed(500, f"mkdir: cannot create directory '{p}': File exists")
-                return
-            if not p.exists():
-                first = p  # the first folder mkdir has to make
-                while not first.parent.exists():
-                    first = first.parent
-                if not body.get("parent") and first != p:
-                    self.remote_failed(404, f"mkdir: cannot create directory '{p}': No such "
-                                            "file or directory")
-                    return
-                if not self.may_write(first, f"mkdir: cannot create directory '{first}'"):
-                    return
-            p.mkdir(parents=True, exist_ok=True)
-            self.reply({"output": _file_entry(p, p.name)}, 201)
-        elif op == "upload":
-            folder = self.sys_path(self.get_argument("path", None))
-            if folder is None:
-                return
-            files = self.request.files.get("file")
-            if not files:
-                self.fail(400, "Field required: file", errorType="validation")
-                return
-            f = files[0]
-            if len(f["body"]) > OPS_SIZE_LIMIT:
-                self.fail(413, "File to upload is too large.")
-                return
-            target = self.sys_path(str(folder / f["filename"]))
-            if target is None:
-                return
-            if not folder.is_dir():  # the path is the folder; the file keeps its name
-                self.remote_failed(404, f"bash: line 1: {target}: No such file or directory")
-                return
-            if not self.may_write(target, f"bash: line 1: {target}"):
-                return
-            target.write_bytes(f["body"])
-            self.reply(None, 204)
-        else:
-            self.fail(404, f"no operation '{op}'")
-
-    def delete(self, system: str, op: str) -> None:
-        if not self.system_ok(system):
-            return
-        if op != "rm":
-            self.fail(404, f"no operation '{op}'")
-            return
-        p = self.sys_path(self.get_argument("path", None))
-        if p is None:
-            return
-        if not p.exists():
-            self.remote_failed(404, f"rm: cannot remove '{p}': No such file or directory")
-            return
-        if not self.may_write(p, f"rm: cannot remove '{p}'"):
-            return
-        if p.is_dir():
-            shutil.rmtree(p)
-        else:
-            p.unlink()
-        self.reply(None, 204)
-
-
-class TransferHandler(Handler):
-    def post(self, system: str, op: str) -> None:
-        if not self.system_ok(system):
-            return
-        if not self.svc.staging:  # FirecREST without data_transfer configured
-            self.fail(500, "(\"'NoneType' object has no attribute 'service_type'\",)")
-            return
-        body = self.json_body() or {}
-        directives = body.get("transfer_directives") or body.get("transferDirectives") or {}
-        method = directives.get("transfer_method") or directives.get("transferMethod") or "s3"
-        if method != "s3":
-            self.fail(400, "Requested transfer method is not available.")
-            return
-        s = self.svc
-        account = body.get("account")
-        if account and account not in s.accounts:  # the transfer job's sbatch says no
-            self.fail(500, SLURM_ERROR.format(rc=1, err=INVALID_ACCOUNT))
-            return
-        bucket = re.sub(r"[^A-Za-z0-9._-]", "_", self.user)
-        if op == "upload":
-            target = self.sys_path(body.get("path") or body.get("sourcePath"))
-            if target is None:
-                return
-            if not self.may_write(target, f"cp: cannot create regular file '{target}'"):
-                return
-            size = directives.get("file_size") or directives.get("fileSize") or \
-                body.get("fileSize") or body.get("file_size")
-            if size is None:
-                self.fail(400, "Field required: file_size", errorType="validation")
-                return
-            key = f"{uuid.uuid4()}/{target.name}"
-            upload_id = uuid.uuid4().hex
-            stage = s.stage_dir(bucket, key)
-            stage.mkdir(parents=True, exist_ok=True)
-            parts = max(1, -(-int(size) // MAX_PART_SIZE))
-            path = f"/s3/{bucket}/{key}"
-            urls = [s.presign("PUT", path, uploadId=upload_id, partNumber=i + 1)
-                    for i in range(parts)]
-            complete = s.presign("POST", path, uploadId=upload_id)
-            script = (f"#!/bin/bash\nfor i in $(seq 600); do [ -f {q(stage / 'complete')} ] "
-                      f"&& break; sleep 0.1; done\n[ -f {q(stage / 'complete')} ] || "
-                      f"{{ echo 'upload never completed' >&2; exit 1; }}\n"
-                      f"mkdir -p {q(target.parent)} && cp {q(stage / 'object')} {q(target)} && "
-                      f"echo 'File was successfully uploaded to {target}'\n")
-            tj = s.transfer_job(self.user, script, "IngressFileTransfer")
-            self.reply({"transferJob": tj, "transferDirectives": {
-                "transferMethod": "s3", "partsUploadUrls": urls, "completeUploadUrl": complete,
-                "maxPartSize": MAX_PART_SIZE}}, 201)
-        elif op == "download":
-            src = self.sys_path(body.get("source_path") or body.get("sourcePath")
-                                or body.get("path"))
-            if src is None:
-                return
-            if not src.is_file():
-                self.fail(404, f"{src}: No such file or directory")
-                return
-            key = f"{src.name}_{uuid.uuid4()}"
-            stage = s.stage_dir(bucket, key)
-            stage.mkdir(parents=True, exist_ok=True)
-            script = (f"#!/bin/bash\ncp {q(src)} {q(stage / 'object.tmp')} && mv "
-                      f"{q(stage / 'object.tmp')} {q(stage / 'object')} && "
-                      "echo 'Multipart file upload successfully completed'\n")
-            tj = s.transfer_job(self.user, script, "OutgressFileTransfer")
-            self.reply({"transferJob": tj, "transferDirectives": {
-                "transferMethod": "s3",
-                "downloadUrl": s.presign("GET", f"/s3/{bucket}/{key}")}}, 201)
-        else:
-            self.fail(404, f"no transfer '{op}'")
-
-
-class StageHandler(BaseHandler):
-    """The S3-like stage behind presigned URLs (no bearer token: the URL is the grant)."""
-
-    needs_auth = False
-
-    def _check(self, bucket: str, key: str) -> Path | None:
-        args = {k: self.get_argument(k) for k in self.request.arguments}
-        if not self.svc.check_signature(self.request.method, f"/s3/{bucket}/{key}", args):
-            self.set_status(403)
-            self.set_header("Content-Type", "application/xml")
-            self.finish("<Error><Code>SignatureDoesNotMatch</Code></Error>")
-            return None
-        return self.svc.stage_dir(bucket, key)
-
-    def put(self, bucket: str, key: str) -> None:
-        stage = self._check(bucket, key)
-        if stage is None:
-            return
-        n = int(self.get_argument("partNumber"))
-        (stage / f"part.{n:05d}").write_bytes(self.request.body)
-        self.set_header("ETag", '"' + hashlib.md5(self.request.body).hexdigest() + '"')
-        self.finish()
-
-    def post(self, bucket: str, key: str) -> None:
-        stage = self._check(bucket, key)
-        if stage is None:
-            return
-        parts = sorted(stage.glob("part.*"))
-        small = [p for p in parts[:-1] if p.stat().st_size < MIN_PART_SIZE]
-        if small:  # S3: every part but the last must be at least 5 MiB
-            self.set_status(400)
-            self.set_header("Content-Type", "application/xml")
-            self.finish("<Error><Code>EntityTooSmall</Code><Message>Your proposed upload is "
-                        "smaller than the minimum allowed object size.</Message></Error>")
-            return
-        with open(stage / "object.tmp", "wb") as out:
-            for part in parts:
-                out.write(part.read_bytes())
-                part.unlink()
-        (stage / "object.tmp").replace(stage / "object")
-        (stage / "complete").write_text("1\n")
-        self.set_header("Content-Type", "application/xml")
-        self.finish("<CompleteMultipartUploadResult/>")
-
-    def get(self, bucket: str, key: str) -> None:
-        stage = self._check(bucket, key)
-        if stage is None:
-            return
-        obj = stage / "object"
-        if not obj.exists():
-            self.set_status(404)
-            self.finish("<Error><Code>NoSuchKey</Code></Error>")
-            return
-        self.set_header("Content-Type", "application/octet-stream")
-        with open(obj, "rb") as f:
-            while chunk := f.read(1 << 20):
-                self.write(chunk)
-        self.finish()
-
 
 def make_app(service: FirecrestService) -> web.Application:
     sysre = r"([A-Za-z0-9_-]+)"
@@ -1147,6 +674,7 @@ def make_app(service: FirecrestService) -> web.Application:
         (r"/auth/token", TokenHandler),
         (r"/auth/certs", CertsHandler),
         (r"/_emulator/(slurm)", SlurmFaultHandler),
+        (r"/_emulator/(system)", SystemConfigHandler),
         (r"/_emulator/(\w+)", AdminHandler),
         (r"/status/systems", SystemsHandler),
         (rf"/status/{sysre}/partitions", PartitionsHandler),
@@ -1172,6 +700,13 @@ def main(argv: list[str] | None = None) -> None:
                                              "nodes, memory_mb, default, state}}")
     parser.add_argument("--accounts", help="comma-separated accounts the user may charge "
                                            f"(default: {','.join(DEFAULT_ACCOUNTS)})")
+    parser.add_argument("--qos", help="JSON {max_submit_jobs, max_wall (seconds)}: the "
+                                      "user's QOS limits, refused at submit with a 403")
+    parser.add_argument("--max-ops-file-size", type=int, default=OPS_SIZE_LIMIT,
+                        help="data_operation.max_ops_file_size: the direct limit and the "
+                             "SSH output buffer (bytes)")
+    parser.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT,
+                        help="ssh.timeout.command_execution (seconds)")
     parser.add_argument("--no-staging", action="store_true",
                         help="no staged transfer (data_transfer not configured)")
     args = parser.parse_args(argv)
@@ -1184,7 +719,9 @@ def main(argv: list[str] | None = None) -> None:
                            json.loads(args.partitions) if args.partitions else None,
                            staging=not args.no_staging,
                            accounts=args.accounts.split(",") if args.accounts is not None
-                           else None)
+                           else None,
+                           qos=json.loads(args.qos) if args.qos else None)
+    svc.ops_limit, svc.command_timeout = args.max_ops_file_size, args.command_timeout
     app = make_app(svc)
 
     async def run() -> None:

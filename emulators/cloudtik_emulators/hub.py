@@ -28,6 +28,12 @@ from typing import Any
 import requests
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core.process_groups import (
+    GroupRef,
+    signal_child,
+    signal_group,
+    writes_under,
+)
 
 PASSWORD = "cloudtik-test-password"
 TESTER_TOKEN = "tester-" + "0123456789abcdef" * 2
@@ -142,18 +148,20 @@ class Hub:
             if path.exists() else ""
 
     def stop(self) -> None:
+        # the group as started while the hub (our child, not reaped) still holds it; once
+        # reaped, what is left is stopped only where it logs to the hub's folder
+        ref = GroupRef.of(self.proc.pid) if self.proc.poll() is None else \
+            GroupRef(self.proc.pid, None)
+        owned = writes_under(self.base)
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                signal_child(self.proc, signal.SIGKILL)
                 self.proc.wait(10)
         # anything of the hub's process group still around (proxy, servers, sidekick)
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        signal_group(ref, signal.SIGKILL, owned)
         # the sidekick's own daemons (launcher, egress proxy, cluster nodes) live in their
         # own sessions and end by themselves once it is gone: wait for them, then insist
         from .processes import cloudtik_processes, kill_all

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import psutil
 
+from jupyter_cloudtik.core.process_groups import GroupRef, signal_group
+
 
 def cloudtik_processes(base: str | Path) -> list[psutil.Process]:
     """Live processes of ours tied to a state folder under ``base``: nodes (their output
@@ -82,7 +84,8 @@ def stop_launcher(state_dir: str | Path, timeout: float = 10.0) -> None:
 def kill_all(procs: list[psutil.Process], grace: float = 2.0) -> None:
     for p in procs:
         try:
-            os.killpg(p.pid, signal.SIGTERM) if os.getpgid(p.pid) == p.pid else p.terminate()
+            signal_group(GroupRef.of(p.pid), signal.SIGTERM) if os.getpgid(p.pid) == p.pid \
+                else p.terminate()
         except (psutil.Error, OSError):
             pass
     _gone, alive = psutil.wait_procs(procs, timeout=grace)

@@ -1,6 +1,6 @@
 """REST for adaptive scaling: ``clusters/{name}/adapt`` (GET the bounds, PUT them, DELETE to
 turn it off).  The loop runs in this server (or the hub sidekick) on its event loop, so it
-keeps going when the kernel that asked for it is gone (``core/adaptive.py``).  It starts
+keeps going when the kernel that asked for it is gone (``clusters/adaptive.py``).  It starts
 with the host (bounds recorded before a restart are followed again at once, with no
 request) and holds the store's adaptive lease; when the host stops it hands the lease
 back and makes sure the reaper daemon runs, which goes on adapting with no server."""
@@ -13,7 +13,7 @@ from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..api.base import CloudTikHandler
-from ..core import adaptive, usage
+from . import adaptive, usage
 
 NAME = r"(?P<name>[^/]+)"
 

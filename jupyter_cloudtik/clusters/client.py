@@ -16,9 +16,8 @@ from typing import Any, Protocol
 from ..core import env
 from ..core.bridge import LoopThread, bridge, choose_client
 from ..core.errors import ConflictError
-from ..core.models import ClusterInfo
+from ..core.models import ClusterInfo, ConnectInfo
 from ..core.operations import Event, OperationInfo, StartedOperation, Target
-from ..providers.base import ConnectInfo
 
 API_URL_ENV = env.API_URL
 __all__ = ["API_URL_ENV", "Backend", "CoreBackend", "LoopThread", "get_backend",
@@ -145,8 +144,8 @@ class CoreBackend:
         """Record the bounds; the loop runs where the clusters live, not here: a Jupyter
         server on this state folder if one runs, else the reaper daemon (started now), so
         it keeps going after this process (a CLI, a plain IPython) exits."""
-        from ..core import adaptive
         from ..core.errors import ConflictError
+        from . import adaptive
         from .reaper import ensure_reaper, reaper_running
 
         adaptive.validate(self.manager, name, minimum, maximum, interval, wait_count)
@@ -163,13 +162,13 @@ class CoreBackend:
         return spec.to_dict()
 
     def usage(self, name: str) -> dict[str, Any]:
-        from ..core import usage
+        from . import usage
 
         usage.sample(self.manager)
         return usage.usage(self.manager, name)
 
     def adapt_off(self, name: str) -> None:
-        from ..core import adaptive
+        from . import adaptive
 
         adaptive.adapt_off(self.manager, name)
 
@@ -180,9 +179,9 @@ class CoreBackend:
     @property
     def workspaces(self):
         if getattr(self, "_workspaces", None) is None:
-            from ..workspaces.manager import WorkspaceManager
+            from ..core.features import feature_service
 
-            self._workspaces = WorkspaceManager(settings=self.manager.settings,
+            self._workspaces = feature_service("workspace_manager")(settings=self.manager.settings,
                                                 store=self.manager.store,
                                                 user=self.manager.user)
         return self._workspaces

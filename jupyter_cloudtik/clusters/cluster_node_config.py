@@ -9,7 +9,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
-from ..providers.base import ConnectInfo
+from ..core.models import ConnectInfo
 from ..runtime import base as runtimes
 
 if TYPE_CHECKING:

@@ -18,6 +18,7 @@ from ..core.errors import (
     OperationCancelled,
     OperationTimeout,
 )
+from ..core.features import cluster_ready_hooks
 from ..core.operations import OperationContext
 from ..core.store import loads
 from ..providers.base import (
@@ -60,10 +61,10 @@ class ClusterReconciler:
                 target = loads(self._row(name)["target_workers"], {})
                 await self._reconcile_workers(ctx, prov, cfg, info, target, head_replaced,
                                               placing, head_node=head)
-            from ..storage.cluster import attach_to_workers
-
-            if await attach_to_workers(self, cfg, info):
-                ctx.progress("storage", "storages handed to the workers over TLS", 0.97)
+            for ready in cluster_ready_hooks():  # storage's hand-off, through the registry
+                said = await ready(self, cfg, info)
+                if said:
+                    ctx.progress(said[0], said[1], 0.97)
         finally:  # claims no node was created for go back at once
             await asyncio.to_thread(self.placement.finish, placing["rid"])
         state = await self._observe(prov, cfg, info)

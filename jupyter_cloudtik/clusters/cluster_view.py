@@ -8,9 +8,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ..core.errors import ConflictError, NotFoundError
-from ..core.models import ClusterInfo, NodeInfo
+from ..core.models import ClusterInfo, ConnectInfo, NodeInfo
 from ..core.store import dumps, loads
-from ..providers.base import ConnectInfo
 from .cluster_records import _target
 
 

@@ -9,4 +9,10 @@ FEATURE = Feature(
     "clusters",
     magics=("jupyter_cloudtik.clusters.magics:CloudTikMagics",),
     routes=("jupyter_cloudtik.clusters.handlers", "jupyter_cloudtik.clusters.adaptive_handlers"),
+    # the clusters table as the layers below and the other features read it (table.py)
+    services=(
+        ("cluster_owner", "jupyter_cloudtik.clusters.table:owner_and_state"),
+        ("cluster_owners", "jupyter_cloudtik.clusters.table:owners"),
+        ("live_cluster_configs", "jupyter_cloudtik.clusters.table:live_configs"),
+    ),
 )

@@ -24,17 +24,15 @@ given to run), ``cluster_view`` (the recorded view, links and connect info) and
 
 from __future__ import annotations
 
-import getpass
 import logging
 from typing import Any
 
 from ..core import config as cfgmod
-from ..core.identity import ActsForUser
+from ..core.identity import ActsForUser, os_user
 from ..core.operations import Operations
 from ..core.runner import OperationRunner
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store
-from ..placement.cluster import ClusterPlacement
 from ..providers.base import NodeProvider, ProviderContext
 from .cluster_capacity import ClusterCapacity
 from .cluster_node_config import ClusterNodeConfig
@@ -45,6 +43,7 @@ from .cluster_reconcile import ClusterReconciler
 from .cluster_records import ClusterRecords
 from .cluster_teardown import ClusterTeardown
 from .cluster_view import ClusterView
+from .placing import ClusterPlacement
 
 log = logging.getLogger("jupyter_cloudtik")
 
@@ -65,7 +64,7 @@ class ClusterManager(ClusterOperations, ClusterReconciler, ClusterTeardown,
         self.settings = settings or default_settings()
         self.store = store or Store(self.settings.state_dir)
         self.ops = Operations(self.store)
-        self.user = user or _current_user()
+        self.user = user or os_user()
         self.runner = OperationRunner(
             self.ops, timeout=lambda: self.settings.operation_timeout,
             on_failed=self._on_failed, on_cancelled=self._on_cancelled,
@@ -109,9 +108,3 @@ class ClusterManager(ClusterOperations, ClusterReconciler, ClusterTeardown,
             })
         return out
 
-
-def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:  # no passwd entry in some containers
-        return "unknown"

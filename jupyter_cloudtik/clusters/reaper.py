@@ -5,7 +5,7 @@ a cluster with an idle timeout comes up, so idle clusters stop even after the ke
 the server that started them is gone.  It asks each scheduler since when it has been idle
 (Dask's ``check_idle``; for Spark, its master's running applications) and runs the
 ordinary ``down`` operation, so the shutdown is recorded with its reason like any other.
-It also hosts adaptive scaling when no server does (``core/adaptive.py``): for clusters
+It also hosts adaptive scaling when no server does (``clusters/adaptive.py``): for clusters
 whose adaptive bounds are recorded (``jupyter cloudtik adapt`` from a shell, or a server
 that stopped and handed its lease back) it runs the same loop, holding the store's
 adaptive lease as a ``reaper`` — a server that starts takes it over — and records the
@@ -24,13 +24,13 @@ import sys
 import time
 from pathlib import Path
 
-from ..core import adaptive, usage
 from ..core.errors import ProviderError
 from ..core.locks import try_flock
 from ..core.operations import Target
 from ..core.settings import CloudTik
 from ..core.store import Store, loads
 from ..runtime import base as runtimes
+from . import adaptive, usage
 from .manager import ClusterManager
 
 log = logging.getLogger("jupyter_cloudtik.reaper")

@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.config import provider_class
 from ..core.errors import ConfigError, NodeLaunchError
-from ..placement.cluster import _merge  # node configs merge as a cluster's do
 from ..providers.base import (
     NODE_KIND_WORKER,
     TAG_NODE_KIND,
@@ -27,6 +26,7 @@ from ..providers.base import (
     NodeProvider,
     ProviderContext,
 )
+from .placing import _merge  # node configs merge as a cluster's do
 
 if TYPE_CHECKING:
     from ..core.settings import CloudTik

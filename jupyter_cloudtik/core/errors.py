@@ -113,6 +113,10 @@ class PermissionDeniedError(CloudTikError):
     reason = "forbidden"
 
 
+#: what a command reports as the user's mistake (exit 2), not the system's (exit 1)
+USER_ERRORS = (ConfigError, NotFoundError, ConflictError, CapacityError)
+
+
 class OperationCancelled(CloudTikError):
     http_status = 409
     reason = "cancelled"

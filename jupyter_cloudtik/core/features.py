@@ -12,6 +12,9 @@ feature adds, so none of them keeps a list of features:
 - ``startup``/``shutdown``: more ``"module:function"`` hooks called with the host's context;
 - ``node_runtime``: ``"module:function"`` contributions to every node's runtime config,
   ``contribute(manager, cluster_config, role) -> dict``;
+- ``cluster_ready``: ``"module:function"`` coroutines awaited when a cluster's nodes are up,
+  before it is reported running, ``await ready(manager, cluster_config, info)`` returning a
+  ``(stage, message)`` progress line or None (storage hands its remotes to the workers);
 - ``migrations``: ``(area, "module:LIST")`` store migrations, applied by ``ensure_schemas``
   when a host starts (each table owner still calls ``ensure_schema`` itself on first use);
 - ``services``: ``(name, "module:attr")`` what a layer below may use of the feature without
@@ -55,6 +58,7 @@ class Feature:
     startup: tuple[str, ...] = ()
     shutdown: tuple[str, ...] = ()
     node_runtime: tuple[str, ...] = ()
+    cluster_ready: tuple[str, ...] = ()
     migrations: tuple[tuple[str, str], ...] = ()
     services: tuple[tuple[str, str], ...] = ()
 
@@ -107,6 +111,10 @@ def route_modules() -> list[Any]:
 
 def node_runtime_contributors() -> list[Any]:
     return [resolve(ref) for ref in _parts("node_runtime")]
+
+
+def cluster_ready_hooks() -> list[Any]:
+    return [resolve(ref) for ref in _parts("cluster_ready")]
 
 
 def hooks(name: str, host: str = "server") -> list[Any]:

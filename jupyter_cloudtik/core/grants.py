@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, NotFoundError, PermissionDeniedError
+from .identity import Caller, acting_caller
 
 KINDS = ("provider", "template", "storage", "hpc", "sidekick", "egress", "image",
          "workspace", "gateway", "zone")
 MODES = ("use", "read", "write", "run")
 SHARED_FILE = "shared.json"
-EVERYONE = "*"
 
 #: where each kind keeps its secrets in the secret store (``{name}`` is the item's name)
 SCOPES = {
@@ -58,20 +58,6 @@ SCOPES = {
 }
 
 _SEAL = object()  # only this module can make a Grant
-
-
-@dataclass(frozen=True)
-class Caller:
-    """Who a request acts for: a name, their groups, admin or not."""
-
-    name: str
-    groups: tuple[str, ...] = ()
-    admin: bool = False
-
-    def may_use(self, users: list[str], groups: list[str]) -> bool:
-        if self.admin or EVERYONE in users or EVERYONE in groups or self.name in users:
-            return True
-        return any(g in groups for g in self.groups)
 
 
 #: the process acting on its own behalf (a service grant's caller)
@@ -177,8 +163,6 @@ class Policy:
 
     def caller(self, name: str) -> Caller:
         """The caller a background action of ``name``'s (a scale of their cluster) acts as."""
-        from .identity import acting_caller
-
         current = acting_caller.get()
         if current is not None and current.name == name:
             return current
@@ -223,19 +207,18 @@ class OwnerPolicy(Policy):
     def grant(self, caller: Caller, kind: str, name: str, mode: str = "use", *,
               field: str | None = None) -> Grant:
         if kind == "storage":
-            row = self.store.query_one("SELECT read_only FROM storages WHERE name = ?",
-                                       (name,)) if _has_table(self.store, "storages") else None
-            if row is None:
+            index = storage_index(self.store)
+            read_only = index.read_only(name) if index is not None else None
+            if read_only is None:
                 raise not_found("storage", name, field, self.visible(caller, "storage"))
-            if mode == "write" and row["read_only"]:
+            if mode == "write" and read_only:
                 raise PermissionDeniedError(f"{field or 'storage'}: storage {name!r} is "
                                             "read-only", field=field or "storage", value=name)
         return _mint(caller, kind, name, mode)
 
     def visible(self, caller: Caller, kind: str) -> list[str]:
-        if kind == "storage" and _has_table(self.store, "storages"):
-            return [r[0] for r in self.store.query("SELECT name FROM storages ORDER BY name")]
-        return []
+        index = storage_index(self.store) if kind == "storage" else None
+        return index.names() if index is not None else []
 
     def trusts_nodes_with_full_credentials(self, grant: Grant) -> bool:
         return True
@@ -245,9 +228,18 @@ class OwnerPolicy(Policy):
         return BuildPermit(_SEAL)
 
 
-def _has_table(store: Any, table: str) -> bool:
-    return store.query_one("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                           (table,)) is not None
+def storage_index(store: Any) -> Any | None:
+    """The storage feature's index of ``store`` (which storages exist, which are read-only),
+    or None when no installed feature offers one (then there are no storages to grant).  A
+    feature that offers it but fails to load raises: a broken install is not "nothing"
+    (the policy fails closed either way: no index, no storage grant)."""
+    from .features import feature_service
+
+    try:
+        index = feature_service("storage_index")
+    except ConfigError:
+        return None
+    return index(store)
 
 
 # which policy a state folder has ------------------------------------------------------------

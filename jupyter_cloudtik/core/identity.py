@@ -11,16 +11,42 @@ decides on, not only a name.
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .grants import Caller
+from dataclasses import dataclass
 
 acting_user: ContextVar[str | None] = ContextVar("cloudtik_acting_user", default=None)
 acting_caller: ContextVar[Caller | None] = ContextVar("cloudtik_acting_caller", default=None)
+
+
+#: in a grant's users or groups: everybody
+EVERYONE = "*"
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who a request acts for: a name, their groups, admin or not."""
+
+    name: str
+    groups: tuple[str, ...] = ()
+    admin: bool = False
+
+    def may_use(self, users: list[str], groups: list[str]) -> bool:
+        if self.admin or EVERYONE in users or EVERYONE in groups or self.name in users:
+            return True
+        return any(g in groups for g in self.groups)
+
+
+def os_user() -> str:
+    """The account this process runs as: who a notebook, the CLI or a single-user server
+    acts for.  "unknown" where the account has no passwd entry (some containers), since
+    the managers must still start there."""
+    try:
+        return getpass.getuser()
+    except Exception:
+        return "unknown"
 
 
 def effective_user(default: str) -> str:
@@ -33,15 +59,11 @@ def current_caller(default: str) -> Caller:
     caller = acting_caller.get()
     if caller is not None:
         return caller
-    from .grants import Caller
-
     return Caller(effective_user(default))
 
 
 @contextmanager
 def acting_as(who: str | Caller) -> Iterator[None]:
-    from .grants import Caller
-
     caller = who if isinstance(who, Caller) else Caller(who)
     token = acting_user.set(caller.name)
     ctoken = acting_caller.set(caller)

@@ -122,3 +122,34 @@ class ClusterInfo:
         data["target_workers"] = d.get("target_workers") or {}
         data["config"] = d.get("config") or {}
         return cls(**data)
+
+
+@dataclass
+class ConnectInfo:
+    """How to reach a cluster's runtime; JSON-serialisable so it can cross REST."""
+
+    scheduler_address: str
+    dashboard_link: str | None = None
+    http_address: str | None = None  # scheduler's HTTP server (health, check_idle, identity)
+    extra: dict[str, Any] = field(default_factory=dict)  # extra["tls"]: mutual TLS only
+    #: the client's TLS certificate, key and the cluster CA (PEM texts), in memory only:
+    #: never part of ``to_dict`` (what is stored and shown); see ``runtime.tls``
+    credentials: dict[str, str] | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "scheduler_address": self.scheduler_address,
+            "dashboard_link": self.dashboard_link,
+            "http_address": self.http_address,
+            "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> ConnectInfo:
+        return cls(
+            scheduler_address=d["scheduler_address"],
+            dashboard_link=d.get("dashboard_link"),
+            http_address=d.get("http_address"),
+            extra=d.get("extra") or {},
+            credentials=d.get("tls_credentials") or None,
+        )

@@ -82,12 +82,39 @@ class SandboxUnavailable(ConfigError):
 
 def python_paths() -> list[str]:
     """What a Python process of this installation needs to import what we import: the
-    interpreter's prefixes and this package (an editable install lives outside them)."""
+    interpreter's prefixes, this package and the source folders of the other editable
+    installs (a plugin installed with ``pip install -e`` lives outside the prefixes; a
+    process that sees its entry point but not its code fails to load every plugin of
+    that group)."""
     package = Path(__file__).resolve().parents[1]  # jupyter_cloudtik/ (core/..)
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix,
              os.path.dirname(os.path.dirname(os.path.realpath(sys.executable))),
              str(package)}
+    # this package's own checkout is its package folder alone (bwrap makes the parents),
+    # not the whole checkout beside it
+    paths |= {src for src in _editable_sources()
+              if not (package.is_relative_to(src) and str(package) != src)}
     return sorted(p for p in paths if p and os.path.exists(p))
+
+
+def _editable_sources() -> set[str]:
+    """Absolute folders that ``.pth`` files of this environment's site-packages add to
+    ``sys.path`` (editable installs); only what the installation itself names, never
+    the caller's working folder or ``PYTHONPATH``."""
+    import site
+
+    found: set[str] = set()
+    for folder in site.getsitepackages():
+        for pth in sorted(Path(folder).glob("*.pth")):
+            try:
+                lines = pth.read_text().splitlines()
+            except (OSError, UnicodeDecodeError):
+                continue
+            for line in lines:
+                line = line.strip()
+                if os.path.isabs(line) and os.path.isdir(line):
+                    found.add(os.path.realpath(line))
+    return found
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,8 @@ class Job:
         ``options``: name, nodes, cpus, tasks_per_node, memory ("4GiB"), time ("30m"),
         queue, account, reservation, inputs (locations), outputs (glob patterns), output
         (a location), container, python, packages ("session", "system" or names: the
-        job's environment, docs/hpc.md), kernel, env (dict), allow_unknown_parameters
+        job's environment, docs/hpc.md), requirements (a requirements or lock file: its
+        packages, built), kernel, env (dict), allow_unknown_parameters
         (a parameter the notebook's parameters cell does not assign is a warning on the
         job, not a ``ConfigError``).
         """

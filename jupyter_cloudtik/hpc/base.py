@@ -102,6 +102,9 @@ class Environment:
     # system's own Python as it is); None: the backend's default
     packages: Any = None
     requirements: str | None = None  # a requirements file (name==version, wheel files)
+    # a requirements or lock file's contents, sent over REST (hpc/env_requirements.py:
+    # requirement lines and --hash only, no files: the sender's paths are never read)
+    requirements_text: str | None = None
     base_python: str | None = None  # the system's Python the venv is made with
     keep_days: float | None = None  # unused built environments are removed after this
     build: dict[str, Any] | None = None  # how it was had: mode, hash, root, pins (the plan)
@@ -222,6 +225,12 @@ class LogChunk:
     text: str
     offset: int  # where the next read starts
     eof: bool = False  # nothing more to read right now
+
+
+#: the job folder's own files (markers, provenance snapshots, the inputs list), beside
+#: the user's: here because the job script, the provenance snapshot and the file staging
+#: all name it
+MARKER_DIR = ".cloudtik"
 
 
 def remote_inside(folder: str, name: str) -> str:

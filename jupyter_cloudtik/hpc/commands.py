@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+from pathlib import Path
 from typing import Any
 
 from ..core.arguments import Parser
@@ -65,9 +66,16 @@ def build_spec(
     kernel: str | None = None,
     env: dict[str, str] | None = None,
     packages: str | list[str] | None = None,
+    requirements: str | None = None,
+    requirements_text: str | None = None,
     allow_unknown_parameters: bool = False,
 ) -> JobSpec:
-    """A ``JobSpec`` from the words people use (``time="30m"``, ``memory="4GiB"``)."""
+    """A ``JobSpec`` from the words people use (``time="30m"``, ``memory="4GiB"``).
+
+    ``requirements``: a requirements or lock file here (read when the job is prepared);
+    ``requirements_text``: such a file's contents sent by another process (the REST
+    body's ``requirements``), checked now so that a bad line is refused before anything
+    is recorded (``env_requirements.parse``)."""
     if isinstance(command, str):
         command = shlex.split(command)
     resources = ResourceSpec(
@@ -81,9 +89,25 @@ def build_spec(
     environment = None
     if isinstance(packages, (list, tuple)) and list(packages) in (["session"], ["system"]):
         packages = packages[0]  # --packages session / --packages system
-    if container or python or env or packages is not None:
+    if requirements is not None and (not isinstance(requirements, str) or not requirements):
+        raise ConfigError(f"requirements: {requirements!r} is not allowed; give the path "
+                          "of a requirements or lock file", field="requirements",
+                          value=requirements)
+    if requirements:  # this process's folder, whichever process reads it
+        requirements = str(Path(requirements).expanduser().absolute())
+    if requirements_text is not None:
+        from .env_requirements import parse
+
+        if not parse(requirements_text, "requirements"):
+            raise ConfigError("requirements: no requirement in the text; send the contents "
+                              "of a requirements or lock file (name==version lines)",
+                              field="requirements")
+    if container or python or env or packages is not None or requirements or \
+            requirements_text:
         environment = Environment(python=python, container=container,
-                                  variables=dict(env or {}), packages=packages)
+                                  variables=dict(env or {}), packages=packages,
+                                  requirements=requirements,
+                                  requirements_text=requirements_text)
     if notebook and command:
         raise ConfigError("give a notebook or a command, not both", field="command")
     return JobSpec(name=name, notebook=notebook, command=command or None,
@@ -124,6 +148,10 @@ def add_submit_options(p: argparse.ArgumentParser) -> None:
                    help="the job's environment, built on the system from the session's "
                         "exact versions: these packages (with what they require), "
                         "'session' for all of them, 'system' for the system's own Python")
+    p.add_argument("--requirements", metavar="FILE",
+                   help="the job's environment, built on the system: the packages of this "
+                        "requirements or lock file (name==version lines, --hash checked), "
+                        "with the session's exact versions")
     p.add_argument("--kernel", help="kernel name for papermill (default: python3)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
                    help="environment variable for the job (repeatable)")
@@ -145,6 +173,7 @@ def spec_from_args(args, notebook: str | None, command: str | None = None) -> Jo
         reservation=args.reservation, inputs=args.inputs, outputs=args.outputs,
         output=args.output, container=args.container, python=args.python,
         kernel=args.kernel, env=env, packages=getattr(args, "packages", None),
+        requirements=getattr(args, "requirements", None),
         allow_unknown_parameters=getattr(args, "allow_unknown_parameters", False))
 
 

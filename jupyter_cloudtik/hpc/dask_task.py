@@ -24,6 +24,8 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from ..core.process_groups import signal_child
+
 PREFIX = "cloudtik-job-"
 CANCEL_PREFIX = "cloudtik-cancel-"
 LOG_FLUSH_SECONDS = 0.5
@@ -65,9 +67,10 @@ def run_job(job_id: str, files: dict[str, bytes], direct: list[tuple[str, str]],
         before = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
         emit({"state": "running", "worker": worker.address, "time": time.time()})
         if notebook:
-            argv = [sys.executable, "-m", "papermill", notebook, output_notebook, "-f",
-                    "parameters.json", "-k", kernel, "--cwd", str(folder), "--log-output",
-                    "--no-progress-bar"]
+            from . import papermill_runner  # the job script's papermill run, kernel on IPC
+
+            argv = papermill_runner.argv(sys.executable, notebook, output_notebook,
+                                         "parameters.json", kernel, str(folder))
         else:
             argv = list(command or ["true"])
         env = {**os.environ, **variables}
@@ -96,9 +99,7 @@ def run_job(job_id: str, files: dict[str, bytes], direct: list[tuple[str, str]],
             if cancel.is_set():
                 cancelled = True
                 for sig in (signal.SIGTERM, signal.SIGKILL):
-                    try:
-                        os.killpg(proc.pid, sig)
-                    except ProcessLookupError:
+                    if not signal_child(proc, sig):
                         break
                     try:
                         proc.wait(2)

@@ -169,20 +169,16 @@ def find_python(shell, backend: str, setup: list[str], named: str | None) -> Sys
 
 # --- the lock -------------------------------------------------------------------------------
 
-def _requirements(path: str) -> list[str]:
-    p = Path(path).expanduser()
+def _applies(entry: str) -> bool:
+    """A requirement line whose environment marker holds here (pip skips the others:
+    a lock made on another platform lists ``pywin32 ; sys_platform == 'win32'``)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+
     try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise ConfigError(f"environment.requirements: cannot read {path!r} ({e.strerror})",
-                          field="environment.requirements", value=path) from None
-    out = []
-    for line in lines:
-        line = line.split("#", 1)[0].strip()
-        if line:
-            out.append(line if not line.endswith(".whl") or line.startswith("/")
-                       else str((p.parent / line).resolve()))
-    return out
+        marker = Requirement(entry).marker
+    except InvalidRequirement:
+        return True  # check_pip_entries names it
+    return marker is None or marker.evaluate({"extra": ""})
 
 
 def _direct_reference(entry: str) -> bool:
@@ -261,26 +257,39 @@ def build_permit(backend: Any) -> Any:
 
 
 def lock(packages: Any, requirements: str | None, cache: Path,
-         system: SystemPython, *, permit: Any) -> tuple[list[Path], dict[str, str], str]:
+         system: SystemPython, *, permit: Any, requirements_text: str | None = None
+         ) -> tuple[list[Path], dict[str, str], str]:
     """(wheels, {name: version}, hash) of the environment: every installed distribution
-    (``packages: session``) or the declared ``packages`` / ``requirements`` with what they
-    require as installed here, plus papermill and ipykernel (the runner), plus pip (the
-    installer, run from its wheel on the system).  The hash covers the Python major.minor,
-    the system's platform and every wheel's content.  ``permit``: the policy's leave to
-    build source distributions here (``build_permit``); without it, binary wheels only."""
+    (``packages: session``) or the declared ``packages`` / ``requirements`` (a file here)
+    / ``requirements_text`` (a file's contents sent over REST: names only, see
+    ``env_requirements``) with what they require as installed here, plus papermill and
+    ipykernel (the runner), plus pip (the installer, run from its wheel on the system).
+    The hash covers the Python major.minor, the system's platform and every wheel's
+    content.  ``permit``: the policy's leave to build source distributions here
+    (``build_permit``); without it, binary wheels only."""
+    from . import env_requirements as reqs
+
     entries: list[str] = []
     whl: list[Path] = []
     if isinstance(packages, (list, tuple)):
         entries += [str(p) for p in packages]
+    declared: list[tuple[str, list[Any]]] = []
     if requirements:
-        for e in _requirements(requirements):
-            if e.endswith(".whl"):
-                if not Path(e).is_file():
-                    raise ConfigError(f"environment.requirements: no wheel file {e!r}",
-                                      field="environment.requirements", value=e)
-                whl.append(Path(e))
-            else:
-                entries.append(e)
+        declared.append(("environment.requirements",
+                         reqs.read(requirements, "environment.requirements")))
+    if requirements_text:
+        declared.append(("requirements", reqs.parse(requirements_text, "requirements")))
+    for req_field, lines in declared:
+        for ln in lines:
+            if ln.wheel:
+                if not Path(ln.entry).is_file():
+                    raise ConfigError(f"{req_field} line {ln.number}: no wheel file "
+                                      f"{ln.entry!r}", field=req_field, value=ln.entry)
+                whl.append(Path(ln.entry))
+            elif _applies(ln.entry):
+                entries.append(ln.entry)
+    where = declared[0][0] if declared and not isinstance(packages, (list, tuple)) \
+        else "environment.packages"
     for i, e in enumerate(packages if isinstance(packages, (list, tuple)) else []):
         if rtenv.is_local(str(e)):  # names only: a folder would be built on this side
             raise ConfigError(f"environment.packages.{i}: {e!r} is not a package name; "
@@ -303,8 +312,9 @@ def lock(packages: Any, requirements: str | None, cache: Path,
         wheels += rtenv.wheels_for({"pip": rtenv.md.version("pip")}, cache)
     except RuntimeError as e:
         first = str(e).splitlines()[0][:300]
-        raise ConfigError(f"environment.packages: {first}", field="environment.packages",
-                          value=None) from None
+        raise ConfigError(f"{where}: {first}", field=where, value=None) from None
+    for req_field, lines in declared:
+        reqs.check_hashes(lines, wheels, req_field)
     for w in whl:
         n, v = rtenv.wheel_name_version(w)
         pins[n] = v
@@ -489,16 +499,6 @@ def collect_garbage(shell, root: str, keep_days: float | None, keep: str = "") -
     return gone
 
 
-def activation(build: dict[str, Any]) -> list[str]:
-    """Job-script lines: build the environment if needed, then run in it."""
-    q = shlex.quote
-    root, h = build["root"], build["hash"]
-    sh = build.get("script") or f"{root}/{h}.sh"
-    return [f"echo 'jupyter_cloudtik: environment {h}' >&2",
-            f"bash {q(sh)} || ct_fail 'cannot build the environment {h} in "
-            f"{root} (see the lines above)'"]
-
-
 class JobShell:
     """Commands on a system whose API runs none (FirecREST, ARC): each ``run`` is a small
     batch job submitted, polled and read through the backend's own calls, and waited for
@@ -568,7 +568,8 @@ def mode(env: Any, explicit: set[str], builds_by_default: bool) -> str:
     * ``system``: ``packages: system``, the system's own Python (with ``setup`` lines);
     * ``named``: an interpreter, venv or conda env on the system named in the config or
       the job (``python``, ``venv``, ``conda_env``);
-    * ``built``: ``packages`` (``session`` or a list) / ``requirements`` given, or the
+    * ``built``: ``packages`` (``session`` or a list) / ``requirements`` (a file, or its
+      text sent over REST: ``requirements_text``) given, or the
       backend's jobs cannot use this session's interpreter (another machine or account);
     * ``session-interpreter``: this session's interpreter itself (jobs on this machine as
       this user: it *is* the session's environment, nothing to build).
@@ -577,7 +578,7 @@ def mode(env: Any, explicit: set[str], builds_by_default: bool) -> str:
         return CONTAINER
     if env.packages == "system":
         return SYSTEM
-    if env.packages is not None or env.requirements:
+    if env.packages is not None or env.requirements or env.requirements_text:
         return BUILT
     if explicit & {"python", "venv", "conda_env"}:
         return NAMED
@@ -656,7 +657,7 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
             "(environment.python), use packages: system, or a container",
             field="environment.packages", value=backend.kind)
     packages = env.packages if env.packages is not None else (
-        None if env.requirements else "session")
+        None if env.requirements or env.requirements_text else "session")
     if packages == "session" and build_permit(backend) is None:
         # a shared service's "session" is the service's own installation, not the
         # user's: replicating it gives the job the wrong packages, slowly
@@ -669,7 +670,8 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
     system = system_python(backend, env)
     cache = backend.context.state_dir / "hpc" / "wheels"
     wheels, pins, h = lock(packages, env.requirements, cache, system,
-                           permit=build_permit(backend))
+                           permit=build_permit(backend),
+                           requirements_text=env.requirements_text)
     check_wheels(wheels, system, backend.name)
     pip_wheel = next(w.name for w in wheels if w.name.startswith("pip-"))
     env.python = f"{root}/{h}/bin/python"

@@ -10,5 +10,7 @@ FEATURE = Feature(
     migrations=(("hpc", "jupyter_cloudtik.hpc.jobs:HPC_MIGRATIONS"),),
     # the Slurm node provider's login node, from a configured backend (providers/ never
     # imports hpc/)
-    services=(("slurm_login", "jupyter_cloudtik.hpc.slurm:slurm_login"),),
+    # and the session's environment built for its jobs (as for HPC jobs, shared with them)
+    services=(("slurm_login", "jupyter_cloudtik.hpc.slurm:slurm_login"),
+              ("slurm_environment", "jupyter_cloudtik.hpc.cluster_env:slurm_environment")),
 )

@@ -35,7 +35,7 @@ submission as a FAILED job that never got a node, which ``find`` must not adopt.
 from __future__ import annotations
 
 import io
-import tempfile
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -58,22 +58,35 @@ from .base import (
     JobRef,
     JobStatus,
     Limits,
-    LogChunk,
-    OutputFile,
     Submission,
-    remote_inside,
 )
 from .files import INPUTS_LIST, input_names
 from .firecrest_array import FirecrestArrays, expand_listing, never_ran
+from .firecrest_files import DEFAULT_OPS_LIMIT, FirecrestFiles, _int
 from .slurm import FAILURE_TEXT, common_state, first_word, slurm_time
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
 
 LIMITS_TTL = 60.0
-# data_operation.max_ops_file_size when the server does not say (FirecREST's default)
-DEFAULT_OPS_LIMIT = 5 * 1024 * 1024
 # FirecREST refuses tokens with less than this left (OIDCTokenAuth.min_token_ttl = 30 s);
 # renew before that, with a margin for the request itself
 MIN_TOKEN_VALIDITY = 45
+# the widest time_window of FirecREST's job listing (see _history)
+HISTORY_WINDOW = "7d"
+# FirecREST answers 403 (SlurmQuotaError) when sbatch's stderr names a limit of this shape
+# (QUOTA_ERROR_PATTERN in scheduler_clients/slurm/cli_commands/sbatch_command.py)
+QUOTA_PATTERN = re.compile(r"\b(?:QOS|Assoc)(?:Max|Min)\w*Limit\b", re.IGNORECASE)
+# what the common ones bound (Slurm's job_reason strings, slurm.h / sacctmgr's QOS options)
+QUOTA_LIMITS = {
+    "QOSMaxSubmitJobPerUserLimit": "MaxSubmitJobsPerUser: the most jobs you may have queued "
+                                   "or running under the QOS",
+    "AssocMaxSubmitJobLimit": "MaxSubmitJobs: the most jobs the account may have queued or "
+                              "running",
+    "QOSMaxWallDurationPerJobLimit": "MaxWall: the longest time limit a job may ask for",
+    "AssocMaxWallDurationPerJobLimit": "MaxWall of the account: the longest time limit a "
+                                       "job may ask for",
+    "QOSMaxCpuPerUserLimit": "MaxTRESPerUser cpu: the most CPUs you may use at once",
+    "QOSMaxNodePerJobLimit": "MaxTRESPerJob node: the most nodes a job may ask for",
+}
 
 
 class _ServerError(BackendUnavailable):
@@ -100,7 +113,7 @@ def _slurm_refused(detail: str) -> bool:
         or "sbatch: error" in detail or "sbatch: unrecognized option" in detail
 
 
-class FirecrestBackend(FirecrestArrays, HPCBackend):
+class FirecrestBackend(FirecrestArrays, FirecrestFiles, HPCBackend):
     kind = "firecrest"
     description = "an HPC system behind a FirecREST v2 API"
     config_schema = {
@@ -234,6 +247,8 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
                         f"Slurm on '{self.config['system']}' refused account '{account}': "
                         f"{_slurm_text(message).split('failed: ')[-1]}; check the job's "
                         f"account or backends.{self.name}.account") from None
+                if status == 403 and _quota_limit(message):
+                    raise ProviderError(self._quota_refusal(message)) from None
                 if status == 401 and attempt == 1:
                     self._auth._access_token = None  # rotated or revoked: fetch a new one
                     continue
@@ -262,6 +277,18 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
                 raise BackendUnavailable(f"cannot reach {self.config['url']}: "
                                          f"{type(e).__name__}: {e}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _quota_refusal(self, message: str) -> str:
+        """One line for FirecREST's 403 SlurmQuotaError: which limit, what it bounds, what
+        to do — not an outage, so the submit is not tried again."""
+        limit = _quota_limit(message)
+        what = QUOTA_LIMITS.get(limit, "a limit of the account's QOS or association")
+        submit = "Submit" in limit
+        advice = ("wait for some of your jobs on it to finish (or cancel some), or ask the "
+                  "site for a higher limit" if submit else
+                  "ask for less, or use an account/QOS that allows it")
+        return (f"Slurm on '{self.config['system']}' refused the job over a QOS limit: "
+                f"{limit} ({what}); {advice}")
 
     def system_info(self) -> dict[str, Any]:
         """The system's entry of ``GET /status/systems`` (file systems, data operations)."""
@@ -481,14 +508,35 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
                    account=self.config.get("account"))
 
     def find(self, token: str, job_id: str) -> str | None:
+        """The job a previous submit attempt made, if any.  FirecREST lists finished jobs
+        only within its ``time_window`` (24 h unless asked; at most 7 d), so an attempt
+        whose job ended before that is not listed: its id is then read from the job's
+        folder (the script writes ``.cloudtik/native_id`` when it starts), rather than
+        taking "not listed" for "never submitted" and running the job a second time."""
         folder = self.folder(job_id)
-        for job in self._call("job_info", self.system) or []:
+        for job in self._history():
             if (job.get("workingDirectory") or "").rstrip("/") != folder:
                 continue
             if never_ran(job):
                 continue  # a refused submission that accounting recorded as FAILED
             return str(job["jobId"])
-        return None
+        try:
+            ran = self._view(f"{folder}/{script.MARKER_DIR}/native_id").strip()
+        except NotFoundError:
+            return None  # never started: pending jobs are always listed, so none was made
+        return ran if ran.isdigit() else None
+
+    def _history(self) -> list[dict[str, Any]]:
+        """``GET /compute/{system}/jobs`` with the widest ``time_window`` it takes
+        (JobsTimeWindow, scheduler_clients/models.py: 1h, 8h, 24h, 3d, 7d; default 24h);
+        a server before 2.6.0 has no such parameter (pyfirecrest refuses it): its default
+        then, and ``find`` falls back on the job's folder."""
+        from firecrest.FirecrestException import NotImplementedOnAPIversion
+
+        try:
+            return self._call("job_info", self.system, time_window=HISTORY_WINDOW) or []
+        except NotImplementedOnAPIversion:
+            return self._call("job_info", self.system) or []
 
     # watching ------------------------------------------------------------------------------------
     def poll(self, jobs: list[JobRef]) -> dict[str, JobStatus]:
@@ -603,62 +651,6 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
             return JobStatus(SUCCEEDED, "COMPLETED", exit_code=0)
         return JobStatus(FAILED, "FAILED", f"exit code {rc}", exit_code=rc)
 
-    def _view(self, path: str) -> str:
-        """A whole (small) file, never asking ``view`` for more than it may answer: one
-        block under the limit (see ``_read_block``); a file that fills it is read through
-        the download path instead (staged when over the direct limit)."""
-        data, eof = self._read_block(path, 0, self.view_block)
-        if eof:
-            return data.decode(errors="replace")
-        if not self.staged_transfers and \
-                (self._stat_size(path) or 0) > self.direct_download_max:
-            raise ProviderError(
-                f"cannot read {path}: it is over what FirecREST sends directly "
-                f"({self.direct_download_max} bytes) and '{self.system}' offers no staged "
-                "transfer")
-        with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
-            target = Path(tmp) / "file"
-            self._download(path, target)
-            return target.read_bytes().decode(errors="replace")
-
-    def _stat_size(self, path: str) -> int | None:
-        return _int((self._call("stat", self.system, path) or {}).get("size"))
-
-    @property
-    def view_block(self) -> int:
-        """The largest ``size`` a ``view`` may ask for.  FirecREST's view runs ``dd
-        bs=size skip=offset/size count=2`` (DdCommand) and its SSH reader stops at
-        ``max_ops_file_size``: an output that reaches it is a 413 (SSHClient.execute,
-        "Command output exceeded buffer limit.").  Two blocks must stay under it."""
-        return max(1, ((self.max_direct_size or DEFAULT_OPS_LIMIT) - 1) // 2)
-
-    def _read_block(self, path: str, offset: int, block: int) -> tuple[bytes, bool]:
-        """The file's bytes from ``offset`` to the end of the ``block``-aligned block it
-        is in (a little past it, to the end of a character cut there), and whether the
-        file ends there.
-
-        FirecREST's view decodes dd's output and cuts it in *characters*
-        (DdCommand.parse_output: ``stdout[offset % size:][:size]``), so an offset inside
-        a block would be counted in characters; reading whole aligned blocks keeps our
-        offsets in bytes.  A block starting inside a character begins with one U+FFFD
-        per byte of it, counted back as one byte each."""
-        start = offset - offset % block
-        text = self._call("_view_part", path, start, block)
-        lead = 0  # (at 0 the file itself starts there: nothing is cut)
-        while start and lead < min(3, len(text)) and text[lead] == "\ufffd":
-            lead += 1
-        raw = b"\0" * lead + text[lead:].encode()
-        eof = len(raw) < block
-        end = len(raw)
-        if not eof:  # to the first character boundary at or after the block's end
-            pos = lead
-            for ch in text[lead:]:
-                if pos >= block:
-                    break
-                pos += len(ch.encode())
-            end = pos
-        return raw[offset - start:end], eof
-
     def cancel(self, job: JobRef) -> None:
         if "_" in job.native_id:  # one task of an array: see firecrest_array
             self._cancel_element(job)
@@ -675,16 +667,6 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
                 return
             raise
 
-    def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
-        """``ops/view`` of one aligned block from ``offset`` (see ``_read_block``): a
-        bounded read under the server's output limit (a larger read answers 413)."""
-        path = f"{self.folder(job.id)}/{script.LOG_NAME}"
-        try:
-            data, eof = self._read_block(path, offset, min(limit, self.view_block))
-        except NotFoundError:
-            return LogChunk("", offset, eof=True)
-        return LogChunk(data.decode(errors="replace"), offset + len(data), eof=eof)
-
     def _transfer_failure(self, e: Exception) -> str:
         info = (getattr(e, "_transfer_job_info", None) or {}).get("transferJob") or {}
         text = ""
@@ -696,53 +678,6 @@ class FirecrestBackend(FirecrestArrays, HPCBackend):
                 text = ""
         return (f"FirecREST's transfer job {info.get('jobId', '?')} failed"
                 + (f": {text[-500:]}" if text else " (no error log)"))
-
-    def _view_part(self, path: str, offset: int, size: int) -> str:
-        """GET ops/view?offset&size (pyfirecrest's ``view`` has no offset)."""
-        client = self.client()
-        resp = client._get_request(endpoint=f"/filesystem/{self.system}/ops/view",
-                                   params={"path": path, "offset": offset, "size": size})
-        return client._check_response(resp, 200)["output"]
-
-    def list_outputs(self, job: JobRef) -> list[OutputFile]:
-        folder = self.folder(job.id)
-        skip = set(script.SCAFFOLDING) | {script.LOG_NAME}
-        try:
-            skip |= set(self._view(f"{folder}/{script.MARKER_DIR}/{INPUTS_LIST}").splitlines())
-        except NotFoundError:
-            pass
-        out = []
-        for f in self._call("list_files", self.system, folder, recursive=True):
-            name = f.get("name", "")
-            if f.get("type") == "d" or name.split("/", 1)[0] in skip or name in skip:
-                continue
-            size = f.get("size")
-            out.append(OutputFile(name, int(size) if str(size).isdigit() else None))
-        return sorted(out, key=lambda o: o.name)
-
-    def read_file(self, job: JobRef, name: str, limit: int = 16 << 20) -> bytes:
-        path = remote_inside(self.folder(job.id), name)
-        with tempfile.TemporaryDirectory(prefix="cloudtik-f7t-") as tmp:
-            target = Path(tmp) / "file"
-            self._download(path, target)
-            with open(target, "rb") as f:
-                return f.read(limit)
-
-    def _download(self, path: str, target: Path) -> None:
-        self.system_info()  # the direct-transfer limit
-        try:
-            self._call("_download_with", path, str(target), self.config.get("account"))
-        except FileNotFoundError:
-            raise NotFoundError(f"the job has no file {path}", field="name") from None
-
-    def fetch_outputs(self, job: JobRef, dest: Path, names: list[str]) -> list[Path]:
-        out = []
-        for name in names:
-            target = dest / name
-            target.parent.mkdir(parents=True, exist_ok=True)
-            self._download(remote_inside(self.folder(job.id), name), target)
-            out.append(target)
-        return out
 
     def clean(self, job: JobRef) -> None:
         try:
@@ -776,11 +711,11 @@ def _message(e: Exception) -> str:
         return responses[-1].text[:500]
 
 
-def _int(value: Any) -> int | None:
-    try:
-        return int(value) if value is not None and value != "" else None
-    except (TypeError, ValueError):
-        return None
+def _quota_limit(message: str) -> str:
+    """The limit's name in FirecREST's SlurmQuotaError (sbatch_command.py matches the same
+    pattern in sbatch's stderr); '' if the message names none."""
+    m = QUOTA_PATTERN.search(message)
+    return m.group(0) if m else ""
 
 
 def _min(*values):

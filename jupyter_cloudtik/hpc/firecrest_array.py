@@ -95,7 +95,7 @@ class FirecrestArrays:
                 return done
         except NotFoundError:
             pass
-        for job in self._call("job_info", self.system) or []:
+        for job in self._history():  # the widest time_window (firecrest.py, _history)
             if (job.get("workingDirectory") or "").rstrip("/") == folder:
                 return str(job["jobId"]).split("_", 1)[0]
         return None

@@ -8,9 +8,13 @@ whose job is the backend itself.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ..core.errors import NotFoundError
-from .firecrest import FirecrestBackend, _int
+from .firecrest_files import _int
+
+if TYPE_CHECKING:
+    from .firecrest import FirecrestBackend
 
 
 class FirecrestEnvShell:

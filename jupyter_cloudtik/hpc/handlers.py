@@ -140,6 +140,8 @@ def _spec_of(body: dict[str, Any]):
         inputs=body.get("inputs"), outputs=body.get("outputs"), output=body.get("output"),
         container=body.get("container"), python=body.get("python"),
         packages=body.get("packages"),
+        # a requirements or lock file's contents (never a path: the server reads none)
+        requirements_text=body.get("requirements"),
         kernel=body.get("kernel"), env=body.get("env"),
         allow_unknown_parameters=body.get("allow_unknown_parameters", False))
 

@@ -187,9 +187,11 @@ class JobPoller:
         now = time.monotonic()
         due = [b for b in backends if force or self._due.get(b, 0.0) <= now]
         await asyncio.gather(*(self._poll_backend(b, force=force) for b in due))
-        from .sweeps import advance_sweeps  # sweeps sit on top of jobs
+        await self._after_round()
 
-        await advance_sweeps(self)
+    async def _after_round(self) -> None:
+        """What sits on top of jobs moves after each round (the job manager advances its
+        sweeps here: the poller does not import sweeps, which build on jobs)."""
 
     async def _poll_backend(self, name: str, force: bool = False) -> None:
         lock = self._backend_locks.setdefault(name, asyncio.Lock())
@@ -292,7 +294,7 @@ class JobPoller:
             return None
         for r, e in broken:
             await self._cancel_quietly(r["id"], STAGE_POLL)
-            self._fail(r["id"], STAGE_POLL, e)
+            await self._fail(r["id"], STAGE_POLL, e)
         for r, message in silent:
             self._mark_unreachable([r], name, message)
         return found
@@ -318,10 +320,10 @@ class JobPoller:
         except Exception as e:
             if cancel:
                 await self._cancel_quietly(job_id, stage)
-            self._fail(job_id, stage, e)
+            await self._fail(job_id, stage, e)
             return True
 
-    def _fail(self, job_id: str, stage: str, error: BaseException) -> None:
+    async def _fail(self, job_id: str, stage: str, error: BaseException) -> None:
         """End one job ``failed`` with ``<stage> failed: <cause>``; if even that cannot be
         recorded, this process leaves the job alone (no error every round)."""
         reason = f"{stage} failed: {describe_error(error)}"
@@ -330,7 +332,7 @@ class JobPoller:
         else:  # a bug or a library's surprise: its traceback belongs in the log
             log.warning("job %s: %s", job_id, reason, exc_info=error)
         try:
-            self._finish(job_id, FAILED, reason)
+            await self._finish(job_id, FAILED, reason)
         except Exception:
             log.exception("job %s: cannot record that it failed; left alone from now on",
                           job_id)

@@ -4,7 +4,7 @@ ending a job (its row and its operation); the small helpers every part of a job 
 
 from __future__ import annotations
 
-import getpass
+import asyncio
 import shutil
 import time
 from typing import Any
@@ -145,16 +145,31 @@ class JobRecords:
         with self.store.transaction() as conn:
             conn.execute(f"UPDATE hpc_jobs SET {cols} WHERE id = ?", (*fields.values(), job_id))
 
-    def _finish(self, job_id: str, state: str, reason: str | None = None,
-                **fields: Any) -> None:
+    async def _finish(self, job_id: str, state: str, reason: str | None = None,
+                      **fields: Any) -> None:
+        """Record the job final: its crate first (a job that ends here without its run's
+        crate gets one), then its state and its operation's end, so whoever sees it
+        final finds the crate.  The crate and removing the job's sent files are file
+        work on a thread; meanwhile a second end of the same job (a cancel racing the
+        poll) leaves it to the first, as it would find it final."""
         row = self._row(job_id)
-        if row["state"] in FINAL_STATES:
+        if row["state"] in FINAL_STATES or job_id in self._finishing:
             return
-        if state != SUCCEEDED:  # a job that ends here without its run's crate gets one
-            from . import provenance
+        self._finishing.add(job_id)
+        try:
+            if state != SUCCEEDED:
+                from . import provenance
 
-            provenance.record_unrun(self, row, state, reason, self._content_dir(job_id))
-        shutil.rmtree(self._content_dir(job_id), ignore_errors=True)
+                await provenance.record_unrun(self, row, state, reason,
+                                              self._content_dir(job_id))
+            await asyncio.to_thread(shutil.rmtree, self._content_dir(job_id),
+                                    ignore_errors=True)
+            self._ended(row, job_id, state, reason, **fields)
+        finally:
+            self._finishing.discard(job_id)
+
+    def _ended(self, row: Any, job_id: str, state: str, reason: str | None,
+               **fields: Any) -> None:
         now = time.time()
         self._update(job_id, state=state, reason=reason, finished_at=now, **fields)
         op_state = {SUCCEEDED: "succeeded", CANCELLED: "cancelled"}.get(state, "failed")
@@ -215,9 +230,3 @@ def _how_long(seconds: float) -> str:
     h, m = divmod(m, 60)
     return f"{h} h {m} min" if m else f"{h} h"
 
-
-def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"

@@ -162,7 +162,7 @@ class JobResults:
         if not row["started_at"] and state != CANCELLED:
             fields["started_at"] = row["submitted_at"]
         await provenance.record(self, row, be, state, reason, st.exit_code)
-        self._finish(job_id, state, reason, **fields)
+        await self._finish(job_id, state, reason, **fields)
 
     async def _log_tail(self, be: HPCBackend, row, lines: int = 3) -> str:
         try:

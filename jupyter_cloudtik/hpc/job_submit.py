@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import logging
 import shutil
 import time
@@ -93,7 +94,6 @@ class JobSubmit:
         spec = copy.deepcopy(spec)
         job_id = uuid.uuid4().hex[:8]
         content = self._content_entries(files)
-        nb = None
         nb_source = None
         warnings: list[str] = []
         try:
@@ -113,11 +113,9 @@ class JobSubmit:
             elif not spec.command:
                 raise ConfigError("give a notebook or a command to run", field="notebook")
             if nb_source is not None:
-                nb = nbtools.check_notebook(nb_source) if not isinstance(nb_source, bytes) \
-                    else _notebook_json(nb_source)
-                warnings = nbtools.check_parameters(
-                    nb, spec.parameters, notebook=Path(spec.notebook).name,
-                    kernel=spec.kernel, allow_unknown=spec.allow_unknown_parameters)
+                # reading the notebook and papermill's inspection of its parameters cell
+                # take a large notebook seconds: off the event loop the server shares
+                warnings = await asyncio.to_thread(_checked_parameters, nb_source, spec)
             elif spec.parameters:
                 first = next(iter(spec.parameters))
                 raise ConfigError(
@@ -237,6 +235,11 @@ class JobSubmit:
         always uploaded from this job's own content folder."""
         env = spec.environment
         default_env = await asyncio.to_thread(be.default_environment)
+        if env is not None and (env.packages is not None or env.requirements
+                                or env.requirements_text):
+            # the job's own choice of packages replaces the backend's, not adds to it
+            default_env = dataclasses.replace(default_env, packages=None, requirements=None,
+                                              requirements_text=None)
         environment = default_env if env is None else \
             default_env.merged({k: v for k, v in env.__dict__.items() if v})
         environment = await asyncio.to_thread(be.prepare_environment, environment, env)
@@ -323,7 +326,7 @@ class JobSubmit:
         try:
             be = self.registry.get(name)
         except CloudTikError as e:
-            self._finish(job_id, FAILED, f"backend '{name}' is not usable: {e.message}")
+            await self._finish(job_id, FAILED, f"backend '{name}' is not usable: {e.message}")
             return
         attempts = self._record_attempt(job_id)
         token, plan = row["client_token"], loads(row["plan"], {})
@@ -340,7 +343,7 @@ class JobSubmit:
             if row["cancel_requested"]:
                 if nid:
                     await asyncio.to_thread(be.cancel, JobRef(job_id, nid))
-                self._finish(job_id, CANCELLED, "cancelled before it started", native_id=nid)
+                await self._finish(job_id, CANCELLED, "cancelled before it started", native_id=nid)
                 return
             if nid is None:
                 stage = STAGE_IN
@@ -360,7 +363,7 @@ class JobSubmit:
             self._backoff(name)
             return
         except Exception as e:  # a refusal, a bug or an SDK surprise: fail this job only
-            self._fail(job_id, stage, e)
+            await self._fail(job_id, stage, e)
             return
         finally:
             staging = self._staging_dir(job_id)
@@ -374,6 +377,16 @@ class JobSubmit:
         row = self._row(job_id)
         if row["cancel_requested"] == CANCEL_ASKED:  # asked while it was being submitted
             await self._deliver_cancel(row)
+
+
+def _checked_parameters(nb_source: str | bytes, spec: JobSpec) -> list[str]:
+    """The notebook read (a path or its bytes) and the job's parameters checked against its
+    parameters cell; the warnings to show."""
+    nb = nbtools.check_notebook(nb_source) if not isinstance(nb_source, bytes) \
+        else _notebook_json(nb_source)
+    return nbtools.check_parameters(
+        nb, spec.parameters, notebook=Path(spec.notebook).name,
+        kernel=spec.kernel, allow_unknown=spec.allow_unknown_parameters)
 
 
 async def _check(stager, location: str, for_output: bool = False) -> None:

@@ -34,7 +34,7 @@ from typing import Any
 
 from ..core import locations as locs
 from ..core.errors import ProviderError
-from ..core.identity import ActsForUser
+from ..core.identity import ActsForUser, os_user
 from ..core.operations import Operations
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik, default_settings
@@ -52,7 +52,7 @@ from .job_records import STAGE_IN as STAGE_IN
 from .job_records import STAGE_OUT as STAGE_OUT
 from .job_records import STAGE_POLL as STAGE_POLL
 from .job_records import STAGE_SUBMIT as STAGE_SUBMIT
-from .job_records import JobRecords, _current_user
+from .job_records import JobRecords
 from .job_records import describe_error as describe_error
 from .job_results import JobResults
 from .job_stage import JobStaging
@@ -70,6 +70,11 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
                  JobRecords, ActsForUser):
     """Jobs of one state folder; one per process is typical (faces share it)."""
 
+    async def _after_round(self) -> None:
+        from .sweeps import advance_sweeps  # sweeps sit on top of jobs
+
+        await advance_sweeps(self)
+
     def __init__(self, settings: CloudTik | None = None, hpc: HPC | None = None,
                  store: Store | None = None, user: str | None = None,
                  stagers: Stagers | None = None,
@@ -85,7 +90,7 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
         # hold a credential of this store: every one is redacted before it is kept
         self.redact = self.secrets.live_redactor()
         self.ops = Operations(self.store, redact=self.redact)
-        self.user = user or _current_user()
+        self.user = user or os_user()
         if stagers is None:
             from .storage_stager import storage_stager
 
@@ -97,6 +102,7 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
         self.registry = BackendRegistry(self.hpc, self.store.state_dir, self.secrets, log,
                                         self.settings)
         self._submitting: set[str] = set()
+        self._finishing: set[str] = set()  # jobs whose crate is being written (_finish)
         self._tasks: set[asyncio.Task] = set()
         self._due: dict[str, float] = {}
         self._interval: dict[str, float] = {}

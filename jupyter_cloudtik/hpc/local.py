@@ -18,6 +18,7 @@ import psutil
 
 from ..core import env as envnames
 from ..core.errors import NotFoundError, ProviderError
+from ..core.process_groups import GroupRef, terminate_group, writes_under
 from ..core.sandbox import sandbox_for
 from ..providers.local import processes
 from . import files, script
@@ -171,7 +172,9 @@ class LocalBackend(HPCBackend):
             return  # never started, or already over
         (folder / script.MARKER_DIR / CANCELLED_MARKER).write_text("1\n")
         pid, started = rec
-        processes.terminate_group(pid, started, grace=2.0)
+        # the job's processes log to its folder: the proof they are ours once the leader
+        # has ended and its group number may be somebody else's
+        terminate_group(GroupRef(pid, started), grace=2.0, owned=writes_under(folder))
 
     def logs(self, job: JobRef, offset: int = 0, limit: int = 1 << 20) -> LogChunk:
         return files.read_log(self._folder_of(job), offset, limit)

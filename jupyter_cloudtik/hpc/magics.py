@@ -44,7 +44,7 @@ class HPCMagics(Magics):
           %hpc submit NOTEBOOK [--backend B] [-p KEY VALUE ...] [--inputs LOC ...]
                 [--output LOC] [--nodes N] [--cpus N] [--memory 4GiB] [--time 30m]
                 [--queue Q] [--account A] [--container IMAGE] [--wait]
-                [--allow-unknown-parameters]
+                [--packages NAME ... | --requirements FILE] [--allow-unknown-parameters]
               submit a notebook (run with papermill); returns the Job
           %hpc status [JOB]                  one job, or the recent jobs
           %hpc logs JOB [--follow]           its output so far (--follow: until it ends)

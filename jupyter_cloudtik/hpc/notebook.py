@@ -1,7 +1,8 @@
 """Notebooks as jobs: checks before submitting, the cell magic's notebook, errors after.
 
-Notebooks run with papermill on the system (``python -m papermill``), so only papermill
-and a kernel must exist in the job's environment — not jupyter_cloudtik.  What went wrong
+Notebooks run with papermill on the system (``papermill_runner``, stdlib and papermill
+code the job's interpreter runs with ``-c``), so only papermill and a kernel must exist in
+the job's environment — not jupyter_cloudtik.  What went wrong
 is read back from the executed notebook: papermill stores the exception in the failing
 cell's outputs, and the first cell with an error output is the one to show people.
 """

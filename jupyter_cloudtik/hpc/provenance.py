@@ -159,13 +159,20 @@ def _announce(manager: Any, row: Any, path: Path) -> None:
                            "job_sha256": sha256_of(path.parent / JOB_FILE)})
 
 
-def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
-                 content_dir: Path | None = None) -> Path | None:
+async def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
+                       content_dir: Path | None = None) -> Path | None:
     """The crate of a job that ends without having run (refused by its backend,
     cancelled while queued, failed at stage-in): the job as submitted, its notebook (from
     where it came, or as it was sent), its parameters and the reason, with no snapshot
     of a run that did not happen.  Skipped when the job already has its crate; a crate
-    that cannot be written is a warning event, never a changed outcome."""
+    that cannot be written is a warning event, never a changed outcome.
+
+    Reading the notebook, checksumming it and writing the crate happen on a thread
+    (a notebook can be hundreds of megabytes: on the loop, every other job, request and
+    kernel call would wait for it); the caller awaits it, so the crate exists before the
+    job is recorded final."""
+    import asyncio
+
     from ..core.store import loads
 
     if not getattr(manager.hpc, "provenance", True) or not row["op_id"]:
@@ -173,7 +180,8 @@ def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
     if any(e.step == "provenance" for e in manager.ops.events(row["op_id"])):
         return None
     spec, plan = loads(row["spec"], {}), loads(row["plan"], {})
-    try:
+
+    def write() -> Path:
         nb = None
         if spec.get("notebook"):
             name = Path(spec["notebook"]).name
@@ -182,10 +190,14 @@ def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
                 if candidate.is_file():
                     nb = candidate.read_bytes()
                     break
-        path = build(manager.fetch_dest(row["id"]), job=_job_fields(row), spec=spec, plan=plan,
-                     state=state, reason=manager.redact(reason) if reason else reason,
-                     exit_code=None, before=None, after=None, notebook=nb,
-                     parameters_file=None, outputs_at=None, listed=[])
+        return build(manager.fetch_dest(row["id"]), job=_job_fields(row), spec=spec,
+                     plan=plan, state=state,
+                     reason=manager.redact(reason) if reason else reason, exit_code=None,
+                     before=None, after=None, notebook=nb, parameters_file=None,
+                     outputs_at=None, listed=[])
+
+    try:
+        path = await asyncio.to_thread(write)
     except Exception as e:  # the record is lost, the outcome is not
         _lost(manager, row, e)
         return None

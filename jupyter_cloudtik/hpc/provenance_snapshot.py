@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import script
+from .base import MARKER_DIR, shell_quote
 
 BEFORE, AFTER = "prov-before.json", "prov-after.json"
 
@@ -74,12 +74,10 @@ exec(_PACKAGES, _namespace)  # the same function for this session (no second cop
 def snapshot_line(run: str, phase: str) -> str:
     """The job-script line that records the ``phase`` (``before``/``after``) snapshot;
     its failure (no Python in an image, say) never fails the job."""
-    from .base import shell_quote
-
     name = BEFORE if phase == "before" else AFTER
     return (
         f'{run} "$CT_PYTHON" -c {shell_quote(_SNAPSHOT)} {phase} '
-        f"{script.MARKER_DIR}/{name} >/dev/null 2>&1 || true"
+        f"{MARKER_DIR}/{name} >/dev/null 2>&1 || true"
     )
 
 

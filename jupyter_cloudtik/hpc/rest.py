@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ..clusters.rest import RestBackend, _seg
+from ..api.client import RestClient, _seg
 from ..core.errors import ConfigError
 from ..core.operations import Event
 from .base import JobSpec, LogChunk, OutputFile, follow_logs
@@ -46,12 +46,12 @@ def _cell_notebook(notebook: str | None) -> Path | None:
 class RestJobsClient:
     kind = "rest"
 
-    def __init__(self, rest: RestBackend) -> None:
+    def __init__(self, rest: RestClient) -> None:
         self.rest = rest
 
     @classmethod
     def from_environment(cls) -> RestJobsClient:
-        return cls(RestBackend.from_environment())
+        return cls(RestClient.from_environment())
 
     def __repr__(self) -> str:
         return f"<RestJobsClient {self.rest.url}>"
@@ -137,15 +137,27 @@ class RestJobsClient:
     def _body(self, spec: JobSpec, backend: str | None) -> dict[str, Any]:
         r, a = spec.resources, spec.attributes
         env = spec.environment
+        requirements = env.requirements_text if env is not None else None
         if env is not None and env.requirements:
-            # the REST body has no requirements: sent as it was, the file would be dropped
-            # and the job would run with other packages than asked; its path is this
-            # kernel's, which the server must never read for a request
-            raise ConfigError(
-                f"environment.requirements: {env.requirements!r} is not sent to the server "
-                "(a requirements file is read only where the job is submitted); give "
-                "packages by name (packages=[...]) instead",
-                field="environment.requirements", value=env.requirements)
+            # the file is this kernel's, which the server never reads for a request: its
+            # contents travel, checked here as the server will (no file lines: a wheel
+            # or folder named in it is this kernel's too)
+            from .env_requirements import parse
+
+            path = Path(env.requirements).expanduser()
+            try:
+                requirements = path.read_text()
+            except (OSError, UnicodeDecodeError) as e:
+                why = getattr(e, "strerror", None) or "not text"
+                raise ConfigError(f"environment.requirements: cannot read "
+                                  f"{env.requirements!r} ({why})",
+                                  field="environment.requirements",
+                                  value=env.requirements) from None
+            if not parse(requirements, "environment.requirements",
+                         label=f"environment.requirements ({path.name})"):
+                raise ConfigError(f"environment.requirements: {env.requirements!r} has no "
+                                  "requirement", field="environment.requirements",
+                                  value=env.requirements)
         body: dict[str, Any] = {
             "notebook": _absolute(spec.notebook) if spec.notebook else None,
             "command": spec.command, "backend": backend, "name": spec.name,
@@ -157,7 +169,7 @@ class RestJobsClient:
             "output": _absolute(spec.output) if spec.output else None,
             "container": env.container if env else None,
             "python": env.python if env else None, "kernel": spec.kernel,
-            "packages": env.packages if env else None,
+            "packages": env.packages if env else None, "requirements": requirements,
             "env": dict(env.variables) if env and env.variables else None,
             "allow_unknown_parameters": spec.allow_unknown_parameters or None,
         }

@@ -3,10 +3,10 @@
 One script, rendered from the ``Submission``: scheduler directives (given by the backend),
 environment activation (the session's interpreter and virtualenv/conda env, or an
 Apptainer/Singularity image), the staging commands for inputs the system reaches itself,
-the papermill call (or the command), the copy of results to an output location the
-system reaches itself, and a few marker files in ``.cloudtik/`` that let a backend tell
-what happened even after its scheduler forgot the job (Slurm drops finished jobs from
-``squeue`` after ``MinJobAge``).
+the papermill run (``papermill_runner``: the kernel on IPC sockets) or the command, the
+copy of results to an output location the system reaches itself, and a few marker files
+in ``.cloudtik/`` that let a backend tell what happened even after its scheduler forgot
+the job (Slurm drops finished jobs from ``squeue`` after ``MinJobAge``).
 
 The job folder layout, relative to the job's working directory::
 
@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import json
 from pathlib import PurePosixPath
+from typing import Any
 
-from .base import Environment, Submission, shell_quote
+from . import papermill_runner
+from .base import MARKER_DIR, Environment, Submission, shell_quote
 
 SCRIPT_NAME = "job.sh"
 LOG_NAME = "job.log"
 PARAMETERS_NAME = "parameters.json"
-MARKER_DIR = ".cloudtik"
 SCAFFOLDING = (SCRIPT_NAME, PARAMETERS_NAME, MARKER_DIR)
 
 
@@ -52,8 +53,6 @@ def _activation(env: Environment) -> tuple[list[str], str]:
         python = env.python or "python3"
     else:
         if (env.build or {}).get("hash"):  # the session's environment, built on the system
-            from .environment import activation
-
             lines += activation(env.build)
         if env.venv:
             lines.append(f"export VIRTUAL_ENV={shell_quote(env.venv)}")
@@ -122,16 +121,17 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
                 lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
                              f"|| ct_fail 'cannot copy input {item.name}'")
-    from .provenance import snapshot_line
+    from .provenance_snapshot import snapshot_line
 
     lines.append(snapshot_line(run, "before"))  # checksums and environment (provenance)
     if spec.notebook:
         nb_in = PurePosixPath(spec.notebook).name
         nb_out = sub.output_notebook or output_notebook_name(nb_in)
+        # papermill as its CLI ran it, with the kernel on IPC sockets (papermill_runner.py)
         lines.append(
-            f'{run} "$CT_PYTHON" -m papermill {shell_quote(nb_in)} {shell_quote(nb_out)}'
-            f" -f {PARAMETERS_NAME} -k {shell_quote(spec.kernel or 'python3')}"
-            ' --cwd "$CT_JOB_DIR" --log-output --no-progress-bar')
+            f'{run} "$CT_PYTHON" -c {shell_quote(papermill_runner.source())}'
+            f" {shell_quote(nb_in)} {shell_quote(nb_out)} {PARAMETERS_NAME}"
+            f' {shell_quote(spec.kernel or "python3")} "$CT_JOB_DIR"')
     else:
         argv = " ".join(shell_quote(a) for a in (spec.command or ["true"]))
         lines.append(f"{run} {argv}")
@@ -173,3 +173,13 @@ def _glob(pattern: str) -> str:
     if buf:
         out.append(shell_quote(buf))
     return "".join(out)
+
+
+def activation(build: dict[str, Any]) -> list[str]:
+    """Job-script lines: build the environment if needed, then run in it."""
+    q = shell_quote
+    root, h = build["root"], build["hash"]
+    sh = build.get("script") or f"{root}/{h}.sh"
+    return [f"echo 'jupyter_cloudtik: environment {h}' >&2",
+            f"bash {q(sh)} || ct_fail 'cannot build the environment {h} in "
+            f"{root} (see the lines above)'"]

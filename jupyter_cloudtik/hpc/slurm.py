@@ -543,6 +543,26 @@ class SlurmBackend(HPCBackend):
         self._login.close()
 
 
+def slurm_backend_config(context: Any, backend: str | None,
+                         config: dict[str, Any]) -> dict[str, Any]:
+    """The login node's config for a Slurm node provider: the configured HPC backend
+    ``backend`` (of type slurm) with ``config["env"]`` laid over its own, or without
+    ``backend`` the provider's inline fields in ``config``."""
+    from .settings import hpc_settings
+
+    if not backend:
+        return dict(config)
+    configs = hpc_settings(parent=context.settings).backend_configs()
+    cfg = configs.get(backend)
+    if cfg is None or cfg.get("type") != "slurm":
+        slurms = sorted(n for n, c in configs.items() if c.get("type") == "slurm")
+        raise ConfigError(
+            f"provider.backend: '{backend}' is not a configured HPC backend of type "
+            f"slurm (slurm backends: {', '.join(slurms) or 'none'})",
+            field="provider.backend", value=backend)
+    return {**cfg, "env": {**(cfg.get("env") or {}), **(config.get("env") or {})}}
+
+
 def slurm_login(context: Any, backend: str | None, config: dict[str, Any]) -> SlurmLogin:
     """The ``slurm_login`` service (hpc's ``Feature``): the login node of a Slurm node
     provider, whose ``context`` has the state folder, store, log and settings.  With
@@ -552,21 +572,9 @@ def slurm_login(context: Any, backend: str | None, config: dict[str, Any]) -> Sl
     ``hpc:<backend>`` (``hpc:slurm`` inline), revealed under hpc's grant."""
     from ..core.secrets import SecretStore
     from .base import BackendContext
-    from .settings import hpc_settings
 
     name = backend or "slurm"
-    if backend:
-        configs = hpc_settings(parent=context.settings).backend_configs()
-        cfg = configs.get(backend)
-        if cfg is None or cfg.get("type") != "slurm":
-            slurms = sorted(n for n, c in configs.items() if c.get("type") == "slurm")
-            raise ConfigError(
-                f"provider.backend: '{backend}' is not a configured HPC backend of type "
-                f"slurm (slurm backends: {', '.join(slurms) or 'none'})",
-                field="provider.backend", value=backend)
-        cfg = {**cfg, "env": {**(cfg.get("env") or {}), **(config.get("env") or {})}}
-    else:
-        cfg = dict(config)
+    cfg = slurm_backend_config(context, backend, config)
     ctx = BackendContext(state_dir=context.state_dir, secrets=SecretStore(context.store),
                          log=context.log, settings=context.settings, name=name)
     return SlurmLogin(cfg, ctx.secret)

@@ -30,10 +30,13 @@ class StorageStager:
     def manager(self):
         with self._lock:
             if self._manager is None:
-                from ..storage import StorageManager
+                from ..core.features import feature_service
 
-                self._manager = StorageManager(settings=self._settings, store=self._store,
-                                               supervise=False)
+                # storage's manager decides who may read which storage (one decision
+                # point); hpc reaches it through the registry, not an import
+                manager = feature_service("storage_manager")
+                self._manager = manager(settings=self._settings, store=self._store,
+                                        supervise=False)
             return self._manager
 
     def handles(self, location: str) -> bool:
@@ -110,8 +113,10 @@ class StorageStager:
 
 def storage_stager(settings: Any, store: Any) -> StorageStager | None:
     """A stager for the storage feature, if it is installed here."""
-    try:
-        import jupyter_cloudtik.storage  # noqa: F401
-    except ImportError:
+    from ..core.features import features
+
+    # only "nobody offers storage" means paths only: a storage feature that is installed
+    # but broken fails loudly when the stager first loads its manager
+    if not any(name == "storage_manager" for f in features() for name, _ref in f.services):
         return None
     return StorageStager(settings, store)

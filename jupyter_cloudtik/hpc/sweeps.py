@@ -256,7 +256,7 @@ class SweepManager(SweepResults):
         nb_name = Path(spec.notebook.replace("\\", "/")).name
         sent = (files or {}).get(nb_name)
         if sent is not None:
-            from .jobs import _notebook_json
+            from .job_content import _notebook_json
 
             nb = _notebook_json(sent)
         else:
@@ -426,7 +426,7 @@ class SweepManager(SweepResults):
                     subs.append(await mgr._stage_inputs(jid, row, plan, ctx))
                 ok.append((jid, plan))
             except Exception as e:  # this element alone fails
-                mgr._fail(jid, "stage-in", e)
+                await mgr._fail(jid, "stage-in", e)
         if not subs:
             return
         key = f"sweep-{sweep['id']}-{sweep['arrays']}"
@@ -438,7 +438,7 @@ class SweepManager(SweepResults):
             return
         except Exception as e:
             for jid, _ in ok:
-                mgr._fail(jid, "submit", e)
+                await mgr._fail(jid, "submit", e)
             return
         finally:
             for jid, _ in ok:
@@ -587,7 +587,7 @@ class SweepManager(SweepResults):
             except BackendUnavailable:
                 arrayed = []  # each element's cancel below records it for later
             else:
-                from .jobs import CANCEL_SENT
+                from .job_records import CANCEL_SENT
 
                 for r in arrayed:
                     mgr._update(r["id"], cancel_requested=CANCEL_SENT)

@@ -12,24 +12,24 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from ..api.client import RestClient, _seg
 from ..clusters.client import API_URL_ENV
-from ..clusters.rest import RestBackend, _seg
 from ..core import env
 from ..core.errors import ConfigError
 
 
 class HubClient:
-    def __init__(self, rest: RestBackend) -> None:
+    def __init__(self, rest: RestClient) -> None:
         self.rest = rest
 
     @classmethod
     def from_environment(cls) -> HubClient:
         if os.environ.get(API_URL_ENV):
-            return cls(RestBackend.from_environment())
+            return cls(RestClient.from_environment())
         service = os.environ.get(env.HUB_SERVICE_URL)
         token = os.environ.get("JUPYTERHUB_API_TOKEN")
         if service and token:
-            return cls(RestBackend(service.rstrip("/") + "/cloudtik/api/", token))
+            return cls(RestClient(service.rstrip("/") + "/cloudtik/api/", token))
         raise ConfigError(
             "no hub sidekick here: side-kicks, the catalogue and egress rules are offered by "
             f"a JupyterHub's cloudtik service ({env.HUB_SERVICE_URL} is not set in this session)",

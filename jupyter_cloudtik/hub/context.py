@@ -220,10 +220,10 @@ class HubContext:
         now, cost per hour and cost so far (of the clusters' current lives).
 
         A cluster placed on priced offers (a cloud's flavors) costs what its recorded
-        samples say (``core.usage``); one on unpriced offers (local, a gateway) costs the
+        samples say (``clusters.usage``); one on unpriced offers (local, a gateway) costs the
         catalogue's ``price_per_core_hour`` times its cores, integrated over the same
         samples, as ``spend_today`` counts it."""
-        from ..core import usage
+        from ..clusters import usage
 
         prices = self._core_prices()
         now = time.time()
@@ -276,10 +276,9 @@ class HubContext:
             prices[ptype] = max(prices.get(ptype, 0.0),
                                 float(r.spec.get("price_per_core_hour") or 0))
         total = 0.0
-        for r in self.store.query(
-                "SELECT provider, config, target_workers, created_at, updated_at, state"
-                " FROM clusters WHERE owner = ? AND (state != 'stopped' OR updated_at > ?)",
-                (user, start)):
+        from ..clusters.table import clusters_of
+
+        for r in clusters_of(self.store, user, stopped_since=start):
             price = prices.get(r["provider"], 0.0)
             if not price:
                 continue

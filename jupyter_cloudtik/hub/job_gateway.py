@@ -50,6 +50,7 @@ from tornado import web
 from ..core import env as envnames
 from ..core import jsontext
 from ..core.errors import CloudTikError, ConfigError, PermissionDeniedError
+from ..core.identity import os_user
 
 log = logging.getLogger("jupyter_cloudtik.hub.job_gateway")
 
@@ -355,7 +356,7 @@ async def serve() -> None:
     # run by a hub's supervisor (it sets the token): local backends only if the hub says
     allow_local = not token or os.environ.get(envnames.ALLOW_LOCAL_EXECUTION) == "1"
     gw = JobGateway(state_dir=Path(state_dir),
-                    user=os.environ.get(envnames.SIDEKICK_USER) or _whoami(),
+                    user=os.environ.get(envnames.SIDEKICK_USER) or os_user(),
                     prefix=os.environ.get(envnames.SIDEKICK_PREFIX, ""), token=token,
                     default_backend=os.environ.get(BACKEND_ENV) or None,
                     root=Path(root) if root else None, allow_local=allow_local)
@@ -372,11 +373,6 @@ async def serve() -> None:
     server.stop()
     await gw.close()
 
-
-def _whoami() -> str:
-    import getpass
-
-    return getpass.getuser()
 
 
 def main() -> None:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import PermissionDeniedError
-from ..core.grants import Caller, Grant, Policy, _mint, not_found
+from ..core.grants import Caller, Grant, Policy, _mint, not_found, storage_index
 from .catalog import Catalog
 
 #: kinds a user may be granted, with the modes each knows
@@ -46,11 +46,11 @@ class CatalogPolicy(Policy):
         if res is None or not caller.may_use(res.users, res.groups):
             raise not_found(kind, name, field)
         if kind == "storage":
-            row = self.store.query_one("SELECT read_only FROM storages WHERE name = ?",
-                                       (name,))
-            if row is None:  # in the catalogue but never made (a refused sync)
+            index = storage_index(self.store)
+            read_only = index.read_only(name) if index is not None else None
+            if read_only is None:  # in the catalogue but never made (a refused sync)
                 raise not_found(kind, name, field)
-            if mode == "write" and row["read_only"]:
+            if mode == "write" and read_only:
                 raise PermissionDeniedError(f"{field or 'storage'}: storage {name!r} is "
                                             "read-only", field=field or "storage", value=name)
         return _mint(caller, kind, name, mode)

@@ -46,7 +46,6 @@ import logging
 import os
 import re
 import secrets
-import signal
 import socket
 import subprocess
 import sys
@@ -62,6 +61,7 @@ import psutil
 
 from ..core import env as envnames
 from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
+from ..core.process_groups import GroupRef, Owned, terminate_group, writes_under
 from ..core.sandbox import Sandbox
 from .sidekick_specs import SecretRef, SidekickSpec
 
@@ -355,7 +355,9 @@ class SidekickSupervisor:
             if _same_process(pid, rec.get("create_time")):
                 self.log.warning("sidekick %s/%s: stopping pid %s left by an earlier run",
                                  rec.get("user"), rec.get("name"), pid)
-                await _kill_group(pid, None, grace=5.0)
+                await _kill_group(GroupRef(pid, rec.get("create_time")), None,
+                                  grace=5.0, owned=writes_under(self._user_dir(
+                                      str(rec.get("user")))))
                 killed.append(rec)
         await asyncio.to_thread(self._write_records)
         return killed
@@ -615,7 +617,9 @@ class SidekickSupervisor:
         if proc is None:
             return
         # keep the pid visible in info() until it is really gone
-        await _kill_group(proc.pid, proc, grace=e.spec.stop_timeout)
+        await _kill_group(GroupRef(proc.pid, e.create_time), proc,
+                          grace=e.spec.stop_timeout,
+                          owned=writes_under(self._user_dir(e.user)))
         await asyncio.to_thread(self._write_records)
 
     def _note(self, e: _Sidekick, text: str) -> None:
@@ -740,35 +744,21 @@ def _same_process(pid: int, create_time: Any) -> bool:
         return False
 
 
-def _gone(pid: int, proc: subprocess.Popen | None) -> bool:
-    if proc is not None:
-        return proc.poll() is not None
-    if not psutil.pid_exists(pid):
-        return True
-    try:
-        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return not psutil.pid_exists(pid)  # it may be half-way through exiting
-    except psutil.Error:
-        return False
+async def _kill_group(ref: GroupRef, proc: subprocess.Popen | None, grace: float,
+                      owned: Owned | None = None) -> None:
+    """SIGTERM the side-kick's process group, SIGKILL what is left after ``grace``; each
+    signal decided by core/process_groups (a group number no longer ours is never
+    signalled; once the leader is gone, only members writing to the side-kick's log are)."""
+    def stop() -> None:
+        nonlocal ref
+        if proc is not None and ref.started is None and proc.poll() is None:
+            ref = GroupRef.of(proc.pid)  # our child, not reaped: its number is still ours
+        terminate_group(ref, grace, owned)
+        if proc is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=5)
 
-
-def _signal_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
-
-
-async def _kill_group(pid: int, proc: subprocess.Popen | None, grace: float) -> None:
-    """SIGTERM the side-kick's process group, SIGKILL what is left after ``grace``."""
-    if not _gone(pid, proc):
-        _signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and not _gone(pid, proc):
-            await asyncio.sleep(0.02)
-    _signal_group(pid, signal.SIGKILL)  # the leader and anything it left in its group
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and not _gone(pid, proc):
-        await asyncio.sleep(0.02)
+    await asyncio.to_thread(stop)
 
 
 __all__ = ["ACTIVE", "DEFAULT_PROXY_BASE", "FAILED", "RESTARTING", "RUNNING", "STARTING",

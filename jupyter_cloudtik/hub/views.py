@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
+from ..clusters import table as cluster_table
 from ..core import config as cfgmod
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
 from ..core.grants import Grant
@@ -108,9 +109,8 @@ class ClustersView(_Denied):
 
     # ownership ------------------------------------------------------------------------
     def _owned(self, name: str) -> Any:
-        row = self.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
-                                   (name,))
-        if row is None or not (self.caller.admin or row["owner"] == self.caller.name):
+        row = cluster_table.owner_and_state(self.store, name)
+        if row is None or not (self.caller.admin or row[0] == self.caller.name):
             raise NotFoundError(f"no cluster named '{name}'", field="name", value=name)
         return row
 
@@ -185,9 +185,8 @@ class ClustersView(_Denied):
         cfg, prov_grant, limits = self._config_for(config, name, workers, provider, template)
         prov_res = self.hub.catalog.get("provider", prov_grant.name)
         cname = cfg["cluster_name"]
-        row = self.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
-                                   (cname,))
-        if row is not None and row["state"] != "stopped" and row["owner"] != self.caller.name:
+        row = cluster_table.owner_and_state(self.store, cname)
+        if row is not None and row[1] != "stopped" and row[0] != self.caller.name:
             raise ConflictError(f"cluster name '{cname}' is in use; choose another name",
                                 field="name", value=cname)
         self._check_quota(cfg, prov_res, replacing=cname)
@@ -293,10 +292,12 @@ class ClustersView(_Denied):
         if quota.get("max_cores") is None or isinstance(workers, bool) or \
                 not isinstance(workers, int):
             return  # a bad count is the core's to refuse, naming the field
-        row = self.store.query_one("SELECT config, target_workers FROM clusters"
-                                   " WHERE name = ?", (name,))
-        full = loads(row["config"], {})
-        target = dict(loads(row["target_workers"], {}))
+        recorded = cluster_table.sizing(self.store, name)
+        if recorded is None:  # no quota can be judged for it: refuse, never pass
+            raise NotFoundError(f"no cluster named '{name}'", field="name", value=name)
+        config, target_workers = recorded
+        full = loads(config, {})
+        target = dict(loads(target_workers, {}))
         wtypes = cfgmod.worker_types(full)
         node_type = node_type or (wtypes[0] if len(wtypes) == 1 else None)
         if node_type not in wtypes:
@@ -312,9 +313,7 @@ class ClustersView(_Denied):
 
     # quotas ---------------------------------------------------------------------------
     def _active_rows(self, exclude: str | None = None) -> list[Any]:
-        rows = self.store.query(
-            "SELECT name, config, target_workers, created_at, updated_at, state FROM clusters"
-            " WHERE owner = ? AND state != 'stopped'", (self.caller.name,))
+        rows = cluster_table.clusters_of(self.store, self.caller.name)
         return [r for r in rows if r["name"] != exclude]
 
     def _cores_in_use(self, exclude: str | None = None) -> float:

@@ -6,9 +6,9 @@ reservation id, and ask nested zones over HTTP with hints sealed by each zone's 
 See docs/placement.md.
 """
 
+from ..offers import Choice, Explanation, Offer, Plan, Pool, Request, VirtualState
 from .engine import Engine, PlacementError, naive_place
 from .filters import Filter
-from .model import Choice, Explanation, Offer, Plan, Pool, Request, VirtualState
 from .weighers import Weigher
 
 __all__ = [

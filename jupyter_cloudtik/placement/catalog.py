@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..core.errors import ConfigError
-from .model import OfferQuery, OfferSet
+from ..offers import OfferQuery, OfferSet
 
 if TYPE_CHECKING:
     from ..core.settings import CloudTik

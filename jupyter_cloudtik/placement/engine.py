@@ -29,9 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
 from ..core.errors import CapacityError
-from . import filters as filtmod
-from . import weighers as weighmod
-from .model import (
+from ..offers import (
     Choice,
     Elimination,
     Explanation,
@@ -41,6 +39,8 @@ from .model import (
     Request,
     VirtualState,
 )
+from . import filters as filtmod
+from . import weighers as weighmod
 from .settings import Placement
 
 EXAMPLES = 3

@@ -25,8 +25,8 @@ from typing import Any, ClassVar
 
 from ..core.errors import ConfigError
 from ..core.units import format_bytes
+from ..offers import EPSILON, REQUEST_DIMS, Offer, Request, VirtualState
 from .jsonfilter import compile_query, depends_on_depletion
-from .model import EPSILON, REQUEST_DIMS, Offer, Request, VirtualState
 
 GROUP = "jupyter_cloudtik.placement_filters"
 #: applied to every request, whatever it names: capacity is not optional

@@ -32,7 +32,7 @@ from typing import Any
 
 from ..core import jsontext
 from ..core.errors import ConfigError
-from .model import Offer, VirtualState
+from ..offers import Offer, VirtualState
 
 Getter = Callable[[Offer, VirtualState], Any]
 Compiled = Callable[[Offer, VirtualState], Any]

@@ -27,8 +27,8 @@ from typing import Any
 
 from ..core.errors import ConflictError, NotFoundError
 from ..core.store import Store, dumps, loads
+from ..offers import Offer, Plan, Pool, Request
 from .engine import Engine, PlacementError, deplete
-from .model import Offer, Plan, Pool, Request
 from .settings import Placement
 
 AREA = "placement"
@@ -258,7 +258,7 @@ class Reservations:
     def _exact_plan(self, offers: list[Offer], pools: dict[str, Pool],
                     requests: list[Request], exact: dict[str, int]) -> Plan:
         """Place on exactly the given offers (a hint): capacity and filters still apply."""
-        from .model import Choice
+        from ..offers import Choice
 
         if len(requests) != 1:
             raise ConflictError("a hinted placement has exactly one request", field="hint")
@@ -284,7 +284,7 @@ class Reservations:
                 choices.append(Choice(len(choices), c.offer, c.cost, []))
             chosen.update(plan.offers)
             cur, cur_pools = deplete(cur, cur_pools, plan)
-        from .model import Explanation
+        from ..offers import Explanation
 
         expl = Explanation(offers=len(offers), candidates=len(exact),
                            placed=len(choices), wanted=len(choices))

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from typing import ClassVar
 
 from ..core.errors import ConfigError
-from .model import Offer, Request, VirtualState
+from ..offers import Offer, Request, VirtualState
 
 GROUP = "jupyter_cloudtik.placement_weighers"
 

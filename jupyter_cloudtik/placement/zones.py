@@ -57,8 +57,8 @@ from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundErr
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik
 from ..core.store import Store
+from ..offers import OfferQuery, OfferSet, Request
 from .engine import PlacementError
-from .model import OfferQuery, OfferSet, Request
 from .reservations import MIGRATIONS, Reservations
 from .settings import ZONE_KEY_ENV, Placement
 

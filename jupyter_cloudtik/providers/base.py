@@ -21,13 +21,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..core.models import ConnectInfo
+
 if TYPE_CHECKING:
     from distributed import Client
 
     from ..core.operations import OperationContext
     from ..core.settings import CloudTik
     from ..core.store import Store
-    from ..placement.model import OfferQuery, OfferSet
+    from ..offers import OfferQuery, OfferSet
 
 # Tag keys (the same names CloudTik uses) -------------------------------------------------
 TAG_CLUSTER_NAME = "cloudtik-cluster-name"
@@ -68,37 +70,6 @@ class Capacity:
     in_use: dict[str, dict[str, float]] = field(default_factory=dict)  # cluster -> totals
     #: the most one node may ask for (a machine's memory): a bigger node cannot run at all
     node_memory: int | None = None
-
-
-@dataclass
-class ConnectInfo:
-    """How to reach a cluster's runtime; JSON-serialisable so it can cross REST."""
-
-    scheduler_address: str
-    dashboard_link: str | None = None
-    http_address: str | None = None  # scheduler's HTTP server (health, check_idle, identity)
-    extra: dict[str, Any] = field(default_factory=dict)  # extra["tls"]: mutual TLS only
-    #: the client's TLS certificate, key and the cluster CA (PEM texts), in memory only:
-    #: never part of ``to_dict`` (what is stored and shown); see ``runtime.tls``
-    credentials: dict[str, str] | None = field(default=None, repr=False, compare=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "scheduler_address": self.scheduler_address,
-            "dashboard_link": self.dashboard_link,
-            "http_address": self.http_address,
-            "extra": self.extra,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> ConnectInfo:
-        return cls(
-            scheduler_address=d["scheduler_address"],
-            dashboard_link=d.get("dashboard_link"),
-            http_address=d.get("http_address"),
-            extra=d.get("extra") or {},
-            credentials=d.get("tls_credentials") or None,
-        )
 
 
 class NodeProvider:
@@ -200,7 +171,7 @@ class NodeProvider:
         prices or quotas overrides it (one offer per flavor x availability zone, quotas as
         shared pools).  ``query`` says which cluster, user and node types it is for.
         """
-        from ..placement.model import Offer, OfferSet
+        from ..offers import Offer, OfferSet
 
         cap = self.capacity()
         free = {"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus,

@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..core.errors import ConfigError
 from .base import NodeProvider, ProviderContext
 from .slurm_checks import SlurmChecks
+from .slurm_environment import SlurmEnvironment
 from .slurm_job_script import SlurmJobScript
 from .slurm_nodes import SlurmNodes
 from .slurm_partition import SlurmPartition
@@ -70,9 +71,9 @@ def _ns(state_dir: Any) -> str:
     return hashlib.sha1(str(state_dir).encode()).hexdigest()[:8]
 
 
-class SlurmNodeProvider(SlurmTransport, SlurmTls, SlurmTunnel, SlurmPartition, SlurmChecks,
-                        SlurmNodes, SlurmJobScript, SlurmScheduler, SlurmSubmit, SlurmStop,
-                        NodeProvider):
+class SlurmNodeProvider(SlurmTransport, SlurmEnvironment, SlurmTls, SlurmTunnel,
+                        SlurmPartition, SlurmChecks, SlurmNodes, SlurmJobScript,
+                        SlurmScheduler, SlurmSubmit, SlurmStop, NodeProvider):
     provider_type = "slurm"
     config_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
@@ -114,7 +115,8 @@ class SlurmNodeProvider(SlurmTransport, SlurmTls, SlurmTunnel, SlurmPartition, S
                                          "node is localhost)."},
             "python": {"type": "string",
                        "description": "Python on the compute nodes (default: this one "
-                                      "locally, python3 over SSH)."},
+                                      "locally; over SSH the session's environment, "
+                                      "built on the system as for HPC jobs)."},
             "local_directory": {"type": "string"},
             "workdir": {"type": "string",
                         "description": "Folder of the job logs and scheduler files on the "
@@ -180,6 +182,7 @@ class SlurmNodeProvider(SlurmTransport, SlurmTls, SlurmTunnel, SlurmPartition, S
         self._workdir: str | None = None
         self._tls: bool | None = None
         self._staged = False
+        self._env: dict[str, Any] | None = None  # the built environment (over SSH)
 
     # defaults ---------------------------------------------------------------------------
     @classmethod

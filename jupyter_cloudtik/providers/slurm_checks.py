@@ -69,6 +69,9 @@ class SlurmChecks:
                 fmt = "Account" if key == "account" else "Name"
                 asks.append((key, what, ["sacctmgr", "-n", "-P", "show", what,
                                          f"format={fmt}"], None))
+        # over SSH the session's environment on the system: refused here if it cannot be
+        # had (a Python of another version, a wheel for another platform), then staged
+        self.prepare_environment((cfg or {}).get("runtime"))
         # the real job scripts, through sbatch --test-only (nothing is queued)
         asks.append(("worker", "sbatch", ["sbatch", "--test-only",
                                           f"--job-name={self._job_name('worker')}"],

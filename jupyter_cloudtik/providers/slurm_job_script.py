@@ -87,7 +87,9 @@ class SlurmJobScript:
         gpus = int(resources.get("GPU") or 0)
         if gpus:
             extra.append(f"--gres=gpu:{gpus}")
-        prologue = list(p.get("job_script_prologue") or [])
+        env = self.prepare_environment(runtime)  # over SSH: built there unless it is
+        prologue = list(env["prologue"]) if env else []
+        prologue += list(p.get("job_script_prologue") or [])
         prologue += list(runtime.get("setup_commands") or [])
         for k, v in sorted((runtime.get("env") or {}).items()):
             prologue.append(f"export {k}={shlex.quote(str(v))}")

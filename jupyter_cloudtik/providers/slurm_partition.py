@@ -16,7 +16,7 @@ from .base import Capacity
 from .slurm_parse import free_memory, memory_per_core, parse_sinfo, sinfo_cpus
 
 if TYPE_CHECKING:
-    from ..placement.model import OfferSet
+    from ..offers import OfferSet
 
 
 FACTS_SECONDS = 1.0  # sinfo / scontrol show node answers reused within one operation step
@@ -111,7 +111,7 @@ class SlurmPartition:
             f"cores on {part['nodes']} node(s) ({part['nodelist']}; sinfo)"))
 
     def offers(self, query=None) -> OfferSet:
-        from ..placement.model import Offer, OfferSet
+        from ..offers import Offer, OfferSet
         from ..transport.slurm import slurm_int
 
         cap = self.capacity()

@@ -12,7 +12,8 @@ import socket
 from typing import Any
 
 from ..core.errors import NotFoundError
-from .base import NODE_KIND_HEAD, TAG_NODE_KIND, ConnectInfo
+from ..core.models import ConnectInfo
+from .base import NODE_KIND_HEAD, TAG_NODE_KIND
 from .slurm_tunnel import _TUNNELS, _TUNNELS_LOCK
 
 

@@ -29,6 +29,7 @@ class SlurmSubmit:
         role = runtime.get("role") or tags.get(TAG_NODE_KIND, NODE_KIND_WORKER)
         if role == NODE_KIND_HEAD and self.mode == "login":
             return self.local().create_node(node_config, tags, count)
+        self.prepare_environment(runtime)  # its packages (runtime.pip), before the check
         self.check()
         if runtime.get("scheduler_address"):
             runtime["scheduler_address"] = self._worker_address(runtime["scheduler_address"])

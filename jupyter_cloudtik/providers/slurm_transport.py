@@ -23,26 +23,32 @@ class SlurmTransport:
     """The login node, the Slurm commands run there and the job folder (a part of
     ``SlurmNodeProvider``)."""
 
+    def _login_config(self) -> dict:
+        """The login node's fields of an inline provider (``env`` only with ``backend:``,
+        whose own config hpc reads)."""
+        p = self.provider_config
+        if p.get("backend"):
+            cfg: dict = {}
+        else:
+            cfg = {"type": "slurm"}
+            for k in ("host", "port", "user", "known_hosts", "check_host_key",
+                      "connect_timeout", "keepalive_interval", "keepalive_count_max"):
+                if k in p:
+                    cfg[k] = p[k]
+            if cfg.get("host") and not cfg.get("user"):
+                import getpass
+
+                cfg["user"] = getpass.getuser()  # as ssh does
+        cfg["env"] = dict(p.get("env") or {})
+        return cfg
+
     @property
     def login(self) -> SlurmLogin:
         if self._login is None:
-            p = self.provider_config
-            if p.get("backend"):
-                cfg: dict = {}
-            else:
-                cfg = {"type": "slurm"}
-                for k in ("host", "port", "user", "known_hosts", "check_host_key",
-                          "connect_timeout", "keepalive_interval", "keepalive_count_max"):
-                    if k in p:
-                        cfg[k] = p[k]
-                if cfg.get("host") and not cfg.get("user"):
-                    import getpass
-
-                    cfg["user"] = getpass.getuser()  # as ssh does
-            cfg["env"] = dict(p.get("env") or {})
             # hpc owns the configured backends and their keys; it offers them as a service
             slurm_login = features.feature_service("slurm_login")
-            self._login = slurm_login(self.context, p.get("backend"), cfg)
+            self._login = slurm_login(self.context, self.provider_config.get("backend"),
+                                      self._login_config())
         return self._login
 
     @property
@@ -83,5 +89,9 @@ class SlurmTransport:
 
     @property
     def python(self) -> str:
+        """A named ``python``; over SSH the built environment's (``slurm_environment``,
+        prepared first); else this machine's interpreter."""
+        if self._env is not None:
+            return self._env["python"]
         return self.provider_config.get("python") or (
             "python3" if self.remote else sys.executable)

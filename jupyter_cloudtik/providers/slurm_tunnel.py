@@ -10,7 +10,7 @@ import threading
 from typing import Any
 
 from ..core.errors import ProviderError
-from .base import ConnectInfo
+from ..core.models import ConnectInfo
 
 # (login node, state namespace, cluster, "host:port") -> transport.shell.Tunnel of this process
 _TUNNELS: dict[tuple[str, str, str, str], Any] = {}

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..core import plugins
 
 if TYPE_CHECKING:
-    from ..providers.base import ConnectInfo, NodeProvider
+    from ..core.models import ConnectInfo
+    from ..providers.base import NodeProvider
 
 RUNTIMES = "jupyter_cloudtik.runtimes"
 DEFAULT_RUNTIMES = ("dask",)

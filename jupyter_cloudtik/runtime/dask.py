@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from ..providers.base import ConnectInfo
+from ..core.models import ConnectInfo
 from .base import HTTP_TIMEOUT, Runtime, RuntimeUnreachable, http_json
 
 

@@ -35,7 +35,8 @@ from ..core.errors import ConfigError, ConflictError
 from .base import Runtime, RuntimeUnreachable, http_json
 
 if TYPE_CHECKING:
-    from ..providers.base import ConnectInfo, NodeProvider
+    from ..core.models import ConnectInfo
+    from ..providers.base import NodeProvider
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
@@ -256,7 +257,7 @@ def release_storage_mounts(state_dir: str | os.PathLike[str], cluster: str) -> i
     """Unmount what is left of a cluster's storage mounts under the default root once its
     last node is gone.  rclone unmounts on SIGTERM, but one killed after the grace period
     (a loaded machine) leaves a dead FUSE mount behind.  Returns how many were removed."""
-    from ..storage.mounts import unmount_path
+    from ..core.fuse import unmount_path
 
     root = os.path.normpath(str(Path(state_dir) / "spark-storage" / cluster)) + os.sep
     try:

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from distributed.security import Security
 
-    from ..providers.base import ConnectInfo
+    from ..core.models import ConnectInfo
 
 VALID_DAYS = 365
 FILES = ("ca.pem", "node.pem", "node-key.pem", "client.pem", "client-key.pem")

@@ -27,7 +27,7 @@ def add_commands(sub) -> None:
 
 
 def run(args) -> int:
-    from ..cli import USER_ERRORS
+    from ..core.errors import USER_ERRORS
     from ..progress import RichProgress, TextProgress, follow
     from .client import get_storage_client
 

@@ -86,11 +86,11 @@ def node_grants(manager: Any, cfg: dict[str, Any]) -> list[tuple[Any, dict[str, 
 def _owner(manager: Any, cfg: dict[str, Any]) -> Any:
     """Whom the cluster's nodes act for: its recorded owner (a scale by the reaper), or
     the caller starting it."""
+    from ..core.features import feature_service
     from ..core.grants import policy_for
 
-    row = manager.store.query_one("SELECT owner, state FROM clusters WHERE name = ?",
-                                  (cfg.get("cluster_name"),))
-    owner = row["owner"] if row is not None and row["state"] != "stopped" else None
+    recorded = feature_service("cluster_owner")(manager.store, cfg.get("cluster_name"))
+    owner = recorded[0] if recorded is not None and recorded[1] != "stopped" else None
     return policy_for(manager.store).caller(owner or manager.user)
 
 
@@ -125,6 +125,14 @@ def rclone_config(manager: Any, names: list[str], cfg: dict[str, Any] | None = N
         else:
             remotes[name] = remote
     return render_config(remotes, deterministic=True), storage.binary
+
+
+async def on_cluster_ready(manager: Any, cfg: dict[str, Any],
+                           info: Any) -> tuple[str, str] | None:
+    """The clusters' ``cluster_ready`` hook (registered in storage's Feature)."""
+    if await attach_to_workers(manager, cfg, info):
+        return ("storage", "storages handed to the workers over TLS")
+    return None
 
 
 async def attach_to_workers(manager: Any, cfg: dict[str, Any], info: Any) -> bool:

@@ -17,7 +17,6 @@ or a local path (relative paths are taken from ``c.Storage.working_dir``); a
 from __future__ import annotations
 
 import asyncio
-import getpass
 import json
 import logging
 import os
@@ -38,7 +37,7 @@ from ..core.errors import (
     PermissionDeniedError,
 )
 from ..core.grants import Grant, policy_for
-from ..core.identity import ActsForUser
+from ..core.identity import ActsForUser, os_user
 from ..core.operations import OperationContext, OperationInfo, Operations
 from ..core.paths import user_path
 from ..core.runner import OperationHandle, OperationRunner
@@ -79,12 +78,6 @@ class Location:
         return self.path if self.storage is None else f"{self.storage}:{self.path}"
 
 
-def _current_user() -> str:
-    try:
-        return getpass.getuser()
-    except Exception:
-        return "unknown"
-
 
 class StorageManager(ActsForUser):
     """Storages, transfers and mounts of one state folder."""
@@ -95,7 +88,7 @@ class StorageManager(ActsForUser):
         self.settings = settings or default_settings()
         self.storage_settings = Storage(parent=self.settings)
         self.store = store or Store(self.settings.state_dir)
-        self.user = user or _current_user()
+        self.user = user or os_user()
         self.secrets = secrets or open_secret_store(self.settings, self.store)
         # events redacted with the store the storages' secrets are in (Vault or the table)
         self.ops = Operations(self.store, redact=self.secrets.live_redactor())

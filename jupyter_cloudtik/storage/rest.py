@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from ..clusters.rest import RestBackend, _seg
+from ..api.client import RestClient, _seg
 from ..core.errors import error_from_dict
 from .catalog import NAME_RE, StorageInfo, check_name
 from .manager import Location
@@ -36,7 +36,7 @@ def add_body(name: str, backend: str | None = None, options: dict[str, Any] | No
             "vfs_cache_mode": vfs_cache_mode, "description": description, "replace": replace}
 
 
-class RestStorageClient(RestBackend):
+class RestStorageClient(RestClient):
     """StorageClient's calls, answered by a Jupyter server with the extension."""
 
     def add(self, name: str, backend: str | None = None, options: dict[str, Any] | None = None,

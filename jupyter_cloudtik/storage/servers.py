@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.process_groups import signal_child
 from .rclone import clean_environment, rclone_binary
 
 _ADDR_RE = re.compile(
@@ -53,11 +54,11 @@ class RcloneServer:
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            signal_child(self.proc, signal.SIGTERM)
             try:
                 self.proc.wait(5)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
+                signal_child(self.proc, signal.SIGKILL)
                 self.proc.wait()
 
     def __enter__(self) -> RcloneServer:

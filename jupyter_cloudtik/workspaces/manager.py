@@ -21,7 +21,6 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..clusters.manager import _current_user
 from ..core import plugins
 from ..core.config import config_diff, config_hash, read_config_file, validate_against
 from ..core.errors import (
@@ -29,7 +28,8 @@ from ..core.errors import (
     ConflictError,
     NotFoundError,
 )
-from ..core.identity import ActsForUser
+from ..core.features import feature_service
+from ..core.identity import ActsForUser, os_user
 from ..core.operations import OperationContext, OperationInfo, Operations, Target
 from ..core.runner import OperationHandle, OperationRunner
 from ..core.secrets import SecretStore
@@ -117,7 +117,7 @@ class WorkspaceManager(ActsForUser):
         self.store.ensure_schema("workspaces", WORKSPACE_MIGRATIONS)
         self.ops = Operations(self.store)
         self.secrets = SecretStore(self.store)
-        self.user = user or _current_user()
+        self.user = user or os_user()
         # deleting a workspace is cooperative: it gets a minute to stop by itself
         self.runner = OperationRunner(
             self.ops, timeout=lambda: self.settings.operation_timeout, cancel_grace=60.0,
@@ -168,23 +168,23 @@ class WorkspaceManager(ActsForUser):
         config cannot, is an error that says so (``StoreError``), never "no clusters"
         (the clusters table is the core's, made with the store: it is always there)."""
         try:
-            rows = self.store.query("SELECT name, config FROM clusters WHERE state != 'stopped'")
+            rows = feature_service("live_cluster_configs")(self.store)
         except sqlite3.Error as e:
             raise StoreError(f"workspace '{name}': cannot tell which clusters use it (the "
                              f"state database's clusters could not be read: {e})") from None
         using = []
-        for r in rows:
+        for cname, config in rows:
             try:
-                cfg = loads(r["config"], {})
+                cfg = loads(config, {})
                 provider = cfg.get("provider") or {}
                 workspace = provider.get("workspace_name")
             except (ValueError, AttributeError) as e:
                 raise StoreError(
-                    f"workspace '{name}': cannot tell whether cluster '{r['name']}' uses it "
+                    f"workspace '{name}': cannot tell whether cluster '{cname}' uses it "
                     f"(its recorded config cannot be read: {type(e).__name__}: {e})"
                 ) from None
             if workspace == name:
-                using.append(r["name"])
+                using.append(cname)
         return sorted(using)
 
     def provider_for(self, name: str, cfg: dict[str, Any]) -> WorkspaceProvider:

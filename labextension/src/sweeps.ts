@@ -6,6 +6,7 @@
  */
 
 import { BadgeKind } from './format';
+import type { TimelineJob } from './usage';
 
 export interface SweepElement {
   index: number;
@@ -173,4 +174,28 @@ export function sweepParameters(sweep: Sweep): string[] {
     }
   }
   return out;
+}
+
+/** A sweep as one row of the jobs timeline (its elements are not rows of their own):
+ * waiting from its creation, running from its first element's start, ended at its last
+ * element's end once the sweep has ended; its counts on the row and in its tooltip. */
+export function sweepTimelineRow(sweep: Sweep): TimelineJob {
+  const known = (ts: (number | null)[]) => ts.filter((t): t is number => t !== null);
+  const starts = known(sweep.elements.map(e => e.started_at));
+  const ends = known(sweep.elements.map(e => e.finished_at));
+  const { counts } = sweep;
+  return {
+    id: sweep.id,
+    name: sweep.name,
+    state: sweep.state,
+    created_at: sweep.created_at,
+    submitted_at: sweep.created_at,
+    started_at: starts.length ? Math.min(...starts) : null,
+    finished_at: sweepActive(sweep) ? null : ends.length ? Math.max(...ends) : sweep.created_at,
+    sweepRow: {
+      total: sweepTotal(counts),
+      ended: counts.succeeded + counts.failed + counts.cancelled,
+      summary: sweepSummary(counts)
+    }
+  };
 }

@@ -176,6 +176,14 @@ export function spanLabel(seconds: number): string {
   return `${(seconds / 3600).toFixed(1)} h`;
 }
 
+/** A sweep drawn as one row: how many elements it has, how many ended, and its counts in
+ * words (the row's tooltip). */
+export interface SweepRow {
+  total: number;
+  ended: number;
+  summary: string;
+}
+
 export interface TimelineJob {
   id: string;
   name: string;
@@ -184,12 +192,16 @@ export interface TimelineJob {
   submitted_at: number | null;
   started_at: number | null;
   finished_at: number | null;
+  /** set when the row is a whole sweep (sweeps.ts: sweepTimelineRow); a job's own `sweep`
+   * field names the sweep it belongs to */
+  sweepRow?: SweepRow;
 }
 
 export interface JobBar {
   id: string;
   name: string;
   state: string;
+  sweepRow?: SweepRow;
   /** top of the job's row */
   y: number;
   /** waiting (submitted, not started): x and width, or null */
@@ -238,10 +250,24 @@ export function jobBars(
       id: j.id,
       name: j.name,
       state: j.state,
+      ...(j.sweepRow ? { sweepRow: j.sweepRow } : {}),
       y: i * rowH,
       wait: waitEnd > begin(j) || j.started_at === null ? seg(begin(j), waitEnd) : null,
       run: j.started_at !== null ? seg(j.started_at, end) : null
     };
   });
   return { t0, t1, bars };
+}
+
+/** A row's label in the timeline's name column, at most `max` characters: the job's name;
+ * a sweep's name and its ended/total count ("scan 4/10"), the name shortened first. */
+export function rowLabel(bar: { name: string; sweepRow?: SweepRow }, max = 12): string {
+  const cut = (text: string, n: number) =>
+    text.length > n ? `${text.slice(0, Math.max(n - 1, 0))}…` : text;
+  if (!bar.sweepRow) {
+    return cut(bar.name, max);
+  }
+  const count = `${bar.sweepRow.ended}/${bar.sweepRow.total}`;
+  const room = max - count.length - 1;
+  return room >= 2 ? `${cut(bar.name, room)} ${count}` : count;
 }

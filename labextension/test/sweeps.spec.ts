@@ -10,8 +10,10 @@ import {
   Sweep,
   SweepCounts,
   sweepParameters,
-  sweepSummary
+  sweepSummary,
+  sweepTimelineRow
 } from '../src/sweeps';
+import { jobBars, rowLabel } from '../src/usage';
 
 function counts(c: Partial<SweepCounts>): SweepCounts {
   return { queued: 0, running: 0, succeeded: 0, failed: 0, cancelled: 0, unknown: 0, ...c };
@@ -191,5 +193,43 @@ describe('JobsModel with sweeps', () => {
     expect(model.expanded.has('s2')).toBe(true);
     model.toggleSweep('s2');
     expect(model.expanded.has('s2')).toBe(false);
+  });
+});
+
+describe('a sweep in the jobs timeline', () => {
+  const timed = (s: Sweep, times: [number | null, number | null][]): Sweep => ({
+    ...s,
+    created_at: 100,
+    elements: s.elements.map((e, i) => ({ ...e, started_at: times[i][0], finished_at: times[i][1] }))
+  });
+
+  it('is one row from its creation to its last element, with its counts', () => {
+    const s = timed(sweep('s1', { succeeded: 2, failed: 1 }, { state: 'failed', name: 'scan' }), [
+      [110, 130],
+      [120, 160],
+      [null, 105] // refused at once: never started
+    ]);
+    const row = sweepTimelineRow(s);
+    expect([row.submitted_at, row.started_at, row.finished_at]).toEqual([100, 110, 160]);
+    expect(row.sweepRow).toEqual({ total: 3, ended: 3, summary: '3/3 ended · 1 failed' });
+    const t = jobBars([row, { ...row, id: 'j', name: 'job', sweepRow: undefined, created_at: 90, submitted_at: 90 }], 500, 70, 12)!;
+    expect(t.bars.map(b => b.id)).toEqual(['j', 's1']); // one row for the sweep's three elements
+    const bar = t.bars[1];
+    expect(bar.wait).toEqual([10, 10]); // created at 100 (x 10), first element started at 110
+    expect(bar.run).toEqual([20, 50]); // until its last element ended, at 160
+    expect(rowLabel(bar)).toBe('scan 3/3');
+    expect(rowLabel(t.bars[0])).toBe('job');
+  });
+
+  it('runs until now while active, and shortens a long name before its count', () => {
+    const s = timed(sweep('s2', { running: 1, queued: 1 }, { name: 'a-very-long-sweep-name' }), [
+      [105, null],
+      [null, null]
+    ]);
+    const row = sweepTimelineRow(s);
+    expect([row.started_at, row.finished_at]).toEqual([105, null]);
+    expect(row.sweepRow!.summary).toBe('0/2 ended · 1 running · 1 queued');
+    expect(rowLabel({ name: row.name, sweepRow: row.sweepRow })).toBe('a-very-… 0/2');
+    expect(rowLabel({ name: 'x', sweepRow: { total: 100000, ended: 99999, summary: '' } })).toBe('99999/100000');
   });
 });

@@ -179,7 +179,7 @@ def test_hint_that_is_not_ascii_is_refused(tmp_path):
 
 
 def test_request_with_an_empty_key_names_the_request():
-    from jupyter_cloudtik.placement.model import Request
+    from jupyter_cloudtik.offers import Request
 
     with pytest.raises(ConfigError) as e:
         Request.from_dict({"": 1, "count": 1})

@@ -23,6 +23,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import httpx
 import psutil
 import pytest
 
@@ -190,7 +191,9 @@ class Service:
     def reset(self) -> None:
         self.faults(down=False, fail=[], throttle={"count": 0}, queue_delay=0, token_ttl=300)
         if self.module.endswith("firecrest"):
-            self.admin("slurm", {"down": False})
+            self.admin("slurm", {"down": False, "qos": None, "age": 0})
+            self.admin("system", {"max_ops_file_size": None, "command_timeout": None,
+                                  "fs_delay": 0})
         if self.module.endswith(".arc"):
             self.faults(max_running=None, kill_delay=0)
 
@@ -215,6 +218,18 @@ def firecrest(firecrest_service):
     if firecrest_service.proc is None:  # a test crashed it; bring it back for the next
         firecrest_service.start()
     firecrest_service.reset()
+
+
+@pytest.fixture
+def api(firecrest):
+    """FirecREST's API through a plain HTTP client with a fresh token: the emulator's
+    answers, unfiltered (test_hpc_firecrest_real, test_hpc_firecrest_limits)."""
+    tok = httpx.post(firecrest.info["token_uri"], data={
+        "grant_type": "client_credentials", "client_id": "cloudtik",
+        "client_secret": CLIENT_SECRET}).json()["access_token"]
+    with httpx.Client(base_url=firecrest.url, timeout=30,
+                      headers={"Authorization": f"Bearer {tok}"}) as c:
+        yield c
 
 
 @pytest.fixture(scope="session")

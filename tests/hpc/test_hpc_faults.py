@@ -88,7 +88,9 @@ def test_slurm_script_carries_resources_environment_and_staging(make_client, bac
     for line in ("#SBATCH --nodes=1", "#SBATCH --cpus-per-task=2", "#SBATCH --mem=512M",
                  "#SBATCH --time=00:02:00", "#SBATCH --partition=debug",
                  "#SBATCH --job-name=param", "#SBATCH --comment=cloudtik:",
-                 "export MY_FLAG=on", "-m papermill param.ipynb param.out.ipynb",
+                 "export MY_FLAG=on",
+                 # papermill with the kernel on IPC sockets (hpc/papermill_runner.py)
+                 "' param.ipynb param.out.ipynb parameters.json python3 \"$CT_JOB_DIR\"",
                  f"cp -R -- {notebooks['data']} data.txt"):
         assert line in text, line
     import sys

@@ -26,17 +26,6 @@ SYS = "testsys"
 
 
 @pytest.fixture
-def api(firecrest):
-    """A plain HTTP client with a fresh token: the emulator's answers, unfiltered."""
-    tok = httpx.post(firecrest.info["token_uri"], data={
-        "grant_type": "client_credentials", "client_id": "cloudtik",
-        "client_secret": CLIENT_SECRET}).json()["access_token"]
-    with httpx.Client(base_url=firecrest.url, timeout=30,
-                      headers={"Authorization": f"Bearer {tok}"}) as c:
-        yield c
-
-
-@pytest.fixture
 def home(firecrest):
     return f"{firecrest.info['root']}/{F7T_USER}"
 

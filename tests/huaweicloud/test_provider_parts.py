@@ -266,10 +266,10 @@ def test_the_placement_options_of_docs_placement_md_against_the_emulators_offers
     import doc_examples
     import yaml
 
+    from jupyter_cloudtik.clusters.placing import ClusterPlacement
     from jupyter_cloudtik.core.config import build_config
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.core.store import Store
-    from jupyter_cloudtik.placement.cluster import ClusterPlacement
     from jupyter_cloudtik.placement.engine import Engine, PlacementError
 
     text = doc_examples.block("docs/placement.md", "Placement options in a cluster config",
@@ -327,10 +327,10 @@ def test_the_placement_options_of_docs_placement_md_against_the_emulators_offers
 def test_a_filters_list_keeps_the_providers_own_flavor_pin(emu, tmp_path):
     """`filters: [max_price]` in a Huawei config: the node type's flavor (the provider's
     capabilities wish) still holds; only the config's own wishes must list their filter."""
+    from jupyter_cloudtik.clusters.placing import ClusterPlacement
     from jupyter_cloudtik.core.config import build_config
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.core.store import Store
-    from jupyter_cloudtik.placement.cluster import ClusterPlacement
 
     cfg = build_config({
         "cluster_name": "pinned", "head_node_type": "head",
@@ -352,10 +352,10 @@ def test_the_full_cluster_config_of_docs_huaweicloud_md_is_valid_and_placeable(e
     import doc_examples
     import yaml
 
+    from jupyter_cloudtik.clusters.placing import ClusterPlacement
     from jupyter_cloudtik.core.config import build_config
     from jupyter_cloudtik.core.settings import CloudTik
     from jupyter_cloudtik.core.store import Store
-    from jupyter_cloudtik.placement.cluster import ClusterPlacement
     from jupyter_cloudtik.placement.engine import Engine
 
     text = doc_examples.block("docs/huaweicloud.md", "Clusters", 0, lang="yaml").text

@@ -87,6 +87,8 @@ OPENAPI_FIELDS = {
                    ".python": "command", ".kernel": None, ".env.*": "command",
                    # names of the session's installed packages (never folders)
                    ".packages": "package", ".packages[]": "package",
+                   # a requirements file's contents: its lines name packages, never files
+                   ".requirements": "package",
                    ".files.*": None},  # content, written only into the job's folder
     "POST /jobs/{job_id}/fetch": {".dest": "location-write", ".files[]": None},
     # a sweep: the fields of POST /jobs (no command), its grid/zip/elements hold values
@@ -95,7 +97,8 @@ OPENAPI_FIELDS = {
                           ".reservation": None, ".inputs[]": "location", ".outputs[]": None,
                           ".output": "location-write", ".container": "command",
                           ".python": "command", ".kernel": None, ".env.*": "command",
-                          ".files.*": None, ".packages": "package", ".packages[]": "package"},
+                          ".files.*": None, ".packages": "package", ".packages[]": "package",
+                          ".requirements": "package"},
     "POST /jobs/sweeps/{sweep_id}/cancel": {},
 }
 #: what each marked field of the cluster config names (core/config_names.py): the

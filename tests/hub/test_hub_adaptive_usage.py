@@ -18,7 +18,7 @@ import time
 import pytest
 
 from cloudtik_emulators.hub import service_pid, start_hub, wait_operation
-from jupyter_cloudtik.core import adaptive
+from jupyter_cloudtik.clusters import adaptive
 from jupyter_cloudtik.core.store import Store
 from jupyter_cloudtik.runtime import tls
 

@@ -109,7 +109,7 @@ def test_users_start_clusters_with_an_account_they_never_see(hub, emulator):
     # certificate, which works; bob gets nothing; the certificate is in no status answer
     r = alice.get(local + "clusters/hwc1/connect")
     assert r.status_code == 200, r.text
-    from jupyter_cloudtik.providers.base import ConnectInfo
+    from jupyter_cloudtik.core.models import ConnectInfo
     from jupyter_cloudtik.providers.huaweicloud import HuaweiCloudNodeProvider
 
     cinfo = ConnectInfo.from_dict(r.json()["connect_info"])

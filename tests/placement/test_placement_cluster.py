@@ -11,10 +11,10 @@ import uuid
 import pytest
 
 from jupyter_cloudtik import Cluster
+from jupyter_cloudtik.clusters.placing import ClusterPlacement
 from jupyter_cloudtik.core.errors import CapacityError, ConfigError, NodeLaunchError
+from jupyter_cloudtik.offers import OfferSet
 from jupyter_cloudtik.placement import Offer
-from jupyter_cloudtik.placement.cluster import ClusterPlacement
-from jupyter_cloudtik.placement.model import OfferSet
 from jupyter_cloudtik.providers.base import NodeProvider, ProviderContext
 
 

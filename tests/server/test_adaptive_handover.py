@@ -13,8 +13,8 @@ import time
 
 import pytest
 
+from jupyter_cloudtik.clusters import adaptive
 from jupyter_cloudtik.clusters.reaper import reaper_running
-from jupyter_cloudtik.core import adaptive
 from jupyter_cloudtik.core.store import Store
 
 from .conftest import BIN, _start_server, _stop

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
+import sys
 import time
 
 import pytest
@@ -173,30 +174,115 @@ def test_cancel_over_rest(lab, spec_checker, job_files):
     assert outside.status_code == 403 and outside.json()["field"] == "dest"
 
 
-def test_requirements_are_refused_by_the_rest_client_not_dropped(lab, job_files, tmp_path):
-    """The REST body has no requirements: the real REST client against the real server
-    refuses a spec with a requirements file in one line (before, it was dropped and the
-    job ran with other packages than asked), and nothing reaches the server."""
+ENV_NB = _nb(("import json, sys, importlib.metadata as md\n"
+               "json.dump({'executable': sys.executable, 'toolz': md.version('toolz')},\n"
+               "          open('env.json', 'w'))", []))
+
+
+def _env_of(lab, job_id: str) -> dict:
+    r = lab.get(f"jobs/{job_id}/files/env.json")
+    assert r.status_code == 200, r.text
+    return json.loads(r.content)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_requirements_over_rest_build_the_jobs_environment(lab, spec_checker, job_files,
+                                                           tmp_path):
+    """POST /jobs takes a requirements or lock file's contents (``requirements``): bad
+    lines are a one-line 400 naming the field and the line, nothing recorded; a good one
+    builds the job's environment on the (local) system with the requested package, a
+    lock's --hash is checked against the wheel the session made, and the REST client of a
+    kernel sends its file's contents (its wheel lines refused before anything is sent)."""
+    import hashlib
+    import importlib.metadata as md
+
     from jupyter_cloudtik.clusters.rest import RestBackend
     from jupyter_cloudtik.core.errors import ConfigError
     from jupyter_cloudtik.hpc.base import Environment, JobSpec
     from jupyter_cloudtik.hpc.rest import RestJobsClient
 
-    req = tmp_path / "requirements.txt"
-    req.write_text("numpy==1.26.4\n")
+    (job_files / "env.ipynb").write_text(json.dumps(ENV_NB))
+    toolz = md.version("toolz")
+    nb = {"notebook": "jobs-api/env.ipynb", "backend": "local"}
+    bad = {
+        "-r other.txt\n": "requirements line 1: '-r' is a pip option",
+        "# lock\ntoolz==1\n--index-url https://evil.example/simple\n":
+            "requirements line 3: '--index-url' is a pip option",
+        "toolz-1.0.0-py3-none-any.whl": "requirements line 1: 'toolz-1.0.0-py3-none-any.whl'"
+                                        " is a file or folder of the side that sent it",
+        f"{lab.state_dir}\n": "is a file or folder of the side that sent it",
+        "evil @ https://evil.example/evil-1.0.tar.gz":
+            "requirements line 1: 'evil @ https://evil.example/evil-1.0.tar.gz' is a direct "
+            "reference (NAME @ URL)",
+        "toolz===": "requirements line 1: 'toolz===' is not a requirement (",
+        "requirements.txt": "requirements line 1: 'requirements.txt' is a file name; send "
+                            "the file's contents",
+        "# nothing but a comment\n": "requirements: no requirement in the text",
+        f"toolz=={toolz} --hash=sha256:{'0' * 64}\n":
+            f"requirements line 1: the session's toolz {toolz} is the wheel toolz-",
+    }
+    before = len(lab.get("jobs", params={"limit": 1000}).json()["jobs"])
+    for text, expected in bad.items():
+        r = checked(spec_checker, lab.request("POST", "jobs", json={**nb, "requirements": text}))
+        assert r.status_code == 400, (text, r.text)
+        assert r.json()["field"] == "requirements", (text, r.json())
+        assert expected in r.json()["message"] and "\n" not in r.json()["message"], (
+            text, r.json()["message"])
+    r = lab.request("POST", "jobs", json={**nb, "requirements": ["toolz"]})
+    assert r.status_code == 400 and r.json()["field"] == "requirements", r.text
+    assert len(lab.get("jobs", params={"limit": 1000}).json()["jobs"]) == before
+
+    # a plain requirements text: the environment is built, with the session's toolz
+    r = checked(spec_checker, lab.request("POST", "jobs", json={
+        **nb, "requirements": f"# the job's packages\ntoolz=={toolz}  # pinned\n"}))
+    assert r.status_code == 202, r.text
+    job = wait_job(lab, r.json()["job"]["id"], timeout=600)
+    assert job["state"] == "succeeded", (job, lab.get(f"jobs/{job['id']}/logs").json())
+    assert job["environment"]["mode"] == "built", job["environment"]
+    h = job["environment"]["hash"]
+    got = _env_of(lab, job["id"])
+    assert got["toolz"] == toolz
+    assert f"/.cloudtik-envs/{h}/" in got["executable"], got
+    assert got["executable"] != sys.executable
+
+    # a lock with the wheel's own hash (and another platform's): checked and accepted,
+    # the same files, so the same environment, reused
+    wheel = next((lab.state_dir / "hpc" / "wheels").glob("toolz-*.whl"))
+    sha = hashlib.sha256(wheel.read_bytes()).hexdigest()
+    lock = (f"toolz=={toolz} \\\n    --hash=sha256:{'1' * 64} \\\n"
+            f"    --hash=sha256:{sha}\n    # via -r requirements.in\n"
+            "pywin32==306 ; sys_platform == 'win32' \\\n"
+            f"    --hash=sha256:{'2' * 64}\n")
+    r = checked(spec_checker, lab.request("POST", "jobs", json={**nb, "requirements": lock}))
+    assert r.status_code == 202, r.text
+    again = wait_job(lab, r.json()["job"]["id"], timeout=300)
+    assert again["state"] == "succeeded", again
+    assert again["environment"]["hash"] == h
+    assert "building environment" not in lab.get(f"jobs/{again['id']}/logs").json()["text"]
+
+    # the kernel's REST client: the file's contents travel (the server never reads the
+    # kernel's path); a wheel line in it is refused before anything is sent
     client = RestJobsClient(RestBackend(lab.api_url, lab.token))
-    before = len(client.list(limit=1000))
-    nb = str(job_files / "param.ipynb")
-    spec = JobSpec(notebook=nb, environment=Environment(requirements=str(req)))
-    for call in (lambda: client.submit(spec, "local"),
-                 lambda: client.sweep(spec, "local", grid={"factor": [1, 2]})):
+    req = tmp_path / "requirements.txt"
+    req.write_text(f"toolz=={toolz}\n")
+    info = client.submit(JobSpec(notebook=str(job_files / "env.ipynb"),
+                                 environment=Environment(requirements=str(req))), "local")
+    done = wait_job(lab, info.id, timeout=300)
+    assert done["state"] == "succeeded" and done["environment"]["hash"] == h, done
+    assert _env_of(lab, info.id)["toolz"] == toolz
+    req.write_text("./wheels/toolz-1.0.0-py3-none-any.whl\n")
+    count = len(client.list(limit=1000))
+    for call in (lambda: client.submit(JobSpec(notebook=str(job_files / "env.ipynb"),
+                                               environment=Environment(requirements=str(req))),
+                                       "local"),
+                 lambda: client.sweep(JobSpec(notebook=str(job_files / "param.ipynb"),
+                                              environment=Environment(requirements=str(req))),
+                                      "local", grid={"factor": [1, 2]})):
         with pytest.raises(ConfigError) as e:
             call()
         assert e.value.field == "environment.requirements", e.value.message
-        assert str(req) in e.value.message and "\n" not in e.value.message
-    assert len(client.list(limit=1000)) == before
-    # the same spec without the file is sent and runs
-    info = client.submit(JobSpec(notebook=nb, parameters={"factor": 2},
-                                 inputs=[str(job_files / "data.txt")]), "local")
-    done = wait_job(lab, info.id)
-    assert done["state"] == "succeeded", done
+        assert e.value.message.startswith(
+            "environment.requirements (requirements.txt) line 1: "
+            "'./wheels/toolz-1.0.0-py3-none-any.whl' is a file or folder"), e.value.message
+    assert len(client.list(limit=1000)) == count

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from .conftest import ARTIFACTS, ROOT, Server, _start_server, _stop
+from .lab_pages import open_notebook
 
 # what the page records while the notebook runs: cluster rows with their badge, progress
 # rows with their state, and whether the Clusters section ever said "No clusters" while an
@@ -99,10 +100,8 @@ def page(browser, fresh_lab) -> Iterator[Any]:
     page = context.new_page()
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{fresh_lab.url}lab/tree/examples/quickstart.ipynb?token={fresh_lab.token}")
-    page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=90_000)
+    open_notebook(page, f"{fresh_lab.url}lab/tree/examples/quickstart.ipynb"
+                        f"?token={fresh_lab.token}")
     page.__errors = errors  # type: ignore[attr-defined]
     yield page
     context.close()

@@ -16,6 +16,7 @@ import pytest
 from cloudtik_emulators.browser import confirm
 
 from .conftest import ARTIFACTS, unique
+from .lab_pages import open_notebook
 
 RECORD_STEPS = """
 () => {
@@ -48,10 +49,7 @@ def page(browser, lab):
     errors: list[str] = []
     page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: errors.append(str(e)))
-    page.goto(f"{lab.url}lab/tree/panel.ipynb?token={lab.token}")
-    page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-    page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                           timeout=90_000)
+    open_notebook(page, f"{lab.url}lab/tree/panel.ipynb?token={lab.token}")
     page.click("li[data-id='jupyter-cloudtik-panel']")
     page.wait_for_selector(".jp-CloudTik-panel .jp-CloudTik-live.jp-mod-live", timeout=30_000)
     page.__errors = errors  # type: ignore[attr-defined]

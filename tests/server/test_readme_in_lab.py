@@ -32,6 +32,7 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from jupyter_cloudtik.storage.servers import start_server
 
 from .conftest import ARTIFACTS, doc_image
+from .lab_pages import kernel_chosen, open_notebook
 from .test_newcomer_walkthrough import run_menu
 
 pytestmark = pytest.mark.slow
@@ -99,24 +100,6 @@ def _cells(s3_url: str) -> list[str]:
     ]
 
 
-def _kernel_chosen(page, timeout: float = 30) -> None:
-    """Wait until the notebook has its kernel.  On a loaded machine JupyterLab may open
-    the notebook before it has the kernel specs and ask which kernel to use (its Select
-    Kernel dialog): answered as a user would, with the notebook's own Python 3."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dialog = page.locator(".jp-Dialog")
-        if dialog.count():
-            assert "Select Kernel" in dialog.inner_text(), dialog.inner_text()
-            dialog.locator("select").select_option(label="Python 3 (ipykernel)")
-            dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
-            dialog.wait_for(state="detached", timeout=10_000)
-        if "Python 3" in page.locator(".jp-KernelName").first.inner_text():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"no kernel: {page.locator('.jp-KernelName').first.inner_text()}")
-
-
 def _foreign(addresses: list[str], origin: str, allowed: tuple[str, ...]) -> list[str]:
     """The shown addresses that lead elsewhere than the Jupyter server."""
     bad = []
@@ -156,16 +139,13 @@ def test_readme_notebook_steps_in_chromium_show_only_the_server(lab_only_browser
     errors: list[str] = []
     page.on("pageerror", lambda e: errors.append(str(e)))
     try:
-        page.goto(f"{lab.url}lab/workspaces/readme-walk/tree/{NOTEBOOK}?token={lab.token}")
-        page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-        page.wait_for_selector(
-            ".jp-Notebook-ExecutionIndicator[data-status='idle']", timeout=90_000
-        )
+        open_notebook(page, f"{lab.url}lab/workspaces/readme-walk/tree/{NOTEBOOK}"
+                            f"?token={lab.token}")
         # Run All; again if nothing started within 20 s (on a loaded machine a first
         # click can reach a page still settling: no cell queued, no prompt [*])
         prompt = page.locator(".jp-Notebook .jp-Cell").first.locator(".jp-InputPrompt")
         for attempt in range(3):
-            _kernel_chosen(page)
+            kernel_chosen(page)
             page.locator(".jp-Notebook .jp-Cell").first.click()
             run_menu(page, "Run All Cells")
             deadline = time.monotonic() + 20

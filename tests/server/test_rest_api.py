@@ -12,8 +12,8 @@ import yaml
 from openapi_spec_validator import validate as validate_spec
 
 from jupyter_cloudtik.api import openapi
+from jupyter_cloudtik.api.client import parse_sse
 from jupyter_cloudtik.api.routes import route_table
-from jupyter_cloudtik.clusters.rest import parse_sse
 
 from .conftest import checked, unique
 

@@ -24,6 +24,7 @@ from jupyter_cloudtik.storage.notebook_add import MIME_TYPE
 from jupyter_cloudtik.storage.servers import start_server
 
 from .conftest import ARTIFACTS, unique
+from .lab_pages import open_notebook
 
 pytestmark = pytest.mark.slow
 
@@ -104,10 +105,8 @@ def test_add_from_the_form_in_a_notebook(lab_only_browser, lab, s3):
         r.method == "POST" and urlsplit(r.url).path.endswith("/cloudtik/api/storages"))
         else None)
     try:
-        page.goto(f"{lab.url}lab/workspaces/storage-form/tree/{NOTEBOOK}?token={lab.token}")
-        page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
-        page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
-                               timeout=90_000)
+        open_notebook(page, f"{lab.url}lab/workspaces/storage-form/tree/{NOTEBOOK}"
+                            f"?token={lab.token}")
         # %load_ext (idempotent): typed again if the first Shift+Enter reached no editor
         # (CI: the kernel was idle but the cell never ran within 60 s, on a loaded machine)
         prompt = page.locator(".jp-Notebook .jp-Cell").nth(0).locator(

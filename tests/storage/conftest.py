@@ -63,7 +63,7 @@ def no_rclone_left_behind(tmp_path_factory):
     left = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if base in cmd and ("rclone" in cmd or "storage.mounts" in cmd):
+        if base in cmd and ("rclone" in cmd or "storage.mountd" in cmd):
             left.append(f"{p.info['pid']}: {cmd[:200]}")
             p.kill()
     mounted = [line for line in Path("/proc/mounts").read_text().splitlines() if base in line]

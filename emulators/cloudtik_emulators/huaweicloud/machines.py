@@ -25,6 +25,13 @@ from typing import Any
 import psutil
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core.process_groups import (
+    GroupRef,
+    Owned,
+    group_running,
+    signal_group,
+    writes_under,
+)
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -50,15 +57,22 @@ def reap_children() -> None:
             return
 
 
-def _group_members(pgid: int) -> list[psutil.Process]:
+def server_processes(root: Path, emulator_id: str) -> list[int]:
+    """Live processes of the emulated servers under ``root``: those whose output goes to a
+    server's folder, or that carry the emulator's environment marker.  Both: Dask sets its
+    process title, which blanks what /proc shows of its environment, so a leak check by the
+    marker alone never saw a Dask process left behind."""
+    logs_here = writes_under(Path(root) / "servers")
     out = []
-    for p in psutil.process_iter(["status"]):
+    me = os.getpid()
+    for p in psutil.process_iter(["environ", "status"]):
         try:
-            if p.info["status"] == psutil.STATUS_ZOMBIE:
+            if p.pid == me or p.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            if os.getpgid(p.pid) == pgid:
-                out.append(p)
-        except (ProcessLookupError, psutil.Error, OSError):
+            env = p.info.get("environ") or {}
+            if env.get(envnames.EMULATOR_ID) == emulator_id or logs_here(p):
+                out.append(p.pid)
+        except psutil.Error:
             continue
     return out
 
@@ -73,6 +87,9 @@ class Machines:
         self.emulator_id = emulator_id
         self.stop_grace = stop_grace
         self.procs: dict[str, subprocess.Popen] = {}
+        #: each server's process group as started: stopping a server signals it only
+        #: while the number is still its own (core/process_groups)
+        self.groups: dict[str, GroupRef] = {}
         self.lock = threading.Lock()
         self._stoppers: list[threading.Thread] = []
         self.subreaper = become_subreaper()
@@ -127,8 +144,10 @@ class Machines:
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                 start_new_session=True, close_fds=True,
             )
+        ref = GroupRef.of(proc.pid)
         with self.lock:
             self.procs[sid] = proc
+            self.groups[sid] = ref
         return f"user data started (pid {proc.pid})"
 
     def console_output(self, server_id: str) -> str:
@@ -140,43 +159,59 @@ class Machines:
             return ""
 
     def alive(self, server_id: str) -> bool:
+        """Something the server started still runs (its group, while the number is its own;
+        else what still logs to its folder)."""
         with self.lock:
             proc = self.procs.get(server_id)
-        if proc is None:
+            ref = self.groups.get(server_id)
+        if proc is None or ref is None:
             return False
         proc.poll()
-        return bool(_group_members(proc.pid))
+        return group_running(ref, self._owned(server_id))
 
     def stop(self, server_id: str, wait: bool = False) -> None:
         with self.lock:
             proc = self.procs.pop(server_id, None)
-        if proc is None:
+            ref = self.groups.pop(server_id, None)
+        if proc is None or ref is None:
             return
-        t = threading.Thread(target=self._stop_group, args=(server_id, proc), daemon=True)
+        t = threading.Thread(target=self._stop_group, args=(server_id, proc, ref),
+                             daemon=True)
         t.start()
         self._stoppers.append(t)
         if wait:
             t.join()
 
-    def _stop_group(self, server_id: str, proc: subprocess.Popen) -> None:
-        pgid = proc.pid
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGTERM)
+    def _owned(self, server_id: str) -> Owned:
+        """Proof a process is this server's: its output goes to the server's folder (the
+        runtimes log there), or it carries the marker of the server's environment.  The
+        marker alone is not enough: Dask sets its process title, which overwrites what
+        /proc shows of the environment."""
+        logs_here = writes_under(self.server_dir(server_id))
+
+        def owned(p: psutil.Process) -> bool:
+            if logs_here(p):
+                return True
+            env = p.environ()
+            return (env.get(envnames.EMULATOR_ID) == self.emulator_id
+                    and env.get(envnames.EMULATED_SERVER) == server_id)
+        return owned
+
+    def _stop_group(self, server_id: str, proc: subprocess.Popen, ref: GroupRef) -> None:
+        owned = self._owned(server_id)
+        signal_group(ref, signal.SIGTERM, owned)
         deadline = time.monotonic() + self.stop_grace
         while time.monotonic() < deadline:
             proc.poll()
-            if not _group_members(pgid):
+            if not group_running(ref, owned):
                 break
             time.sleep(0.05)
         else:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(pgid, signal.SIGKILL)
-        # a process of this server that left the group (setsid) is found by its marker
-        for p in psutil.process_iter(["environ"]):
+            signal_group(ref, signal.SIGKILL, owned)
+        # a process of this server that left the group (setsid) is found by its proof
+        for p in psutil.process_iter():
             try:
-                env = p.info.get("environ") or {}
-                if env.get(envnames.EMULATOR_ID) == self.emulator_id and env.get(
-                        envnames.EMULATED_SERVER) == server_id:
+                if p.pid != os.getpid() and owned(p):
                     p.kill()
             except psutil.Error:
                 continue
@@ -196,14 +231,4 @@ class Machines:
 
     def leftovers(self) -> list[int]:
         """Pids of processes of this emulator's servers that are still alive."""
-        out = []
-        for p in psutil.process_iter(["environ", "status"]):
-            try:
-                if p.info["status"] == psutil.STATUS_ZOMBIE:
-                    continue
-                env = p.info.get("environ") or {}
-                if env.get(envnames.EMULATOR_ID) == self.emulator_id:
-                    out.append(p.pid)
-            except psutil.Error:
-                continue
-        return out
+        return server_processes(self.root, self.emulator_id)

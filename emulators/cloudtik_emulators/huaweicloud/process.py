@@ -16,10 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
-from jupyter_cloudtik.core import env as envnames
-
 from .control import EmulatorControl
 
 
@@ -38,17 +34,9 @@ class EmulatorProcess:
 
     def processes(self) -> list[int]:
         """Live processes of emulated servers."""
-        out = []
-        for p in psutil.process_iter(["environ", "status"]):
-            try:
-                if p.info["status"] == psutil.STATUS_ZOMBIE:
-                    continue
-                if (p.info.get("environ") or {}).get(envnames.EMULATOR_ID) == \
-                        self.info["emulator_id"]:
-                    out.append(p.pid)
-            except psutil.Error:
-                continue
-        return out
+        from .machines import server_processes
+
+        return server_processes(self.dir, self.info["emulator_id"])
 
     def stop(self) -> list[int]:
         """Stop it; returns the emulated servers' processes still alive (should be none)."""

@@ -42,7 +42,7 @@ from jupyter_cloudtik.core import env as envnames
 from .agency_credentials import check_temporary_credential, issue_temporary_credential
 from .cloud import COLLEAGUE_USER, DEFAULT_USER, Call, Cloud, dispatch, now_iso
 from .errors import BAD_SIGNATURE, THROTTLED, ApiError, quota_exceeded
-from .machines import Machines, _group_members, reap_children
+from .machines import Machines, reap_children
 from .signing import SignatureError, verify_obs_signature, verify_sdk_signature
 
 log = logging.getLogger("jupyter_cloudtik.emulator")
@@ -437,11 +437,9 @@ class Emulator:
             active = [s["id"] for s in self.cloud.r["server"].values()
                       if s["status"] == "ACTIVE" and s["id"] in self.booted]
         for sid in active:
-            proc = self.machines.procs.get(sid)
-            if proc is None:
+            if sid not in self.machines.procs:
                 continue
-            proc.poll()
-            if not _group_members(proc.pid):
+            if not self.machines.alive(sid):
                 with self.cloud.lock:
                     s = self.cloud.r["server"].get(sid)
                     if s and s["status"] == "ACTIVE":

@@ -64,6 +64,7 @@ class KernelJob:
     job_id: str = field(default_factory=lambda: f"kernel-{uuid.uuid4().hex[:12]}")
     native_id: str | None = None
     node: str | None = None
+    address: str | None = None  # the node as SSH reaches it (node_address(), kept)
     environment: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -144,15 +145,18 @@ class KernelJob:
             raise ProviderError(f"Slurm does not say which node job {self.native_id} runs on")
         self.node = node
         addr = node
-        n = self.backend._slurm(["scontrol", "show", "node", "-o", node], "scontrol")
-        if n.rc == 0:
-            addr = parse_kv(n.stdout).get("NodeAddr") or node
         template = self.backend.config.get("kernel_node_address") or "{addr}"
-        return template.replace("{node}", node).replace("{addr}", addr)
+        if "{addr}" in template:  # else the node's NodeAddr is not used: not asked for
+            n = self.backend._slurm(["scontrol", "show", "node", "-o", node], "scontrol")
+            if n.rc == 0:
+                addr = parse_kv(n.stdout).get("NodeAddr") or node
+        self.address = template.replace("{node}", node).replace("{addr}", addr)
+        return self.address
 
     def open_channels(self, ports: dict[str, int]) -> tuple[dict[str, int], Any]:
         """Local ports that reach the kernel's ports, and what closes them (or None)."""
-        address = self.node_address()
+        # asked while the kernel started (the provisioner's wait), else now
+        address = self.address or self.node_address()
         if not self.backend.remote:
             if address not in LOOPBACK and address not in _this_host():
                 raise ConfigError(

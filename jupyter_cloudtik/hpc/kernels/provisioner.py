@@ -41,6 +41,7 @@ from .job import KernelJob
 from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
 
 PROVISIONER_NAME = "cloudtik-hpc"
+PORTS_EVERY = 0.1  # s between two reads of a running kernel's connection file
 log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
 
 _registries: dict[str, Any] = {}
@@ -199,7 +200,13 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return self.connection_info
 
     async def _wait_running(self, job: KernelJob) -> dict[str, int]:
-        """Wait for the job to run and the kernel to bind its ports; log the queue."""
+        """Wait for the job to run and the kernel to bind its ports; log the queue.
+
+        Once the job runs, the node is asked for while the kernel starts, and the
+        connection file (one small read) is looked at every ``PORTS_EVERY`` seconds
+        between two looks at the queue.  Why: the kernel binds its ports a second or so
+        after the job starts; a whole ``squeue`` round (and the sleep after it) per look
+        made the start wait up to a poll interval longer than the kernel did."""
         assert self._kernels is not None
         deadline = time.monotonic() + self._kernels.start_timeout
         last = None
@@ -222,7 +229,9 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     self._set(started=time.time(),
                               deadline=time.time() + (self._profile.time if self._profile
                                                       else 0))
-                ports = await asyncio.to_thread(job.ports)
+                if job.address is None:
+                    await asyncio.to_thread(job.node_address)
+                ports = await self._ports_soon(job, min(self._kernels.poll_interval, 1.0))
                 if ports:
                     return ports
             if time.monotonic() > deadline:
@@ -230,8 +239,18 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     f"the kernel's job {job.native_id} did not start within "
                     f"{self._kernels.start_timeout:.0f} s (HPCKernels.start_timeout); it was "
                     "cancelled"), 504)
-            await asyncio.sleep(min(self._kernels.poll_interval, 1.0)
-                                if st.state == RUNNING else self._kernels.poll_interval)
+            if st.state != RUNNING:  # running: _ports_soon has waited
+                await asyncio.sleep(self._kernels.poll_interval)
+
+    @staticmethod
+    async def _ports_soon(job: KernelJob, within: float) -> dict[str, int] | None:
+        """The kernel's ports if it binds them within ``within`` seconds, else None."""
+        until = time.monotonic() + within
+        while True:
+            ports = await asyncio.to_thread(job.ports)
+            if ports or time.monotonic() >= until:
+                return ports
+            await asyncio.sleep(min(PORTS_EVERY, max(until - time.monotonic(), 0.0)))
 
     async def post_launch(self, **kwargs: Any) -> None:
         # a dead HPC kernel is reported, not resubmitted: the restarter's first failure

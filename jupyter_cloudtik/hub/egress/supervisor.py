@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ...core.process_groups import signal_child
 from .ca import DeploymentCA
 from .proxy import DEFAULT_DENY_NETWORKS, Client
 from .rules import Rule, RuleSet
@@ -266,8 +267,7 @@ class EgressSupervisor:
 
     @staticmethod
     def _kill(proc: asyncio.subprocess.Process, sig: int = signal.SIGKILL) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, sig)
+        signal_child(proc, sig)
 
     async def stop(self, timeout: float = 5.0) -> None:
         """EOF on the pipe (clean exit), then SIGTERM, then SIGKILL to the process group."""

@@ -8,7 +8,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from ...core.errors import NodeLaunchError, OperationTimeout
-from ..base import ConnectInfo
+from ...core.models import ConnectInfo
 from .servers import RUNTIMES_METADATA, addresses
 from .userdata import DASHBOARD_PORT, DASHBOARD_TLS_PORT, SCHEDULER_PORT
 

@@ -203,7 +203,10 @@ class HuaweiCloudNodeProvider(CreateJournal, RuntimeStaging, HeadAccess, NodePro
     # plumbing -------------------------------------------------------------------------------
     def workspace(self) -> dict[str, Any]:
         if self._workspace is None:
-            from ...workspaces.manager import workspace_record, workspaces_of
+            from ...core.features import feature_service
+
+            workspace_record = feature_service("workspace_record")
+            workspaces_of = feature_service("workspaces_of")
 
             name = self.provider_config.get("workspace_name") or \
                 self.settings.default_workspace

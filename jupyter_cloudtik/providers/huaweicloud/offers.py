@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from .clients import Clients
 
 if TYPE_CHECKING:
-    from ...placement.model import OfferSet
+    from ...offers import OfferSet
 
 # Illustrative on-demand prices (USD per hour) of common flavors; override with the
 # provider's ``prices`` option for your region and contract.
@@ -220,7 +220,7 @@ def offer_set(clients: Clients, prices: dict[str, float] | None = None,
 
     Each offer's ``node_config`` (flavor, zone, spot) is merged into the node config of
     the nodes placed on it.  With ``spot`` every offer also has a spot twin."""
-    from ...placement.model import Offer, OfferSet, Pool
+    from ...offers import Offer, OfferSet, Pool
 
     table = {**DEFAULT_PRICES, **(prices or {})}
     limits = quota_limits(clients)

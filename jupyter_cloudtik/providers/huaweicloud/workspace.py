@@ -705,9 +705,9 @@ class HuaweiCloudWorkspaceProvider(WorkspaceIdentities, WorkspaceDeletion, Works
         return out
 
     def get_workspace_info(self) -> dict[str, Any]:
-        from ...workspaces.manager import workspace_record
+        from ...core.features import feature_service
 
-        rec = workspace_record(self.context.store, self.workspace_name) or {}
+        rec = feature_service("workspace_record")(self.context.store, self.workspace_name) or {}
         return rec.get("resources", {})
 
     def list_clusters(self) -> list[str]:

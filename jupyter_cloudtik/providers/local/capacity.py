@@ -142,11 +142,13 @@ class LocalCapacity:
         import platform
         import socket
 
-        from ...placement.model import Offer, OfferSet
+        from ...offers import Offer, OfferSet
 
         cap = self.capacity()
         s = self.settings
-        owners = {r[0]: r[1] for r in self.store.query("SELECT name, owner FROM clusters")}
+        from ...core.features import feature_service
+
+        owners = feature_service("cluster_owners")(self.store)
         instances = []
         for row in self._rows(states=("pending", "running")):
             if row["state"] == "running" and not is_alive(row["pid"], row["pid_started"]):

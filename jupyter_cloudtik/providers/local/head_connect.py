@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
+from ...core.models import ConnectInfo
 from ...core.store import loads
 from ...runtime.tls import attach
-from ..base import ConnectInfo
 
 
 class LocalHeadConnect:

@@ -41,6 +41,7 @@ from typing import Any
 
 from ..._version import __version__
 from ...core.locks import try_flock
+from ...core.process_groups import GroupRef, signal_group
 
 MEMORY_TERMINATE_FRACTION = 0.95
 PROTOCOL = 1
@@ -488,10 +489,7 @@ class Launcher:
                                 f"limit {limit}; terminating it\n")
                 except OSError:
                     pass
-                try:
-                    os.killpg(pid, signal.SIGTERM)
-                except OSError:
-                    pass
+                signal_group(GroupRef(pid, child["started"]), signal.SIGTERM)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -9,10 +9,11 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
+from ...core.process_groups import GroupRef, terminate_group, writes_under
 from ...core.store import loads
 from ...runtime.tls import remove_cluster_tls
 from .node import CANCELLED_MARK
-from .processes import find_marked_processes, terminate_group
+from .processes import find_marked_processes
 
 if TYPE_CHECKING:
     from ...runtime.base import Runtime
@@ -26,11 +27,14 @@ class LocalNodeStop:
 
     def terminate_nodes(self, node_ids: list[str]) -> None:
         rows = [r for r in (self._row(n) for n in node_ids) if r is not None]
-        # signal every node first, then wait for all: N nodes stop in one grace period
+        # signal every node first, then wait for all: N nodes stop in one grace period;
+        # a node whose leader died is stopped only in what still logs to its folder (its
+        # group number may be somebody else's by now)
         threads = [
             threading.Thread(
                 target=terminate_group,
-                args=(r["pid"], r["pid_started"], self.settings.terminate_grace),
+                args=(GroupRef(r["pid"], r["pid_started"]), self.settings.terminate_grace,
+                      writes_under(self._node_dir(r["node_id"]))),
             )
             for r in rows if r["pid"]
         ]
@@ -47,7 +51,8 @@ class LocalNodeStop:
         for pid, _node in find_marked_processes(
             self.context.state_dir, node_ids=[r["node_id"] for r in rows]
         ).items():
-            terminate_group(pid, None, self.settings.terminate_grace)
+            terminate_group(GroupRef.of(pid), self.settings.terminate_grace,
+                            writes_under(self.nodes_dir))
         for r in rows:
             self._mark_terminated(r["node_id"], "terminated")
             shutil.rmtree(self._node_dir(r["node_id"]) / "work", ignore_errors=True)
@@ -61,7 +66,8 @@ class LocalNodeStop:
             ).items() if node not in known
         }
         for pid in orphans:
-            terminate_group(pid, None, self.settings.terminate_grace)
+            terminate_group(GroupRef.of(pid), self.settings.terminate_grace,
+                            writes_under(self.nodes_dir))
         return len(orphans)
 
     def _runtimes_run(self) -> list[Runtime]:

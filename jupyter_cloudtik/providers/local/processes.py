@@ -9,8 +9,6 @@ finds the process by that open file, so nothing is orphaned.
 from __future__ import annotations
 
 import os
-import signal
-import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -40,65 +38,6 @@ def is_alive(pid: int | None, started: float | None = None) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
-
-
-def group_members(pgid: int) -> list[psutil.Process]:
-    members = []
-    for proc in psutil.process_iter(["pid"]):
-        try:
-            if os.getpgid(proc.pid) == pgid:
-                members.append(proc)
-        except (ProcessLookupError, PermissionError, psutil.Error):
-            continue
-    return members
-
-
-def group_rss(pgid: int) -> int:
-    total = 0
-    for proc in group_members(pgid):
-        try:
-            total += proc.memory_info().rss
-        except psutil.Error:
-            pass
-    return total
-
-
-def terminate_group(pid: int, started: float | None, grace: float = 2.0) -> None:
-    """SIGTERM the node's process group, then SIGKILL whatever is left after ``grace``.
-
-    Node processes lead their own session and group (``setsid``), so the group holds the
-    runtime and anything it started (setup commands, a nanny's worker).
-    """
-    if not is_alive(pid, started):
-        _kill_group_quietly(pid, signal.SIGKILL)  # leftovers of a dead leader
-        return
-    _kill_group_quietly(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        if not is_alive(pid, started) and not _group_has_members(pid):
-            return
-        time.sleep(0.02)
-    _kill_group_quietly(pid, signal.SIGKILL)
-    deadline = time.monotonic() + 5.0
-    while time.monotonic() < deadline and is_alive(pid, started):
-        time.sleep(0.02)
-
-
-def _group_has_members(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-        return any(p.status() != psutil.STATUS_ZOMBIE for p in group_members(pgid))
-    except (ProcessLookupError, PermissionError):
-        return False
-    except psutil.Error:
-        return False
-
-
-def _kill_group_quietly(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def node_of_process(pid: int, nodes_dir: str) -> str | None:

@@ -7,7 +7,7 @@ import * as React from 'react';
 import { formatBytes } from '../format';
 import { jobBadge } from '../jobs';
 import { Usage } from '../model';
-import { jobBars, loadLines, span, spanLabel, Tick, timeTicks, TimelineJob, usageLines } from '../usage';
+import { jobBars, loadLines, rowLabel, span, spanLabel, Tick, timeTicks, TimelineJob, usageLines } from '../usage';
 
 /** Room around a chart's plot: titles above, the left and right axes' labels, times below. */
 const M = { left: 34, right: 44, top: 11, bottom: 12 };
@@ -162,7 +162,7 @@ export function JobsTimeline(props: { jobs: TimelineJob[]; now: number }): JSX.E
       height={M.top + height + M.bottom}
       viewBox={`0 0 ${W} ${M.top + height + M.bottom}`}
       role="img"
-      aria-label="jobs timeline: a bar per job from submitted to started (pale) to ended, coloured by state"
+      aria-label="jobs timeline: a bar per job (a sweep is one row, with its ended/total count) from submitted to started (pale) to ended, coloured by state"
       data-bars={timeline.bars.length}
     >
       <text className="jp-CloudTik-axisTitle" x={0} y={7}>
@@ -172,9 +172,15 @@ export function JobsTimeline(props: { jobs: TimelineJob[]; now: number }): JSX.E
         waiting ░ running/ended █
       </text>
       {timeline.bars.map(b => (
-        <g key={b.id} className="jp-CloudTik-jobRow" data-job-id={b.id} data-state={b.state} transform={`translate(0,${M.top + b.y})`}>
+        <g
+          key={b.id}
+          className={`jp-CloudTik-jobRow${b.sweepRow ? ' jp-CloudTik-sweepRow' : ''}`}
+          {...(b.sweepRow ? { 'data-sweep-id': b.id } : { 'data-job-id': b.id })}
+          data-state={b.state}
+          transform={`translate(0,${M.top + b.y})`}
+        >
           <text className="jp-CloudTik-axisLabel jp-CloudTik-jobLabel" x={NAMES - 3} y={ROW - 3} textAnchor="end">
-            {b.name.length > 12 ? `${b.name.slice(0, 11)}…` : b.name}
+            {rowLabel(b)}
           </text>
           {b.wait && <rect className="jp-CloudTik-jobWait" x={NAMES + b.wait[0]} y={2} width={b.wait[1]} height={ROW - 4} />}
           {b.run && (
@@ -187,7 +193,9 @@ export function JobsTimeline(props: { jobs: TimelineJob[]; now: number }): JSX.E
               height={ROW - 2}
             />
           )}
-          <title>{`${b.name}: ${b.state}`}</title>
+          <title>
+            {b.sweepRow ? `${b.name} (sweep of ${b.sweepRow.total}): ${b.state}, ${b.sweepRow.summary}` : `${b.name}: ${b.state}`}
+          </title>
         </g>
       ))}
       <TimeAxis ticks={ticks} x={NAMES} y={M.top + height} seconds={timeline.t1 - timeline.t0} />

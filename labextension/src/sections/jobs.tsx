@@ -14,7 +14,8 @@ import {
   Sweep,
   sweepActive,
   sweepParameters,
-  sweepSummary
+  sweepSummary,
+  sweepTimelineRow
 } from '../sweeps';
 import { JobsTimeline } from './charts';
 import { useModel, useNow } from './hooks';
@@ -54,7 +55,7 @@ export function JobsSection(props: SectionProps): JSX.Element {
           <code>jupyter cloudtik jobs submit</code> in a terminal.
         </div>
       )}
-      <JobsTimeline jobs={model.jobs} now={now} />
+      <JobsTimeline jobs={[...model.jobs, ...model.sweeps.map(sweepTimelineRow)]} now={now} />
       {model.sweeps.length > 0 && (
         <ul className="jp-CloudTik-list jp-CloudTik-sweepList">
           {model.sweeps.map(s => (

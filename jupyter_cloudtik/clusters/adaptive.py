@@ -30,9 +30,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from . import config as cfgmod
-from .errors import CloudTikError, ConfigError, ConflictError
-from .store import loads
+from ..core import config as cfgmod
+from ..core.errors import CloudTikError, ConfigError, ConflictError
+from ..core.store import loads
 
 log = logging.getLogger("jupyter_cloudtik.adaptive")
 

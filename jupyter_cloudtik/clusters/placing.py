@@ -23,12 +23,12 @@ from typing import Any
 
 from ..core.errors import CapacityError, ConfigError, NodeLaunchError
 from ..core.store import Store
+from ..offers import WISH_FILTERS, OfferQuery, Request
+from ..placement.engine import PlacementError
+from ..placement.jsonfilter import compile_query
+from ..placement.reservations import Reservation, Reservations
+from ..placement.settings import Placement
 from ..providers.base import NodeProvider
-from .engine import PlacementError
-from .jsonfilter import compile_query
-from .model import WISH_FILTERS, OfferQuery, Request
-from .reservations import Reservation, Reservations
-from .settings import Placement
 
 Progress = Callable[[str], None]
 OPTION_KEYS = ("filters", "query", "weighers", "strategy", "prefer_spot", "max_price",
