@@ -63,16 +63,27 @@ class FairLoop:
         expensive (64 KiB of one-byte chunks is one long step of the loop)."""
         return 65535 if conn in self.cheap else 2048
 
-    async def pace(self, client: connection.Client) -> asyncio.Lock | None:
+    def pace_key(self, client: connection.Client, data: bytes) -> str:
+        """Whose turn a read of ``client`` waits for.  An authenticated connection: its
+        user's.  One that has not authenticated yet: the user whose valid credentials its
+        head carries, if the head holds a whole ``Proxy-Authorization`` line, else its peer
+        address.  Why: on a single-host hub every user's server connects from 127.0.0.1,
+        and a peer bucket for first heads put an honest user's first request in the queue
+        of another user's reconnect churn (6.4 s in CI under many-connections).  A claim
+        is only believed with the right token (the same check the request gets after), so
+        nobody can queue in another user's bucket; leaving first reads unpaced was measured
+        worse (a churning client's first reads jumped the queue), see docs/hub-egress.md."""
+        key = self.addon.key(client)
+        if not key.startswith("peer:"):
+            return key
+        user = self.addon.claimed_user(data)
+        return f"user:{user}" if user is not None else key
+
+    async def pace(self, client: connection.Client, data: bytes = b"") -> asyncio.Lock | None:
         """Before data read for ``client`` is handled: while it is over its share, its
         connections queue (FIFO, one woken at a time) and each waits for the client's next
         turn; the lock returned is released once the data is handled."""
-        # a connection that has not authenticated yet is paced on its peer address (on a
-        # single-host hub, one bucket for every user's first head): leaving pre-auth
-        # reads unpaced and billing them to the user afterwards was measured worse (honest
-        # GETs up to 2-11 s instead of ~1 s: a churning client's first reads jumped the
-        # queue), see docs/hub-egress.md
-        cl = self.addon.client(self.addon.key(client))
+        cl = self.addon.client(self.pace_key(client, data))
         if cl.next_read - time.monotonic() <= 0.001 and not cl.turn.locked():
             return None
         await cl.turn.acquire()
@@ -136,7 +147,7 @@ def fair_reads(gate: FairLoop) -> None:
                 data = await reader.read(gate.size(connection) if gate else 65535)
                 if not data:
                     raise OSError("Connection closed by peer.")
-                turn = await gate.pace(self.client) if gate is not None else None
+                turn = await gate.pace(self.client, data) if gate is not None else None
             except OSError:
                 break
             except asyncio.CancelledError as e:
