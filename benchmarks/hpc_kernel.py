@@ -25,14 +25,12 @@ benchmark, hpc_env.py).  Measured, interleaved, in one run:
 
 Target: ours / baseline <= 1.2 for each.
 
-Both really jump (a second SSH connection, to the node, carried by the first): on this
-machine that puts a round trip at about 35-40 ms above a direct connection to the same
-kernel, the same with OpenSSH ``ssh -L`` (ControlMaster or not) as with asyncssh in or out
-of the server's process, and the same for ``ssh -N -L`` straight to the login node (no
-jump) whether or not it is a ControlMaster.  Only ``ssh -L`` as the mux client of a
-ControlMaster that already ran commands (what this baseline did by mistake before) does
-not pay it.  So Python copying the messages is not that cost; the extra is close to
-Linux's 40 ms delayed-ACK timer (Nagle against delayed ACKs, not confirmed).
+Both really jump (a second SSH connection, to the node, carried by the first).  A
+connection that only forwards ports keeps Nagle's algorithm on sshd's side (OpenSSH turns
+TCP_NODELAY on only for a session with a pty), which put about 40 ms (Linux's delayed ACK)
+on every round trip, OpenSSH's ``ssh -N -L`` and asyncssh alike; ours now opens a pty
+session on both connections first (``transport/shell.interactive``), the baseline does
+what a user types and still pays it.
 benchmarks/hpc_kernel_tunnels.py measures these ways side by side.
 
     python benchmarks/hpc_kernel.py [--starts 3] [--cells 50] [--poll 0.5]

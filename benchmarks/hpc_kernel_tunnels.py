@@ -1,7 +1,9 @@
 """Where an HPC kernel's cell latency goes: one ipykernel, reached four ways, no Slurm.
 
 Issue 33 measured our kernel's round trip at 2-3x the by-hand one and suspected the
-asyncssh port forwards (Python copies every ZMQ message).  This reaches one local kernel
+asyncssh port forwards (Python copies every ZMQ message).  It was sshd's Nagle on
+connections without a pty session (see ``transport/shell.interactive``): ours now opens
+one on both connections and matches a direct connection.  This reaches one local kernel
 
 * directly (its own ports),
 * ``openssh-jump``: ``ssh -N -L`` to the "node" through the "login node"
