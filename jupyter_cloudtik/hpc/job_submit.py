@@ -42,7 +42,6 @@ from .base import (
     StageIn,
     check_limits,
 )
-from .job_content import _notebook_json
 from .job_records import (
     CANCEL_ASKED,
     STAGE_IN,
@@ -51,6 +50,7 @@ from .job_records import (
     _target,
 )
 from .models import JobInfo
+from .notebook_reader import notebook_view
 from .staging import (
     LocalStager,
     check_output_folder,
@@ -115,7 +115,8 @@ class JobSubmit:
             if nb_source is not None:
                 # reading the notebook and papermill's inspection of its parameters cell
                 # take a large notebook seconds: off the event loop the server shares
-                warnings = await asyncio.to_thread(_checked_parameters, nb_source, spec)
+                view = await notebook_view(nb_source)
+                warnings = await asyncio.to_thread(_checked_parameters, view, spec)
             elif spec.parameters:
                 first = next(iter(spec.parameters))
                 raise ConfigError(
@@ -379,13 +380,11 @@ class JobSubmit:
             await self._deliver_cancel(row)
 
 
-def _checked_parameters(nb_source: str | bytes, spec: JobSpec) -> list[str]:
-    """The notebook read (a path or its bytes) and the job's parameters checked against its
-    parameters cell; the warnings to show."""
-    nb = nbtools.check_notebook(nb_source) if not isinstance(nb_source, bytes) \
-        else _notebook_json(nb_source)
+def _checked_parameters(view: dict, spec: JobSpec) -> list[str]:
+    """The job's parameters checked against the notebook's parameters cell
+    (``notebook_view``: read off the loop); the warnings to show."""
     return nbtools.check_parameters(
-        nb, spec.parameters, notebook=Path(spec.notebook).name,
+        view, spec.parameters, notebook=Path(spec.notebook).name,
         kernel=spec.kernel, allow_unknown=spec.allow_unknown_parameters)
 
 

@@ -144,6 +144,15 @@ def parameters_cell(nb: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
+def parameters_view(nb: dict[str, Any]) -> dict[str, Any]:
+    """As much of ``nb`` as the parameter checks read (``check_parameters``): its format,
+    its metadata (kernel, language) and its cell tagged ``parameters``, if any.  What a
+    reader process hands back for a large notebook (``notebook_reader``)."""
+    cell = parameters_cell(nb)
+    return {"nbformat": nb.get("nbformat"), "nbformat_minor": nb.get("nbformat_minor"),
+            "metadata": nb.get("metadata"), "cells": [cell] if cell is not None else []}
+
+
 def notebook_parameters(nb: dict[str, Any], kernel: str | None = None) -> list[str] | None:
     """The names the cell tagged ``parameters`` assigns; None without such a cell.
 

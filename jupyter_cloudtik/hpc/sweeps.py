@@ -52,6 +52,7 @@ from .base import (
     JobRef,
     JobSpec,
 )
+from .notebook_reader import notebook_view
 from .sweep_grid import _source_field
 from .sweep_grid import expand as expand
 from .sweep_results import SweepResults
@@ -185,7 +186,7 @@ class SweepManager(SweepResults):
         name = mgr.registry.resolve(backend)
         be = mgr.registry.get(name)
         mode = ARRAY if hasattr(be, "submit_array") else BOUNDED
-        self._check_all(
+        await self._check_all(
             spec, params, grid, zip, elements is not None, files, locations or mgr.locations
         )
         sweep_id = "s" + uuid.uuid4().hex[:7]
@@ -240,7 +241,7 @@ class SweepManager(SweepResults):
         await self.advance(sweep_id)
         return self.get(sweep_id)
 
-    def _check_all(
+    async def _check_all(
         self,
         spec: JobSpec,
         params: list[dict[str, Any]],
@@ -255,17 +256,19 @@ class SweepManager(SweepResults):
         once (with the first element that has it) and its verdict holds for the others."""
         nb_name = Path(spec.notebook.replace("\\", "/")).name
         sent = (files or {}).get(nb_name)
-        if sent is not None:
-            from .job_content import _notebook_json
-
-            nb = _notebook_json(sent)
-        else:
+        if sent is None:
             where = self.jobs._locate(spec.notebook, "notebook", policy)
             if not where.is_local:
                 raise ConfigError(
                     f"notebook: {spec.notebook!r} is not a local notebook file", field="notebook"
                 )
-            nb = nbtools.check_notebook(where.text)
+        # read off the loop the server shares (a large notebook: in a process of its own)
+        nb = await notebook_view(sent if sent is not None else where.text)
+        await asyncio.to_thread(self._check_names, nb, nb_name, spec, params, grid, zip,
+                                from_elements)
+
+    @staticmethod
+    def _check_names(nb, nb_name, spec, params, grid, zip, from_elements) -> None:
         seen: set[frozenset[str]] = set()
         for i, p in enumerate(params):
             keys = frozenset(p)

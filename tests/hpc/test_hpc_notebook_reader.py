@@ -1,0 +1,81 @@
+"""Checking a large notebook's parameters never stalls the event loop, and never skips
+(hpc/notebook_reader.py).
+
+``json.loads`` of a 200 MB notebook holds the GIL for seconds, so a worker thread did not
+keep the loop every job, request and kernel call shares running (0.6-1.3 s late).  Over
+``READ_APART_BYTES`` the notebook is read by a process of its own; the check itself must
+stay the same: a parameter the notebook cannot receive is refused naming it, a notebook
+that is not one is refused naming the field, for a job and for a sweep alike.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from jupyter_cloudtik.core.errors import ConfigError
+from jupyter_cloudtik.hpc.api import Job
+from jupyter_cloudtik.hpc.notebook_reader import READ_APART_BYTES
+
+from .conftest import _nb
+from .test_hpc_provenance_loop import _lag
+
+PAD_CELLS = 80_000  # cells with 20 lines of output each: about 30 MB, many small objects
+LAG_BOUND = 0.3  # seconds; parsed in a worker thread the loop was over 1 s late
+
+
+def _big(tmp_path):
+    nb = _nb(("alpha = 1", ["parameters"]), ("print(alpha)", []))
+    nb["cells"] += [{"cell_type": "code", "id": f"o{i}", "metadata": {},
+                     "execution_count": 1, "source": "print(i)",
+                     "outputs": [{"output_type": "stream", "name": "stdout",
+                                  "text": [f"line {j}\n" for j in range(20)]}]}
+                    for i in range(PAD_CELLS)]
+    path = tmp_path / "big.ipynb"
+    path.write_text(json.dumps(nb))
+    return path
+
+
+@pytest.mark.slow
+def test_a_large_notebooks_check_keeps_the_loop_running_and_still_refuses(make_client,
+                                                                         tmp_path):
+    big = _big(tmp_path)
+    c = make_client({"here": {"type": "local"}})
+    loop = c.runner.loop
+    stop = asyncio.Event()
+    lag = asyncio.run_coroutine_threadsafe(_lag(stop), loop)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    with pytest.raises(ConfigError) as e:
+        Job.submit(str(big), backend="here", parameters={"beta": 2}, client=c)
+    took = time.monotonic() - t0
+    loop.call_soon_threadsafe(stop.set)
+    worst = lag.result(timeout=30)
+    assert e.value.field == "parameters.beta", e.value.message
+    assert "assigns: alpha" in e.value.message, e.value.message
+    assert took > LAG_BOUND, f"the check took {took:.2f} s: too small to tell"
+    assert worst < LAG_BOUND, f"the loop stalled {worst:.2f} s during a {took:.2f} s check"
+    # a sweep is checked the same way, every element before anything is recorded
+    with pytest.raises(ConfigError) as e:
+        Job.sweep(str(big), backend="here", grid={"alpha": [1, 2], "beta": [3]}, client=c)
+    assert "beta" in str(e.value.field) and "assigns: alpha" in e.value.message, e.value
+    assert c.list() == []
+
+
+def test_a_large_file_that_is_not_a_notebook_is_refused_by_the_reader(make_client,
+                                                                      tmp_path):
+    bad = tmp_path / "bad.ipynb"
+    bad.write_bytes(b"{" + b" " * (READ_APART_BYTES + 10))
+    c = make_client({"here": {"type": "local"}})
+    with pytest.raises(ConfigError) as e:
+        Job.submit(str(bad), backend="here", parameters={"alpha": 2}, client=c)
+    assert e.value.field == "notebook" and "is not a notebook (not JSON" in e.value.message
+    wrong = tmp_path / "wrong.ipynb"
+    wrong.write_text(json.dumps({"cells": "x" * (READ_APART_BYTES + 10), "nbformat": 4}))
+    with pytest.raises(ConfigError) as e:
+        Job.submit(str(wrong), backend="here", parameters={"alpha": 2}, client=c)
+    assert e.value.field == "notebook" and "version-4 notebook" in e.value.message
+    assert c.list() == []
