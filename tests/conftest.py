@@ -258,9 +258,27 @@ _GROUPS = (
 )
 
 
+# tests/hpc modules that never start the machine's Slurm (the ``slurm`` fixture refuses
+# them, see ``outside_the_slurm_group``): units of their own, so they run beside the
+# Slurm group instead of after it.  The real A-REX module alone is ~500 s of the suite, and
+# no other module starts an A-REX site, so it still never runs beside itself.
+_OWN_UNITS = (
+    "tests/hpc/test_hpc_arex.py", "tests/hpc/test_hpc_arc_emulator.py",
+    "tests/hpc/test_hpc_checks_fail_closed.py", "tests/hpc/test_hpc_dask.py",
+    "tests/hpc/test_hpc_kernel_transport.py", "tests/hpc/test_hpc_notebook_reader.py",
+    "tests/hpc/test_hpc_notebook_shapes.py", "tests/hpc/test_hpc_provenance_loop.py",
+    "tests/hpc/test_hpc_staging.py", "tests/hpc/test_ssh_tunnel_nodelay.py",
+)
+
+
 def _group_of(item: pytest.Item) -> str | None:
     path = Path(str(item.path)).resolve().relative_to(Path(__file__).resolve().parent.parent)
-    rel = path.as_posix()
+    return _group_of_module(path.as_posix())
+
+
+def _group_of_module(rel: str) -> str | None:
+    if rel in _OWN_UNITS:
+        return None
     for name, prefixes in _GROUPS:
         if rel.startswith(prefixes):
             return name
@@ -271,10 +289,18 @@ def _scope_of(nodeid: str) -> str:
     """The unit of work a worker gets: a group of ``_GROUPS`` whole, else one module (its
     tests in order, its module fixtures made once)."""
     module = nodeid.split("::", 1)[0]
-    for name, prefixes in _GROUPS:
-        if module.startswith(prefixes):
-            return name
-    return module
+    return _group_of_module(module) or module
+
+
+def outside_the_slurm_group() -> str | None:
+    """The test being set up, if its module is not in the ``hpc`` group (whose modules
+    share one worker, so the machine runs one Slurm): what the ``slurm`` fixture refuses,
+    whether a test names it or reaches it through ``request.getfixturevalue``."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    module = current.split("::", 1)[0]
+    if module and _group_of_module(module) != "hpc":
+        return module
+    return None
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log):

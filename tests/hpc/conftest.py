@@ -128,7 +128,13 @@ def wait_for(check, timeout: float = 30.0, interval: float = 0.1, what: str = "c
 @pytest.fixture(scope="session")
 def slurm(tmp_path_factory):
     from cloudtik_emulators.slurm import SlurmCluster, missing_programs
+    from tests.conftest import outside_the_slurm_group
 
+    outside = outside_the_slurm_group()
+    if outside:
+        pytest.fail(f"{outside} starts the machine's Slurm but is listed in tests/conftest.py "
+                    "_OWN_UNITS: two workers would each run a Slurm; take it off that list",
+                    pytrace=False)
     missing = missing_programs(accounting=True)
     if missing:
         pytest.skip(f"Slurm with accounting is not installed ({', '.join(missing)}); "
