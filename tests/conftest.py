@@ -303,10 +303,89 @@ def outside_the_slurm_group() -> str | None:
     return None
 
 
+# Seconds each unit of work took (summed test durations from test-artifacts/junit.xml of a
+# clean-clone CI run; scripts/unit_seconds.py prints this table from a junit file).  The
+# units are handed out longest first: handed out by number of tests (pytest-xdist's
+# default), the real A-REX module (few tests, ~500 s) could start last and run alone for
+# minutes at the end.  A unit not listed counts one second per test.
+_UNIT_SECONDS: dict[str, float] = {  # CI of 2026-12-05 (-n 4), units of 25 s and more
+    "hpc": 1378,
+    "tests/hpc/test_hpc_arex.py": 355,
+    "jvm": 294,
+    "tests/huaweicloud/test_node_faults.py": 192,
+    "tests/huaweicloud/test_workspace_faults.py": 169,
+    "tests/huaweicloud/test_realistic.py": 165,
+    "tests/hub/test_hub_docs_config.py": 125,
+    "tests/hub/test_hub_browser.py": 112,
+    "tests/huaweicloud/test_packages.py": 108,
+    "tests/hub/test_hub_adaptive_usage.py": 102,
+    "tests/chaos/test_server_crashes.py": 95,
+    "tests/dask_gateway/test_dask_gateway_provider.py": 94,
+    "tests/server/test_jobs_api.py": 92,
+    "tests/hub/test_generated_attacks.py": 88,
+    "tests/chaos/test_hub_service_crashes.py": 77,
+    "tests/hub/test_egress_fairness.py": 73,
+    "tests/test_doc_examples.py": 73,
+    "tests/hub/test_hub_service.py": 69,
+    "tests/hub/test_hub_huaweicloud.py": 69,
+    "tests/hub/test_hub_ownership.py": 67,
+    "tests/huaweicloud/test_cli_and_counts.py": 61,
+    "tests/hpc/test_hpc_arc_emulator.py": 57,
+    "tests/huaweicloud/test_kill_midway.py": 56,
+    "tests/placement/test_placement_properties.py": 54,
+    "tests/server/test_adaptive_handover.py": 51,
+    "tests/hpc/test_hpc_dask.py": 50,
+    "tests/test_cli.py": 49,
+    "tests/server/test_newcomer_walkthrough.py": 48,
+    "tests/server/test_adaptive.py": 45,
+    "tests/server/test_schemathesis.py": 45,
+    "tests/placement/test_zone_boot.py": 45,
+    "tests/server/test_jobs_panel_browser.py": 44,
+    "tests/server/test_gateway_dashboard_browser.py": 42,
+    "tests/hub/test_hub_grants.py": 41,
+    "tests/server/test_sweeps_panel_browser.py": 41,
+    "tests/hub/test_hub_sweeps.py": 41,
+    "tests/server/test_dashboard_proxy.py": 36,
+    "tests/huaweicloud/test_boundary.py": 35,
+    "tests/server/test_dashboard_browser.py": 35,
+    "tests/server/test_packaging.py": 34,
+    "tests/huaweicloud/test_dashboard.py": 33,
+    "tests/huaweicloud/test_readme_walkthrough.py": 32,
+    "tests/fuzz/test_fuzz_docs.py": 31,
+    "tests/huaweicloud/test_agency_credentials.py": 29,
+    "tests/test_magics.py": 27,
+    "tests/storage/test_storage_docs.py": 27,
+}
+
+
+def _unit_weight(scope: str, tests: int) -> float:
+    return _UNIT_SECONDS.get(scope, float(tests))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config,
+                                  items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the units in the order they are handed out (longest first; the
+    tests of a unit keep their order): every worker collects, and sorts, the same way."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    scopes = [_scope_of(it.nodeid) for it in items]
+    counts: dict[str, int] = {}
+    for sc in scopes:
+        counts[sc] = counts.get(sc, 0) + 1
+    first = {sc: i for i, sc in reversed(list(enumerate(scopes)))}
+    key = {id(it): (-_unit_weight(sc, counts[sc]), first[sc])
+           for it, sc in zip(items, scopes, strict=True)}
+    items.sort(key=lambda it: key[id(it)])
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log):
-    """Units by ``_scope_of``, largest first.  (pytest-xdist's own ``loadgroup`` renames
-    node ids, which pytest 9 no longer lets it do, so its groups would be ignored.)"""
+    """Units by ``_scope_of``, in the order the workers collected them (longest first, see
+    ``pytest_collection_modifyitems``).  (pytest-xdist's own ``loadgroup`` renames node
+    ids, which pytest 9 no longer lets it do, so its groups would be ignored.)"""
     from xdist.scheduler import LoadScopeScheduling
+
+    config.option.loadscopereorder = False  # its reorder counts tests, not seconds
 
     class GroupScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
