@@ -22,7 +22,10 @@ SECRET = "s3cr3t-value-0123"
 def _workspace_with_cluster(settings):
     from jupyter_cloudtik.workspaces.manager import WorkspaceManager
 
+    from jupyter_cloudtik.clusters import table
+
     wm = WorkspaceManager(settings=settings)
+    table.ensure(wm.store)  # a cluster recorded by hand: its table first
     now = time.time()
     with wm.store.transaction() as conn:
         conn.execute(

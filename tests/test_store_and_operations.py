@@ -22,6 +22,42 @@ def test_wal_mode_and_private_file(state_dir):
     assert store.schema_version("core") == 1
 
 
+def test_a_state_folder_from_before_the_clusters_tables_moved_keeps_its_clusters(state_dir):
+    """The clusters' tables were made by the core area's first step; now by the clusters
+    feature's own (clusters/table.py).  A folder made before reads back as it was, and a
+    new one gets them from the feature, not from core."""
+    import sqlite3
+
+    from jupyter_cloudtik.clusters import table
+    from jupyter_cloudtik.clusters.manager import ClusterManager
+    from jupyter_cloudtik.core.settings import CloudTik
+
+    db = sqlite3.connect(f"{state_dir}/state.db")
+    db.executescript(
+        "CREATE TABLE schema_versions (area TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+        "INSERT INTO schema_versions VALUES ('core', 1);"
+        + table.CLUSTER_MIGRATIONS[0].replace("IF NOT EXISTS ", "")
+        + "CREATE TABLE operations (id TEXT PRIMARY KEY, kind TEXT NOT NULL, target TEXT "
+        "NOT NULL, params TEXT NOT NULL DEFAULT '{}', state TEXT NOT NULL, reason TEXT, "
+        "result TEXT, owner_pid INTEGER, owner_host TEXT, owner_started REAL, "
+        "cancel_requested INTEGER NOT NULL DEFAULT 0, user TEXT, created_at REAL NOT NULL, "
+        "updated_at REAL NOT NULL, finished_at REAL);"
+        "CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, op_id TEXT NOT NULL, "
+        "ts REAL NOT NULL, step TEXT NOT NULL, message TEXT NOT NULL, fraction REAL, "
+        "level TEXT NOT NULL DEFAULT 'info', data TEXT NOT NULL DEFAULT '{}');"
+        "INSERT INTO clusters (name, provider, config, config_hash, state, owner, "
+        "created_at, updated_at) VALUES ('old', 'local', '{}', 'h', 'stopped', 'ann', 1, 1);")
+    db.commit()
+    db.close()
+    assert table.owners(Store(state_dir)) == {"old": "ann"}
+    assert [c.name for c in ClusterManager(settings=CloudTik(state_dir=str(state_dir)))
+            .list(include_stopped=True)] == ["old"]
+    fresh = Store(state_dir / "new")
+    tables = {r[0] for r in fresh.query("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "clusters" not in tables  # not core's any more
+    assert table.owners(fresh) == {} and fresh.schema_version("clusters") == 1
+
+
 def test_migrations_apply_once_and_refuse_newer_databases(state_dir):
     store = Store(state_dir)
     steps = ["CREATE TABLE t1 (x INTEGER)", "ALTER TABLE t1 ADD COLUMN y TEXT"]

@@ -9,6 +9,7 @@ FEATURE = Feature(
     "clusters",
     magics=("jupyter_cloudtik.clusters.magics:CloudTikMagics",),
     routes=("jupyter_cloudtik.clusters.handlers", "jupyter_cloudtik.clusters.adaptive_handlers"),
+    migrations=(("clusters", "jupyter_cloudtik.clusters.table:CLUSTER_MIGRATIONS"),),
     # the clusters table as the layers below and the other features read it (table.py)
     services=(
         ("cluster_owner", "jupyter_cloudtik.clusters.table:owner_and_state"),

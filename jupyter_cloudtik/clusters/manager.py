@@ -34,6 +34,7 @@ from ..core.runner import OperationRunner
 from ..core.settings import CloudTik, default_settings
 from ..core.store import Store
 from ..providers.base import NodeProvider, ProviderContext
+from . import table
 from .cluster_capacity import ClusterCapacity
 from .cluster_node_config import ClusterNodeConfig
 from .cluster_observe import ClusterObserver
@@ -62,7 +63,7 @@ class ClusterManager(ClusterOperations, ClusterReconciler, ClusterTeardown,
     def __init__(self, settings: CloudTik | None = None, store: Store | None = None,
                  user: str | None = None) -> None:
         self.settings = settings or default_settings()
-        self.store = store or Store(self.settings.state_dir)
+        self.store = table.ensure(store or Store(self.settings.state_dir))
         self.ops = Operations(self.store)
         self.user = user or os_user()
         self.runner = OperationRunner(

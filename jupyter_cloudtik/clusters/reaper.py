@@ -30,7 +30,7 @@ from ..core.operations import Target
 from ..core.settings import CloudTik
 from ..core.store import Store, loads
 from ..runtime import base as runtimes
-from . import adaptive, usage
+from . import adaptive, table, usage
 from .manager import ClusterManager
 
 log = logging.getLogger("jupyter_cloudtik.reaper")
@@ -143,7 +143,7 @@ def ensure_reaper(settings: CloudTik, store: Store | None = None) -> bool:
     recorded) and none runs; True if started."""
     if not settings.start_reaper:
         return False
-    store = store or Store(settings.state_dir)
+    store = table.ensure(store or Store(settings.state_dir))
     rows = store.query("SELECT config FROM clusters WHERE state != 'stopped'")
     import json
 
