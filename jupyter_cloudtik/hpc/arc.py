@@ -432,7 +432,7 @@ class ArcBackend(HPCBackend):
         return (self.config.get("envs_folder") or ENVS_DIR).rstrip("/")
 
     def environment_shell(self) -> Any:
-        from .environment import JobShell
+        from .job_shell import JobShell
 
         return JobShell(self)  # asks the system's Python with a job (once a day)
 

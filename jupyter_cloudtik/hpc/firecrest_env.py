@@ -1,6 +1,6 @@
 """The shell ``environment.stage`` uses on a ``firecrest`` backend.
 
-FirecREST runs no command of ours, so a command is a batch job (``environment.JobShell``)
+FirecREST runs no command of ours, so a command is a batch job (``job_shell.JobShell``)
 and files go through its file API (large ones staged).  Kept apart from ``firecrest.py``,
 whose job is the backend itself.
 """
@@ -19,12 +19,12 @@ if TYPE_CHECKING:
 
 class FirecrestEnvShell:
     """What ``environment.stage`` needs, through FirecREST: its file API for the files,
-    a batch job for a command (FirecREST runs none: ``environment.JobShell``)."""
+    a batch job for a command (FirecREST runs none: ``job_shell.JobShell``)."""
 
     runs_by_job = True
 
     def __init__(self, backend: FirecrestBackend) -> None:
-        from .environment import JobShell
+        from .job_shell import JobShell
 
         self.backend = backend
         self.where = f"backend '{backend.name}'"

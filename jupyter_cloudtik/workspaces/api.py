@@ -19,10 +19,17 @@ from ..progress import follow, make_view
 from .manager import WorkspaceInfo
 
 
+def workspace_backend() -> Any:
+    """The backend workspace calls go through: the clusters' own for this process (one
+    store, one operations table and one REST session serve ``%cluster`` and ``jupyter
+    cloudtik workspace``), the one named edge from workspaces to clusters."""
+    return get_backend()
+
+
 class Workspace:
     def __init__(self, name: str, backend: Any = None, info: WorkspaceInfo | None = None) -> None:
         self.name = name
-        self.backend = backend or get_backend()
+        self.backend = backend or workspace_backend()
         self._info = info
 
     @classmethod
@@ -35,7 +42,7 @@ class Workspace:
         ``Workspace.create("demo", provider="huaweicloud", region="cn-north-4",
         allowed_ssh_sources=["203.0.113.7/32"])``
         """
-        backend = backend or get_backend()
+        backend = backend or workspace_backend()
         if config is not None and not isinstance(config, dict):
             config = read_config_file(Path(config))
         config = dict(config or {})
@@ -48,12 +55,12 @@ class Workspace:
 
     @classmethod
     def get(cls, name: str, backend: Any = None) -> Workspace:
-        backend = backend or get_backend()
+        backend = backend or workspace_backend()
         return cls(name, backend, backend.workspace_get(name))
 
     @classmethod
     def list(cls, backend: Any = None) -> list[Workspace]:
-        backend = backend or get_backend()
+        backend = backend or workspace_backend()
         return [cls(i.name, backend, i) for i in backend.workspace_list()]
 
     @property

@@ -72,10 +72,10 @@ def _info_text(info) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..clusters.client import get_backend
     from ..progress import TextProgress, follow
+    from .api import workspace_backend
 
-    backend = get_backend()
+    backend = workspace_backend()
     out_json = getattr(args, "json", False)
 
     def emit(data: Any, text: str) -> None:
