@@ -25,3 +25,6 @@ def test_no_folder_pair_imports_each_other_and_only_named_edges_run_up():
     assert up or not named, "the script found no edge at all: it no longer reads the graph"
     assert sorted(up) == sorted(named), out
     assert re.search(r"deferred first-party imports: \d+ of \d+", out), out
+    # issue 30's targets: at most 3 arrows up, no circle across files
+    assert len(up) <= 3, out
+    assert "circles across files: 0" in out, out
