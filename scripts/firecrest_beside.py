@@ -289,6 +289,7 @@ class Side:
         self.http = httpx.Client(base_url=url, timeout=60,
                                  headers={"Authorization": f"Bearer {token}"})
         self.ids: dict[str, str] = {}
+        self.short_token: Any = None  # makes a token with 20 s left (real side only)
 
     def req(self, method: str, path: str, **kw: Any) -> tuple[int, Any]:
         r = self.http.request(method, path, **kw)
@@ -729,6 +730,46 @@ def run_probes(real: Side, emu: Side, rep: Report, s3: bool) -> None:
     for k in r:
         rep.compare(f"filesystem {k}", r[k], e[k])
 
+    def limits(s: Side):
+        """A 4 MiB file (under the 5 MiB direct limit): view without size, download."""
+        out: dict[str, tuple[int, Any]] = {}
+        fs = f"/filesystem/{SYS}/ops"
+        s.req("POST", f"{fs}/upload", params={"path": s.home},
+              files={"file": ("four.bin", b"a" * (4 * 1024 * 1024))})
+        for name, path, params in (
+                ("view of 4 MiB without size", "view", {}),
+                ("view of 4 MiB size=2.5 MiB", "view", {"size": 5 * 512 * 1024}),
+                ("view of 4 MiB size=1 MiB", "view", {"size": 1024 * 1024}),
+                ("download of 4 MiB", "download", {})):
+            st, b = s.req("GET", f"{fs}/{path}", params={"path": f"{s.home}/four.bin",
+                                                         **params})
+            out[name] = (st, s.norm(b) if st != 200 else f"<{len(str(b))} chars>")
+        s.req("DELETE", f"{fs}/rm", params={"path": f"{s.home}/four.bin"})
+        return out
+    r, e = both(limits, real, emu)
+    for k in r:
+        rep.compare(f"limits {k}", r[k], e[k])
+
+    def tokens(s: Side, make_short: Any):
+        out = {}
+        with httpx.Client(base_url=s.url, timeout=30) as c:
+            r = c.get(f"/status/{SYS}/userinfo")
+            out["no token"] = (r.status_code, s.norm(r.json()))
+            r = c.get(f"/status/{SYS}/userinfo", headers={"Authorization": "Bearer x.y.z"})
+            out["bad token"] = (r.status_code, s.norm(r.json()))
+            if make_short:
+                r = c.get(f"/status/{SYS}/userinfo",
+                          headers={"Authorization": f"Bearer {make_short()}"})
+                out["token with 20 s left"] = (r.status_code, s.norm(r.json()))
+        return out
+    r = tokens(real, real.short_token)
+    e = tokens(emu, emu.short_token)
+    for k in r:
+        if k in e:
+            rep.compare(f"auth {k}", r[k], e[k])
+        else:
+            print(f"\n## real only: auth {k}: {short(r[k])}")
+
     # staged transfers ---------------------------------------------------------------
     if not s3:
         print("\n## skipped: transfer endpoints (no S3 stage: moto not available)")
@@ -770,6 +811,12 @@ def run_probes(real: Side, emu: Side, rep: Report, s3: bool) -> None:
                 out["staged download of 6 MiB"] = ("error", type(exc).__name__,
                                                    s.norm(str(exc))[:300])
             out["staged download took (s)"] = round(time.monotonic() - t0)
+        for name, params in (("view of the 6 MiB file without size", {}),
+                             ("view of the 6 MiB file size=2.5 MiB", {"size": 5 * 512 * 1024}),
+                             ("view of the 6 MiB file size=2 MiB", {"size": 2 * 1024 * 1024})):
+            st, b = s.req("GET", f"/filesystem/{SYS}/ops/view",
+                          params={"path": f"{s.home}/staged.bin", **params})
+            out[name] = (st, s.norm(b) if st != 200 else "<200>")
         st, b = s.req("POST", f"/filesystem/{SYS}/transfer/upload", json={
             "path": f"{s.home}/shape.bin",
             "transfer_directives": {"file_size": 6 * 1024 * 1024, "transfer_method": "s3"}})
@@ -874,6 +921,7 @@ def main(argv: list[str] | None = None) -> int:
         emulator = Side("emulator", info["url"], emu_tok, f"{emu_root}/{EMU_USER}", EMU_USER,
                         None)
         (emu_root / EMU_USER).mkdir(parents=True, exist_ok=True)
+        real.short_token = lambda: oidc.token(20)
         rep = Report()
         run_probes(real, emulator, rep, s3_port is not None)
         print(f"\n== {len(rep.diffs)} differing, {len(rep.same)} same ==")
