@@ -451,6 +451,9 @@ def run_probes(real: Side, emu: Side, rep: Report, s3: bool) -> None:
         return st, s.norm(b)
     r, e = both(systems, real, emu)
     rep.compare("GET /status/systems", r, e)
+    raw = real.http.get("/status/systems").text
+    rep.note("/status/systems shows the configured S3 secret key in clear",
+             "beside-secret" in raw, False)
     for path in (f"/status/{SYS}/userinfo", f"/status/{SYS}/partitions",
                  "/status/nosuch/partitions", f"/status/{SYS.upper()}/partitions"):
         r, e = both(lambda s, p=path: (lambda x: (x[0], s.norm(x[1])))(s.req("GET", p)),
