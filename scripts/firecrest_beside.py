@@ -133,6 +133,27 @@ def enforce_accounts(slurm: Any, user: str) -> None:
     slurm.start_controller()
 
 
+def end_user_jobs(slurm: Any, user: str) -> None:
+    """scancel the user's jobs (SlurmCluster.stop cancels its own user's only), then end
+    what is left of their scripts (job steps outlive slurmd by design)."""
+    import psutil
+
+    slurm.run("scancel", f"--user={user}", check=False)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        r = slurm.run("squeue", "-h", f"--user={user}", check=False)
+        if r.returncode != 0 or not r.stdout.strip():
+            break
+        time.sleep(0.2)
+    for proc in psutil.process_iter(["username"]):
+        try:
+            if proc.info["username"] == user and \
+                    proc.environ().get("SLURM_CONF") == str(slurm.conf):
+                proc.kill()
+        except (psutil.Error, OSError):
+            continue
+
+
 class Sshd:
     """sshd on loopback letting ``user`` in with a fresh key (as tests/hpc's Sshd)."""
 
@@ -944,6 +965,8 @@ def main(argv: list[str] | None = None) -> int:
                     p.kill()
         for s in reversed(stack):
             try:
+                if hasattr(s, "conf"):  # the Slurm cluster: end the user's jobs first
+                    end_user_jobs(s, args.user)
                 s.stop()
             except Exception as exc:
                 print(f"stopping {type(s).__name__}: {exc}", file=sys.stderr)
