@@ -42,7 +42,7 @@ c.CloudTik.reaper_interval = 0.5
 
 
 @pytest.fixture(scope="session", autouse=True)
-def isolated_jupyter(tmp_path_factory) -> Path:
+def isolated_jupyter(tmp_path_factory, request) -> Path:
     """Private Jupyter config/data/runtime folders and daemons that linger only briefly."""
     base = tmp_path_factory.mktemp("cloudtik")
     env = {
@@ -74,6 +74,49 @@ def isolated_jupyter(tmp_path_factory) -> Path:
         kill_all(leftovers)
         pytest.fail(f"processes left behind by the tests (now killed):\n{text}",
                     pytrace=False)
+    asked = getattr(request.config, "cloudtik_end_checks", set())
+    if asked:
+        left = _worker_processes(str(tmp_path_factory.getbasetemp()))
+        assert not left, (f"processes left behind ({', '.join(sorted(asked))}):\n"
+                          + "\n".join(left))
+
+
+def check_worker_processes_at_the_end(config: pytest.Config, why: str) -> None:
+    """Ask for the whole worker's base folder to be checked once every session fixture is
+    gone (``isolated_jupyter`` is set up first, so it is torn down last).  Kept on the
+    config: this module may be imported twice (as pytest's conftest and as a module)."""
+    if not hasattr(config, "cloudtik_end_checks"):
+        config.cloudtik_end_checks = set()  # type: ignore[attr-defined]
+    config.cloudtik_end_checks.add(why)  # type: ignore[attr-defined]
+
+
+def _worker_processes(base: str) -> list[str]:
+    """Processes (but this one and zombies) that name ``base`` or run in it, waited for
+    up to 10 s to end."""
+    import time
+
+    import psutil
+
+    def ours() -> list[str]:
+        found = []
+        for p in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
+            try:
+                if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
+                    continue
+                cmd = " ".join(p.info["cmdline"] or [])
+                if base in cmd or (p.info["cwd"] or "").startswith(base):
+                    found.append(f"{p.pid}: {cmd[:120]}")
+            except (psutil.Error, OSError):
+                continue
+        return found
+
+    time.sleep(0.5)
+    left = ours()
+    deadline = time.monotonic() + 10
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = ours()
+    return left
 
 
 def _down_everything(state_dir: Path) -> None:

@@ -20,9 +20,8 @@ SECRET = "s3cr3t-value-0123"
 # --- workspace delete: the clusters that use it ----------------------------------------------
 
 def _workspace_with_cluster(settings):
-    from jupyter_cloudtik.workspaces.manager import WorkspaceManager
-
     from jupyter_cloudtik.clusters import table
+    from jupyter_cloudtik.workspaces.manager import WorkspaceManager
 
     wm = WorkspaceManager(settings=settings)
     table.ensure(wm.store)  # a cluster recorded by hand: its table first

@@ -24,7 +24,6 @@ import urllib.request
 from pathlib import Path
 
 import httpx
-import psutil
 import pytest
 
 CLIENT_SECRET = "f7t-test-secret-9f8e7d"  # checked for leaks in the tests
@@ -307,30 +306,16 @@ def backend_configs(request):
 # --- nothing left behind -------------------------------------------------------------------
 
 @pytest.fixture(scope="session", autouse=True)
-def no_leftover_job_processes(tmp_path_factory):
-    base = str(tmp_path_factory.getbasetemp())
+def no_leftover_job_processes(request):
+    """HPC jobs run as processes of their own (local backend, Slurm's, A-REX's): once
+    every fixture of the worker is gone, nothing may be left under its base folder.  The
+    check runs at the very end (``tests/conftest.py``, ``isolated_jupyter``): checked
+    here, when the first HPC test of a worker came after another module's session
+    fixtures (a JupyterLab, an emulator), it saw their processes, still running."""
+    from tests.conftest import check_worker_processes_at_the_end
+
+    check_worker_processes_at_the_end(request.config, "HPC job processes")
     yield
-    time.sleep(0.5)
-
-    def ours():
-        found = []
-        for p in psutil.process_iter(["pid", "cmdline", "cwd", "status"]):
-            try:
-                if p.info["status"] == psutil.STATUS_ZOMBIE or p.pid == os.getpid():
-                    continue
-                cmd = " ".join(p.info["cmdline"] or [])
-                if base in cmd or (p.info["cwd"] or "").startswith(base):
-                    found.append(f"{p.pid}: {cmd[:120]}")
-            except (psutil.Error, OSError):
-                continue
-        return found
-
-    left = ours()
-    deadline = time.monotonic() + 10
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = ours()
-    assert not left, "processes left behind:\n" + "\n".join(left)
 
 
 def dedent(s: str) -> str:

@@ -144,8 +144,11 @@ def test_arrays_as_firecrest_shows_them(api, home):
                 for j in api.get(f"/compute/{SYS}/jobs").json()["jobs"]
                 if j["jobId"].split("_")[0] == jid}
 
-    seen = wait_for(lambda: (x := listed()).get(f"{jid}_1", ("",))[0] == "RUNNING" and x, 30,
-                    what="two tasks running")
+    def both_running():  # one scheduling pass starts both; whose process is up first varies
+        x = listed()
+        return all(x.get(f"{jid}_{i}", ("",))[0] == "RUNNING" for i in (0, 1)) and x
+
+    seen = wait_for(both_running, 30, what="two tasks running")
     assert seen == {f"{jid}_0": ("RUNNING", "None"), f"{jid}_1": ("RUNNING", "None"),
                     f"{jid}_[2-3%2]": ("PENDING", "JobArrayTaskLimit")}, seen
     task = f"/compute/{SYS}/jobs/{jid}_1"
