@@ -145,9 +145,10 @@ def end_user_jobs(slurm: Any, user: str) -> None:
         if r.returncode != 0 or not r.stdout.strip():
             break
         time.sleep(0.2)
-    for proc in psutil.process_iter(["username"]):
+    for proc in psutil.process_iter(["username", "name"]):
         try:
-            if proc.info["username"] == user and \
+            # the user's scripts, and the steps' slurmstepd (root's: it outlived slurmd)
+            if (proc.info["username"] == user or proc.info["name"] == "slurmstepd") and \
                     proc.environ().get("SLURM_CONF") == str(slurm.conf):
                 proc.kill()
         except (psutil.Error, OSError):
