@@ -119,6 +119,11 @@ from .firecrest_status import (
     UserinfoHandler,
 )
 
+#: seconds after submit before ``GET /jobs/<array id>`` shows the pending tasks in Slurm's
+#: combined form: the real server showed only the bare id for about a second
+#: (``scripts/firecrest_beside.py``)
+ARRAY_SPLIT_SECONDS = 1.0
+
 
 class FirecrestService:
     def __init__(self, root: Path, system: str, clients: dict[str, str], admin_token: str,
@@ -357,7 +362,7 @@ class FirecrestService:
         env = {**j["env"], "SLURM_ARRAY_JOB_ID": jid, "SLURM_ARRAY_TASK_ID": str(i),
                "SLURM_ARRAY_TASK_COUNT": str(len(j["array"]["indices"]))}
         out, err = name(j["out_t"]), name(j["err_t"])
-        j["tasks"][str(i)] = {"standardOutput": str(out)}
+        j["tasks"][str(i)] = {"standardOutput": str(out), "started_at": time.time()}
         self.runner.start(f"{jid}_{i}", j["script"], wd, env, out, err,
                           time_limit=j.get("limit"), delay=self.faults.queue_delay)
 
@@ -369,28 +374,46 @@ class FirecrestService:
             except Exception:  # a job record being written: the next turn sees it
                 pass
 
-    def job_models(self, jid: str, shown: bool = False) -> list[dict[str, Any]]:
-        """What sacct and squeue list for a job: one entry; for an array, one per task
-        Slurm has started (``<id>_<i>``) and one for the tasks still pending, in Slurm's
-        combined form ``<id>_[2-5%2]`` (squeue without ``-r``, sacct without
-        ``--array``, which is how FirecREST calls them)."""
+    def job_models(self, jid: str, shown: bool = False,
+                   listing: bool = False) -> list[dict[str, Any]]:
+        """What sacct and squeue say of a job: one entry; for an array, as the real
+        FirecREST v2 showed it beside this emulator (``scripts/firecrest_beside.py``,
+        docs/hpc.md "Run beside the emulator"):
+
+        * the listing (``GET /jobs``, ``listing``): each task Slurm has started as
+          ``<id>_<i>`` (sacct), and the tasks still pending as one entry under the bare
+          id ``<id>`` (squeue's ``--Format=JobID`` prints Slurm's raw id; the listing's
+          sacct, run with ``--starttime``, shows no pending array entry); once none is
+          pending, the bare id is the last task started (its own record), until it ends;
+        * one job (``GET /jobs/<id>``: ``sacct --jobs``, no start time): the started tasks
+          and the pending rest in Slurm's combined form ``<id>_[2-5%2]`` — but only from
+          about a second after submit (``ARRAY_SPLIT_SECONDS``), before which, as for an
+          array Slurm has not split yet, only the bare ``<id>`` pending.
+
+        Not modelled: squeue also lists a started task under its own job id (``127``)."""
         j = self.jobs[jid]
         arr = j.get("array")
         if not arr:
             return [self.job_model(jid, shown)]
         base = self.job_model(jid, shown)
+        split = not listing and time.time() - j["submitted"] >= ARRAY_SPLIT_SECONDS
+        limit = f"%{arr['limit']}" if arr["limit"] else ""
         if j.get("pending") or j.get("refused") or j.get("no_workdir"):
-            # never started: one combined entry, with the whole job's state and reason
-            limit = f"%{arr['limit']}" if arr["limit"] else ""
-            return [{**base, "jobId": f"{jid}_[{format_indices(arr['indices'])}{limit}]"}]
+            # never started: one entry, with the whole job's state and reason
+            key = f"{jid}_[{format_indices(arr['indices'])}{limit}]" if split else jid
+            return [{**base, "jobId": key}]
         with self.lock:  # the scheduler thread adds tasks
             tasks = dict(j["tasks"])
         out = [self._task_model(base, f"{jid}_{i}") for i in sorted(tasks, key=int)]
         waiting = [i for i in arr["indices"] if str(i) not in tasks]
+        if not waiting and listing and out:
+            last = max(tasks, key=lambda i: (tasks[i].get("started_at", 0), int(i)))
+            mine = next(m for m in out if m["jobId"] == f"{jid}_{last}")
+            if mine["status"]["state"].split()[0] not in FINAL:
+                out.append({**copy.deepcopy(mine), "jobId": jid})
         if waiting:
-            limit = f"%{arr['limit']}" if arr["limit"] else ""
             m = copy.deepcopy(base)
-            m["jobId"] = f"{jid}_[{format_indices(waiting)}{limit}]"
+            m["jobId"] = f"{jid}_[{format_indices(waiting)}{limit}]" if split else jid
             if j.get("cancelled_at"):
                 m["status"].update(state="CANCELLED by 1000", stateReason="None", exitCode=0,
                                    interruptSignal=0)
@@ -585,7 +608,7 @@ class JobsHandler(Handler):
                                             "message": msg}]})
                 return
             self.reply({"jobs": [m for k in sorted(s.jobs, key=int) if s.visible(k, self.user)
-                                 for m in s.job_models(k, shown=True)
+                                 for m in s.job_models(k, shown=True, listing=True)
                                  if s.listed(m, window)]})
             return
         if not self.job_id_ok(jid):

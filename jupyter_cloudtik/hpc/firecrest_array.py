@@ -9,11 +9,14 @@ What the real FirecREST v2 does with arrays (its source, eth-cscs/firecrest-v2):
 
 * ``GET /compute/{system}/jobs`` runs ``sacct`` and ``squeue`` without ``--array``/``-r``
   (``slurm_cli_client.py`` ``get_jobs``; ``sacct_job_info_command.py``,
-  ``squeue_command.py``) and keys the merged answer by Slurm's ``JobID``: tasks Slurm has
-  started are listed one by one (``123_4``), the tasks still pending in Slurm's combined
-  form (``123_[5-9%2]``, reason ``JobArrayTaskLimit`` while the limit is reached).  One
-  such request per tick answers for every element of every sweep; ``expand_listing``
-  gives each pending task its own row.
+  ``squeue_command.py``) and keys the merged answer by ``JobID``.  Run beside it
+  (``scripts/firecrest_beside.py``): tasks Slurm has started are listed one by one
+  (``123_4``), the tasks still pending as ONE entry under the bare id ``123`` (squeue's
+  raw id; reason ``JobArrayTaskLimit`` while the limit is reached), not in Slurm's
+  combined form.  ``GET /jobs/123`` shows the combined form (``123_[5-9%2]``) only from
+  about a second after submit.  One listing per tick answers for every element of every
+  sweep; a task it lacks is asked through ``GET /jobs/<array>`` once per array, and
+  read from the bare entry when it is listed nowhere (``_by_array``).
 * ``GET`` and ``DELETE /compute/{system}/jobs/{job_id}`` take ``job_id`` with
   ``pattern="^[a-zA-Z0-9]+$"`` (``compute/router.py``): ``123_4`` is refused (400,
   validation), so one task can neither be asked about nor ``scancel``-ed through the API.
@@ -152,9 +155,14 @@ class FirecrestArrays:
 
     def _array_task(self, native_id: str, listed: dict[str, dict[str, Any]]
                     ) -> dict[str, Any] | None:
-        """A task the list did not show: the whole array asked once (``GET /jobs/123``,
-        an id FirecREST takes), its answer kept in ``listed`` for the other tasks."""
+        """A task the list did not show on its own: waiting, while the list's entry under
+        the array's bare id is pending (no request); else the whole array asked once
+        (``GET /jobs/123``, an id FirecREST takes), its answer kept in ``listed`` for the
+        other tasks."""
         base = native_id.split("_", 1)[0]
+        pending = _by_array(native_id, listed.get(base))
+        if pending is not None:  # the listing's one entry for the array's waiting tasks
+            return pending
         key = f"{base}_*"
         if key not in listed:
             try:
@@ -163,7 +171,7 @@ class FirecrestArrays:
                 found = []
             listed.update(expand_listing(found))
             listed[key] = {}
-        return listed.get(native_id) or None
+        return listed.get(native_id) or _by_array(native_id, listed.get(base))
 
     def _element_status(self, job: JobRef, st: JobStatus) -> JobStatus:
         """An element ended by its cancel marker is CANCELLED; one cancelled while
@@ -178,6 +186,25 @@ class FirecrestArrays:
         if st.state in (SUCCEEDED, FAILED):
             self._element_cancels.discard(job.native_id)
         return copy.copy(st)
+
+
+def _by_array(native_id: str, bare: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A task listed nowhere on its own, read from its array's entry under the bare id.
+    The real FirecREST v2 lists an array's pending tasks as one entry under the bare id
+    (``GET /jobs``), and shows them one by one in ``GET /jobs/<id>`` only from about a
+    second after submit (run beside it: ``scripts/firecrest_beside.py``).  While that
+    entry is not final the task is waiting (an element is never called lost for it); one
+    that ended without running (refused, cancelled while pending) ended the task too.
+    Otherwise (the bare id is the last task started, or gone) None: the job's own folder
+    says how it ended (``FirecrestBackend._forgotten``)."""
+    if not bare:
+        return None
+    state = (bare.get("status") or {}).get("state") or ""
+    if isinstance(state, list):
+        state = state[0] if state else ""
+    if common_state(state) == QUEUED or never_ran(bare):
+        return {**bare, "jobId": native_id}
+    return None
 
 
 def never_ran(job: dict[str, Any]) -> bool:

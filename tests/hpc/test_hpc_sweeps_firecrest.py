@@ -165,3 +165,25 @@ def firecrest_jobs(firecrest, array: str) -> list[dict]:
     jobs = httpx.get(f"{firecrest.url}{JOBS}", headers={"Authorization": f"Bearer {tok}"},
                      timeout=30).json()["jobs"]
     return [j for j in jobs if j["jobId"].split("_")[0] == array]
+
+
+def test_waiting_elements_are_queued_from_the_first_poll(make_client, backend_configs,
+                                                         firecrest, sweep_nb):  # noqa: F811
+    """The real FirecREST lists an array's waiting tasks as one entry under the bare id,
+    and its ``GET /jobs/<id>`` shows them one by one only about a second after submit
+    (scripts/firecrest_beside.py).  An element that is only waiting must read as queued
+    from the first poll on, never as a job FirecREST forgot (FAILED)."""
+    cfg, secrets = backend_configs["firecrest"]()
+    c = make_client({"firecrest": cfg}, secrets=secrets)
+    nb, _flag = sweep_nb
+    s = Job.sweep(str(nb), backend="firecrest", zip={"alpha": [1, 3, 5], "n": [30, 30, 30]},
+                  client=c, max_concurrent=1, time="5m")
+    try:
+        _polls(c, 3)  # at once: within the emulator's second before the array splits
+        states = [e["state"] for e in s.info.elements]
+        assert states[1:] == ["queued", "queued"], (states, s.info.elements)
+        assert states[0] in ("queued", "running"), states
+    finally:
+        s.cancel()
+        wait_for(lambda: all(e["state"] == "cancelled" for e in s.info.elements), 60,
+                 what="the sweep cancelled")
