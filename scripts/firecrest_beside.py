@@ -533,33 +533,26 @@ def run_probes(real: Side, emu: Side, rep: Report, s3: bool) -> None:
     print(f"   real timeline     : {rtl}")
     print(f"   emulator timeline : {etl}")
 
-    def too_many_cpus(s: Side):
-        st, res = submit(s, "cpus", "#!/bin/bash\n#SBATCH --cpus-per-task=4\nsleep 1\n")
-        if st != 201:
-            return (st, s.norm(res)), []
-        jid = str(res["jobId"])
-        tl = timeline(s, jid, 15, 0.25, until_final=False)
-        s.req("DELETE", f"/compute/{SYS}/jobs/{jid}")
-        return (st, s.norm(res)), tl
-    (rs, rtl), (es, etl) = both(too_many_cpus, real, emu)
-    rep.compare("POST job with more CPUs than the partition", rs, es)
-    rep.note("too-many-CPUs job: (state, reason) sequence (15 s)", states(rtl), states(etl))
-    print(f"   real timeline     : {rtl}")
-    print(f"   emulator timeline : {etl}")
+    def refused_later(label: str, directive: str, seconds: float, what: str) -> None:
+        """A job Slurm takes and leaves pending on a reason: the submit answer and its
+        (state, reason) sequence for ``seconds``, on both sides."""
+        def probe(s: Side):
+            st, res = submit(s, label, f"#!/bin/bash\n#SBATCH {directive}\nsleep 1\n")
+            if st != 201:
+                return (st, s.norm(res)), []
+            jid = str(res["jobId"])
+            tl = timeline(s, jid, seconds, 0.25, until_final=False)
+            s.req("DELETE", f"/compute/{SYS}/jobs/{jid}")
+            return (st, s.norm(res)), tl
+        (rs, rtl), (es, etl) = both(probe, real, emu)
+        rep.compare(f"POST job with more {what} than the partition", rs, es)
+        rep.note(f"too-many-{what} job: (state, reason) sequence ({seconds:.0f} s)",
+                 states(rtl), states(etl))
+        print(f"   real timeline     : {rtl}")
+        print(f"   emulator timeline : {etl}")
 
-    def too_many_nodes(s: Side):
-        st, res = submit(s, "nodes", "#!/bin/bash\n#SBATCH --nodes=2\nsleep 1\n")
-        if st != 201:
-            return (st, s.norm(res)), []
-        jid = str(res["jobId"])
-        tl = timeline(s, jid, 10, 0.25, until_final=False)
-        s.req("DELETE", f"/compute/{SYS}/jobs/{jid}")
-        return (st, s.norm(res)), tl
-    (rs, rtl), (es, etl) = both(too_many_nodes, real, emu)
-    rep.compare("POST job with more nodes than the partition", rs, es)
-    rep.note("too-many-nodes job: (state, reason) sequence (10 s)", states(rtl), states(etl))
-    print(f"   real timeline     : {rtl}")
-    print(f"   emulator timeline : {etl}")
+    refused_later("cpus", "--cpus-per-task=4", 15, "CPUs")
+    refused_later("nodes", "--nodes=2", 10, "nodes")
 
     def per_node(s: Side):
         st, res = submit(s, "pernode", "#!/bin/bash\n#SBATCH --ntasks-per-node=3\n"
