@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import shlex
 import time
+import uuid
 from typing import Any
 
 from ..core.errors import CloudTikError, NotFoundError, OperationCancelled
@@ -91,7 +92,7 @@ def add_in_notebook(client: Any, args: argparse.Namespace, request: dict[str, An
                     checked: StorageInfo, *, timeout: float = WAIT_TIMEOUT,
                     poll: float = POLL_INTERVAL) -> StorageInfo:
     """Show the form, wait for the storage, replace the form with the result line."""
-    from IPython.display import display
+    from IPython.display import display, update_display
 
     from .commands import describe
 
@@ -102,19 +103,26 @@ def add_in_notebook(client: Any, args: argparse.Namespace, request: dict[str, An
             before = client.get(name).updated_at
         except NotFoundError:
             before = None
-    handle = display(form_bundle(args, request, checked, timeout), raw=True,
-                     display_id=True)
+    # The display id is ours before the form is shown, and the try starts before it: an
+    # interrupt sent as soon as the form arrives can land while display() is still
+    # returning, and must still close the form (an update for an id the front end has
+    # not seen yet is ignored by it, so closing too early is harmless).
+    display_id = uuid.uuid4().hex
     try:
+        display(form_bundle(args, request, checked, timeout), raw=True,
+                display_id=display_id)
         info = wait_for_storage(client, name, before, timeout, poll)
     except KeyboardInterrupt:
-        handle.update({"text/plain": f"storage {name!r}: the form is closed (interrupted)"},
-                      raw=True)
+        update_display({"text/plain": f"storage {name!r}: the form is closed (interrupted)"},
+                       raw=True, display_id=display_id)
         raise OperationCancelled(f"adding storage {name!r}: interrupted; the form is "
                                  "closed") from None
     except BaseException:
-        handle.update({"text/plain": f"storage {name!r}: the form is closed"}, raw=True)
+        update_display({"text/plain": f"storage {name!r}: the form is closed"}, raw=True,
+                       display_id=display_id)
         raise
-    handle.update({"text/plain": describe("storage", info)}, raw=True)
+    update_display({"text/plain": describe("storage", info)}, raw=True,
+                   display_id=display_id)
     return info
 
 
