@@ -300,6 +300,8 @@ class BaseHandler(web.RequestHandler):
     """JSON in and out; faults and bearer tokens checked before the route runs."""
 
     needs_auth = True
+    #: a request without ``Authorization: Bearer``: 401 with this message
+    missing_token_message = "Missing bearer token"
 
     @property
     def svc(self):
@@ -331,7 +333,7 @@ class BaseHandler(web.RequestHandler):
         if self.needs_auth:
             auth = self.request.headers.get("Authorization", "")
             if not auth.startswith("Bearer "):
-                self.fail(401, "Missing bearer token")
+                self.fail(401, self.missing_token_message)
                 return
             try:
                 self.claims = svc.issuer.verify(auth[len("Bearer "):].strip())

@@ -36,8 +36,10 @@ jobs and transfer jobs alike; system names match in any case (the URL's spelling
 accepted, answers carry the server's); ``view`` reads two blocks of ``size`` and is a 413
 when they reach ``max_ops_file_size`` (a whole file of 5 MiB or more), its answer cut in
 characters, and a direct ``download`` is a 413 when its base64 reaches that limit (from
-3.75 MiB); a missing working folder is accepted and the job then FAILS
-(exit 0, signal 53); cancelling a finished or unknown job is a 500 with scancel's words;
+3.75 MiB); a new job waits ``SCHEDULE_SECONDS`` for the scheduler (PENDING, reason
+``None``), then runs with sacct's exit code 0 and its batch step in ``tasks`` while it
+runs; a missing working folder is accepted, PENDING (``Priority``) as long, and then
+FAILS (exit 0, signal 53); cancelling a finished or unknown job is a 500 with scancel's words;
 states read ``CANCELLED by <uid>``; time limits are seconds; the partition model is
 ``{name, cpus (of the whole partition), totalNodes, partition (the state)}``.
 
@@ -89,6 +91,7 @@ from ._service import (
 from .firecrest_files import OpsHandler, StageHandler, TransferHandler
 from .firecrest_model import (
     APP_VERSION,
+    CLUSTER_NAME,
     COMMAND_TIMEOUT,
     DEFAULT_ACCOUNTS,
     DEFAULT_TIME_WINDOW,
@@ -97,6 +100,7 @@ from .firecrest_model import (
     KNOWN_SBATCH,
     OPS_SIZE_LIMIT,
     PROVISIONAL_SECONDS,
+    SCHEDULE_SECONDS,
     SLURM_DOWN,
     SLURM_ERROR,
     TIME_WINDOWS,
@@ -142,7 +146,11 @@ class FirecrestService:
         self.command_timeout = COMMAND_TIMEOUT
         self.fs_delay = 0.0
         self.age = 0.0  # see listed
+        self.schedule_delay = SCHEDULE_SECONDS
         self.accounts = set(DEFAULT_ACCOUNTS if accounts is None else accounts)
+        # sacctmgr's default account: the first given (userinfo's ``default``)
+        self.default_account = next(iter(DEFAULT_ACCOUNTS if accounts is None else accounts),
+                                    None)
         self.system = system
         self.state_dir = self.root / ".f7t"
         self.state_dir.mkdir(parents=True, exist_ok=True)
@@ -217,7 +225,8 @@ class FirecrestService:
         d = sbatch_directives(script)
         for k in d:
             if k not in KNOWN_SBATCH:
-                raise SlurmRefusal(f"sbatch: unrecognized option '--{k}={d[k]}'\nTry "
+                # quoted without its value (seen beside the real server)
+                raise SlurmRefusal(f"sbatch: unrecognized option '--{k}'\nTry "
                                    '"sbatch --help" for more information\n', rc=255)
         wd = desc.get("working_directory") or desc.get("workingDirectory") or \
             desc.get("current_working_directory") or d.get("chdir")
@@ -281,23 +290,25 @@ class FirecrestService:
                                            out_t=out, err_t=err, tasks={})
             if refused:  # slurmctld made the record, then refused: accounting keeps it
                 self.jobs[str(jid)].update(refused=True, ended=time.time())
-            elif not wd_path.is_dir():  # slurmd cannot chdir: the batch step ends at once
-                self.jobs[str(jid)].update(no_workdir=True, ended=time.time())
+            elif not wd_path.is_dir():  # slurmd cannot chdir: the batch step ends as soon as
+                # the scheduler starts it (pending until then, see SCHEDULE_SECONDS)
+                self.jobs[str(jid)].update(no_workdir=True,
+                                           ended=time.time() + self.schedule_delay)
             self._save()
         if cpu_refused:
             raise SlurmRefusal("sbatch: error: Batch job submission failed: Requested node "
-                               "configuration is not available")
+                               "configuration is not available\n")
         if refused:
             raise SlurmRefusal("sbatch: error: Memory specification can not be satisfied\n"
                                "sbatch: error: Batch job submission failed: Requested node "
-                               "configuration is not available")
+                               "configuration is not available\n")
         if pending_reason or not wd_path.is_dir():
             return str(jid)
         if d.get("array") is not None:
             self.schedule_arrays()
             return str(jid)
         self.runner.start(str(jid), script, wd_path, env, out_p, err_p, time_limit=limit,
-                          delay=self.faults.queue_delay)
+                          delay=max(self.faults.queue_delay, self.schedule_delay))
         return str(jid)
 
     def _check_qos(self, user: str, limit: int | None, arr: dict[str, Any] | None) -> None:
@@ -340,7 +351,8 @@ class FirecrestService:
             for jid, j in self.jobs.items():
                 arr = j.get("array")
                 if not arr or j.get("cancelled_at") or j.get("pending") or \
-                        j.get("refused") or j.get("no_workdir"):
+                        j.get("refused") or j.get("no_workdir") or \
+                        time.time() - j["submitted"] < self.schedule_delay:
                     continue
                 tasks = j["tasks"]
                 running = sum(1 for i in tasks
@@ -440,6 +452,8 @@ class FirecrestService:
                          elapsed=int(((ended if final else None) or time.time()) - started)
                          if started else 0)
         m["nodes"] = "localhost" if started else ""
+        m["tasks"] = _steps(key, state, rc, signal_, started, ended)
+        m["time"]["suspended"] = None if state == "PENDING" else 0
         return m
 
     def _ran(self, key: str) -> tuple[str, int | None, str, int | None, float | None,
@@ -457,13 +471,21 @@ class FirecrestService:
                                             if state == "CANCELLED" else None)
         if state == "CANCELLED":
             state, rc = "CANCELLED by 1000", 0
-        elif state in ("PENDING", "RUNNING"):  # squeue: no exit code yet
+        elif state == "PENDING":  # squeue's record (it wins for PENDING): no exit code
             rc = signal_ = None
-            reason = "Priority" if state == "PENDING" else "None"
+            reason = "Priority"
+        elif state == "RUNNING":
+            # sacct's record wins over squeue's for any state but PENDING
+            # (slurm_cli_client.py, SlurmCliClient.get_job/get_jobs: "sacct has
+            # precedence"), and sacct's ExitCode of a running job is "0:0": exit code 0
+            # and signal 0 while it runs (seen beside the real server) — not a result
+            rc, signal_, reason = 0, 0, "None"
         return state, rc, reason, signal_, started, ended
 
     def cancel(self, jid: str) -> None:
         """scancel: a finished or unknown job is an error (FirecREST: 500)."""
+        if not jid.isdigit():  # scancel refuses the id itself (seen beside the real server)
+            raise SlurmRefusal(f"scancel: error: Invalid job id {jid}\n", rc=1)
         j = self.jobs.get(jid)
         if j is None:
             raise SlurmRefusal(f"scancel: Terminating job {jid}\nscancel: error: Kill job "
@@ -482,7 +504,8 @@ class FirecrestService:
             for i in live:
                 self.runner.cancel(f"{jid}_{i}")
             return
-        if j.get("pending") and not j.get("cancelled_at"):
+        waiting = j.get("pending") or (j.get("no_workdir") and time.time() < j["ended"])
+        if waiting and not j.get("cancelled_at"):
             with self.lock:
                 j["cancelled_at"] = time.time()
                 self._save()
@@ -506,9 +529,18 @@ class FirecrestService:
         limit = int(j["limit"]) if j.get("limit") else None  # seconds
         signal_ = 0
         nodes, alloc = "localhost", j.get("nodes", 1)
+        steps: list[dict[str, Any]] = []
         if j.get("refused"):
             state, reason, rc, started, ended = "FAILED", "None", 1, j["ended"], j["ended"]
             nodes, alloc = "None assigned", 0
+        elif j.get("no_workdir") and j.get("cancelled_at"):  # cancelled while pending
+            state, reason, rc, started, ended = "CANCELLED by 1000", "None", 0, None, \
+                j["cancelled_at"]
+            nodes, alloc = "None assigned", 0
+        elif j.get("no_workdir") and now < j["ended"]:  # not scheduled yet
+            state, reason, rc, started, ended, nodes = "PENDING", "Priority", None, None, \
+                None, ""
+            signal_ = None
         elif j.get("no_workdir"):
             state, reason, rc, started, ended = "FAILED", "None", 0, j["ended"], j["ended"]
             signal_ = 53
@@ -520,6 +552,7 @@ class FirecrestService:
                 nodes, alloc = "None assigned", 0
             else:
                 state, reason, rc, ended, nodes = "PENDING", j["pending"], None, None, ""
+                signal_ = None
                 if reason != "PartitionConfig" and not (
                         j.get("provisional_shown")
                         and now - j["submitted"] >= PROVISIONAL_SECONDS):
@@ -530,6 +563,9 @@ class FirecrestService:
             state, rc, reason, signal_, started, ended = self._ran(jid)
             if state == "PENDING":
                 nodes = ""
+                if now - j["submitted"] < self.schedule_delay:
+                    reason = "None"  # the scheduler has not looked at it yet
+            steps = _steps(jid, state, rc, signal_, started, ended)
             if state == "RUNNING" and started and limit:
                 ended = started + limit  # squeue's EndTime: when the limit is reached
         elapsed = int(((ended if state in FINAL or state.startswith("CANCELLED") else None)
@@ -538,11 +574,13 @@ class FirecrestService:
             "jobId": jid, "name": j["name"],
             "status": {"state": state, "stateReason": reason, "exitCode": rc,
                        "interruptSignal": signal_},
-            "tasks": [],
+            "tasks": steps,
+            # squeue's record (PENDING) has no Suspended column: null; sacct's says 0
             "time": {"elapsed": elapsed, "start": int(started) if started else None,
-                     "end": int(ended) if ended else None, "suspended": 0, "limit": limit},
+                     "end": int(ended) if ended else None,
+                     "suspended": None if state == "PENDING" else 0, "limit": limit},
             "account": j.get("account") or "", "allocationNodes": alloc,
-            "cluster": self.system, "group": j["user"], "nodes": nodes,
+            "cluster": CLUSTER_NAME, "group": j["user"], "nodes": nodes,
             "partition": j["partition"], "killRequestUser": None, "user": j["user"],
             "workingDirectory": j["workingDirectory"], "priority": 4294901759 - int(jid),
         }
@@ -586,6 +624,31 @@ class FirecrestService:
         jid = int(jid)
         return {"jobId": jid, "system": self.system, "workingDirectory": str(wd),
                 "logs": {"outputLog": str(out), "errorLog": str(err)}}
+
+
+def _steps(key: str, state: str, rc: int | None, signal_: int | None,
+           started: float | None, ended: float | None) -> list[dict[str, Any]]:
+    """``tasks``: the job's steps as sacct lists them (``<id>.batch``), which FirecREST
+    turns into ``{id, name, status, time}`` (sacct_job_info_command.py,
+    ``SacctCommand._parse_step``; models.py, ``JobTaskSlurm``: ``stateReason`` null).
+    squeue has no steps, so a PENDING job has none; a started one has its batch step —
+    running, then ended as the job did, except that a cancel or time-out ends the batch
+    step by signal 15 (``CANCELLED``, exit ``0:15``) as slurmstepd does.  A step's
+    ``TimelimitRaw`` is blank: ``limit`` null.  Not modelled: the ``extern`` step (only
+    with ``PrologFlags=Contain``) and ``srun`` steps (``<id>.0``)."""
+    if not started:
+        return []
+    word = state.split()[0]
+    step_state, code, sig = word, rc, signal_
+    if word in ("CANCELLED", "TIMEOUT"):
+        step_state, code, sig = "CANCELLED", 0, 15
+    final = word in FINAL
+    return [{"id": f"{key}.batch", "name": "batch",
+             "status": {"state": step_state, "stateReason": None, "exitCode": code,
+                        "interruptSignal": sig},
+             "time": {"elapsed": int(((ended if final else None) or time.time()) - started),
+                      "start": int(started), "end": int(ended) if final and ended else None,
+                      "suspended": 0, "limit": None}}]
 
 
 class JobsHandler(Handler):
@@ -730,6 +793,9 @@ def main(argv: list[str] | None = None) -> None:
                              "SSH output buffer (bytes)")
     parser.add_argument("--command-timeout", type=float, default=COMMAND_TIMEOUT,
                         help="ssh.timeout.command_execution (seconds)")
+    parser.add_argument("--schedule-delay", type=float, default=SCHEDULE_SECONDS,
+                        help="seconds a new job stays PENDING (reason None) before Slurm's "
+                             "scheduler starts it")
     parser.add_argument("--no-staging", action="store_true",
                         help="no staged transfer (data_transfer not configured)")
     args = parser.parse_args(argv)
@@ -745,6 +811,7 @@ def main(argv: list[str] | None = None) -> None:
                            else None,
                            qos=json.loads(args.qos) if args.qos else None)
     svc.ops_limit, svc.command_timeout = args.max_ops_file_size, args.command_timeout
+    svc.schedule_delay = args.schedule_delay
     app = make_app(svc)
 
     async def run() -> None:

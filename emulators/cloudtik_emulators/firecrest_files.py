@@ -8,8 +8,10 @@ each rule is applied.
 from __future__ import annotations
 
 import asyncio
+import grp
 import hashlib
 import os
+import pwd
 import re
 import shutil
 import stat as statmod
@@ -30,12 +32,27 @@ from .firecrest_model import (
 )
 
 
+def _owner(st: os.stat_result) -> tuple[str, str]:
+    """``ls -l``'s owner and group names (the Unix user's on the real server, not fixed
+    words: seen beside it); a number when the id has no name, as ls prints it."""
+    try:
+        user = pwd.getpwuid(st.st_uid).pw_name
+    except KeyError:
+        user = str(st.st_uid)
+    try:
+        group = grp.getgrgid(st.st_gid).gr_name
+    except KeyError:
+        group = str(st.st_gid)
+    return user, group
+
+
 def _file_entry(p: Path, name: str) -> dict[str, Any]:
     st = p.lstat()
     kind = "d" if statmod.S_ISDIR(st.st_mode) else "l" if statmod.S_ISLNK(st.st_mode) else "-"
+    user, group = _owner(st)
     return {"name": name, "type": kind,
-            "linkTarget": os.readlink(p) if kind == "l" else None, "user": "user",
-            "group": "users", "permissions": statmod.filemode(st.st_mode)[1:],
+            "linkTarget": os.readlink(p) if kind == "l" else None, "user": user,
+            "group": group, "permissions": statmod.filemode(st.st_mode)[1:],
             "lastModified": time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(st.st_mtime)),
             "size": str(st.st_size)}
 
@@ -121,6 +138,8 @@ class OpsHandler(Handler):
                                    rc=2)
             elif op == "view":
                 self.remote_failed(404, f"dd: failed to open '{p}': No such file or directory")
+            elif op == "stat":  # coreutils' stat uses statx (seen beside the real server)
+                self.remote_failed(404, f"stat: cannot statx '{p}': No such file or directory")
             else:
                 self.remote_failed(404, f"{op}: cannot open '{p}' for reading: No such file "
                                         "or directory")
@@ -135,7 +154,10 @@ class OpsHandler(Handler):
                                    "ctime": int(st.st_ctime), "mtime": int(st.st_mtime)}})
         elif op == "view":
             if p.is_dir():
-                self.remote_failed(500, f"dd: error reading '{p}': Is a directory")
+                # dd's statistics follow its error (seen beside the real server)
+                self.remote_failed(500, f"dd: error reading '{p}': Is a directory\n"
+                                        "0+0 records in\n0+0 records out\n0 bytes copied, "
+                                        "5.1e-05 s, 0.0 kB/s\n")
                 return
             try:  # FirecREST's query default for size is 5 MiB (ops/router.py, get_view)
                 size = int(self.get_argument("size", str(5 * 1024 * 1024)))
@@ -230,7 +252,8 @@ class OpsHandler(Handler):
                 if not self.may_write(first, f"mkdir: cannot create directory '{first}'"):
                     return
             p.mkdir(parents=True, exist_ok=True)
-            self.reply({"output": _file_entry(p, p.name)}, 201)
+            # mkdir_command.py lists the new folder with ls: name is the whole path
+            self.reply({"output": _file_entry(p, str(p))}, 201)
         elif op == "upload":
             folder = self.sys_path(self.get_argument("path", None))
             if folder is None:

@@ -33,6 +33,16 @@ PROVISIONAL_SECONDS = 1.0
 # the accounts the user has an association with (the outside check: an unknown account is
 # a 500 on the real server, Slurm with accounting enforced); --accounts replaces them
 DEFAULT_ACCOUNTS = ("default",)
+#: seconds a new job waits for Slurm's scheduler: beside the real server every job read
+#: ``PENDING`` (reason ``None``: not yet looked at) for 1-2 s before ``RUNNING``, and a job
+#: whose working folder is missing read ``PENDING`` (``Priority``) before ``FAILED``
+#: (``scripts/firecrest_beside.py``; in Slurm, sbatch's job is scheduled by the main
+#: loop's next pass or the backfill, not at submit: slurm.conf ``batch_sched_delay``,
+#: ``sched_min_interval``).  ``POST /_emulator/system {"schedule_delay": s}`` changes it
+SCHEDULE_SECONDS = 1.0
+#: Slurm's ``ClusterName``: FirecREST's ``cluster`` field is sacct's/squeue's ``Cluster``
+#: column, not the FirecREST system's name (seen beside the real server)
+CLUSTER_NAME = "cluster"
 INVALID_ACCOUNT = ("sbatch: error: Batch job submission failed: Invalid account or "
                    "account/partition combination specified\n")
 # GET /compute/{system}/jobs lists pending and running jobs (squeue) and, from sacct
@@ -163,6 +173,9 @@ def _mtime(p: Path) -> float | None:
 
 
 class Handler(BaseHandler):
+    # FastAPI's HTTPBearer (FirecREST's auth dependency) without credentials: "Not
+    # authenticated" (seen beside the real server)
+    missing_token_message = "Not authenticated"
     def prepare(self) -> None:
         super().prepare()
         if self._finished or not self.needs_auth:

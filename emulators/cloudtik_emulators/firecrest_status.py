@@ -8,7 +8,14 @@ from __future__ import annotations
 import time
 
 from ._service import AdminHandler
-from .firecrest_model import COMMAND_TIMEOUT, OPS_SIZE_LIMIT, SLURM_DOWN, Handler
+from .firecrest_model import (
+    COMMAND_TIMEOUT,
+    MAX_PART_SIZE,
+    OPS_SIZE_LIMIT,
+    SCHEDULE_SECONDS,
+    SLURM_DOWN,
+    Handler,
+)
 
 
 class SlurmFaultHandler(AdminHandler):
@@ -31,8 +38,9 @@ class SlurmFaultHandler(AdminHandler):
 
 class SystemConfigHandler(AdminHandler):
     """POST /_emulator/system {"max_ops_file_size": bytes, "command_timeout": seconds,
-    "fs_delay": seconds}: the system's limits as a site configures them (null: the
-    default), and a slow file system."""
+    "fs_delay": seconds, "schedule_delay": seconds}: the system's limits as a site
+    configures them (null: the default), a slow file system, how long a new job waits for
+    Slurm's scheduler (0: at once)."""
 
     def post(self, what: str = "") -> None:
         body = self.json_body() or {}
@@ -43,6 +51,9 @@ class SystemConfigHandler(AdminHandler):
             svc.command_timeout = float(body["command_timeout"] or COMMAND_TIMEOUT)
         if "fs_delay" in body:
             svc.fs_delay = float(body["fs_delay"] or 0)
+        if "schedule_delay" in body:  # see firecrest.SCHEDULE_SECONDS
+            value = body["schedule_delay"]
+            svc.schedule_delay = SCHEDULE_SECONDS if value is None else float(value)
         self.reply({"ok": True})
 
 
@@ -53,8 +64,18 @@ class SystemsHandler(Handler):
         health = [{"serviceType": t, "lastChecked": now, "latency": 0.01, "healthy": True,
                    "message": None} for t in ("scheduler", "ssh", "filesystem")]
         health[2]["path"] = str(s.root)
-        transfer = {"service_type": "s3", "name": "stage", "public_url": s.base_url,
-                    "region": "us-east-1", "ttl": 3600} if s.staging else None
+        # S3DataTransfer is a CamelModel inside the snake-case DataOperation, and its
+        # SecretStr fields (privateUrl, accessKeyId, secretAccessKey) are dumped masked;
+        # multipart and bucketLifecycleConfiguration are plain BaseModels: snake case
+        # inside (firecrest-v2 src/firecrest/config.py: S3DataTransfer, MultipartUpload,
+        # BucketLifecycleConfiguration; seen beside the real server)
+        transfer = {"serviceType": "s3", "name": "stage", "privateUrl": "**********",
+                    "publicUrl": s.base_url, "accessKeyId": "**********",
+                    "secretAccessKey": "**********", "region": "us-east-1", "ttl": 3600,
+                    "tenant": None,
+                    "multipart": {"use_split": False, "max_part_size": MAX_PART_SIZE,
+                                  "parallel_runs": 3, "tmp_folder": "tmp"},
+                    "bucketLifecycleConfiguration": {"days": 10}} if s.staging else None
         self.reply({"systems": [{
             "name": s.system,
             "ssh": {"host": "localhost", "port": 22, "proxyHost": None, "proxyPort": None,
@@ -94,4 +115,17 @@ class UserinfoHandler(Handler):
             return
         self.reply({"user": {"id": "1000", "name": self.user}, "group": {"id": "100",
                     "name": "users"}, "groups": [{"id": "100", "name": "users"}],
-                    "accounts": None})
+                    "accounts": self._accounts()})
+
+    def _accounts(self) -> list[dict[str, object]] | None:
+        """``sacctmgr show assoc`` of the user (firecrest-v2 sacctmgr_accounts.py): with
+        associations (the emulator enforces them, see firecrest_model.INVALID_ACCOUNT)
+        ``[{name, default}]`` (``default``: sacctmgr's DefaultAccount; slurm_cli_client.py,
+        ``get_accounts``), in sacctmgr's order (the association tree's, by name here);
+        none: null (seen beside the real server, ``AccountingStorageEnforce=
+        associations``)."""
+        svc = self.svc
+        if not svc.accounts:
+            return None
+        names = sorted(svc.accounts)
+        return [{"name": a, "default": a == svc.default_account} for a in names]

@@ -246,7 +246,8 @@ class FirecrestBackend(FirecrestArrays, FirecrestFiles, HPCBackend):
                     raise ProviderError(
                         f"Slurm on '{self.config['system']}' refused account '{account}': "
                         f"{_slurm_text(message).split('failed: ')[-1]}; check the job's "
-                        f"account or backends.{self.name}.account") from None
+                        f"account or backends.{self.name}.account"
+                        f"{self._chargeable()}") from None
                 if status == 403 and _quota_limit(message):
                     raise ProviderError(self._quota_refusal(message)) from None
                 if status == 401 and attempt == 1:
@@ -326,6 +327,19 @@ class FirecrestBackend(FirecrestArrays, FirecrestFiles, HPCBackend):
         if ops is None:  # an older server that does not say: assume it has one
             return True
         return bool(ops.get("data_transfer") or ops.get("dataTransfer"))
+
+    def _chargeable(self) -> str:
+        """``; you may charge: a (default), b`` from userinfo's ``accounts`` (sacctmgr's
+        associations of the user, firecrest-v2 ``get_accounts``), to put in a refusal;
+        empty when the server does not say (no associations: ``null``) or cannot be
+        asked — the refusal stands either way."""
+        try:
+            info = self._call("userinfo", self.system) or {}
+        except CloudTikError:
+            return ""
+        names = [f"{a['name']} (default)" if a.get("default") else str(a["name"])
+                 for a in info.get("accounts") or [] if isinstance(a, dict) and a.get("name")]
+        return f"; you may charge: {', '.join(names)}" if names else ""
 
     @property
     def workdir(self) -> str:

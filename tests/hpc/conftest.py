@@ -198,7 +198,7 @@ class Service:
         if self.module.endswith("firecrest"):
             self.admin("slurm", {"down": False, "qos": None, "age": 0})
             self.admin("system", {"max_ops_file_size": None, "command_timeout": None,
-                                  "fs_delay": 0})
+                                  "fs_delay": 0, "schedule_delay": None})
         if self.module.endswith(".arc"):
             self.faults(max_running=None, kill_delay=0)
 

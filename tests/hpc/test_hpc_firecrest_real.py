@@ -8,7 +8,9 @@ docs/hpc.md ("FirecREST: real server vs emulator") lists them with the test of e
 
 from __future__ import annotations
 
+import grp
 import json
+import pwd
 import re
 import time
 from pathlib import Path
@@ -123,10 +125,100 @@ def test_jobs_as_firecrest_shows_them(api, home):
     assert _job(api, over)["status"]["state"] == "PENDING"
     assert api.delete(f"/compute/{SYS}/jobs/{over}").status_code == 204
     assert _job(api, over)["status"]["state"].startswith("CANCELLED by ")
-    # a working folder that is not there: accepted, then the job fails at once
+    # a working folder that is not there: accepted, PENDING (Priority) until Slurm's
+    # scheduler starts it, then FAILED at once (exit 0, signal 53), as beside the real server
     gone = _submit(api, f"{home}/nosuch").json()["jobId"]
     job = _job(api, gone)
+    assert (job["status"]["state"], job["status"]["stateReason"],
+            job["status"]["exitCode"]) == ("PENDING", "Priority", None), job["status"]
+    job = wait_for(lambda: (j := _job(api, gone))["status"]["state"] != "PENDING" and j, 10,
+                   what="the job without a folder to fail")
     assert job["status"]["state"] == "FAILED" and job["status"]["interruptSignal"] == 53
+
+
+def test_a_job_waits_for_the_scheduler_and_reads_exit_0_while_running(api, home):
+    """Beside the real server (scripts/firecrest_beside.py): a new job is PENDING with
+    reason ``None`` for a second or two (squeue's record: no exit code, signal or
+    suspended time, no steps); running it is sacct's record, which wins for every state
+    but PENDING (slurm_cli_client.py: "sacct has precedence") — exit code 0 and signal 0
+    *while it runs*, and its batch step; ended, the step as sacct lists it, ``cluster``
+    Slurm's ClusterName (not the system's name)."""
+    jid = _submit(api, home, script="#!/bin/bash\nsleep 2\nexit 4\n").json()["jobId"]
+    first = _job(api, jid)
+    assert (first["status"], first["tasks"], first["time"]["suspended"]) == (
+        {"state": "PENDING", "stateReason": "None", "exitCode": None, "interruptSignal": None},
+        [], None), first
+    running = wait_for(lambda: (j := _job(api, jid))["status"]["state"] == "RUNNING" and j,
+                       10, what="the job to run")
+    assert (running["status"]["exitCode"], running["status"]["interruptSignal"]) == (0, 0)
+    assert running["time"]["suspended"] == 0
+    assert [(t["id"], t["name"], t["status"]["state"], t["time"]["limit"])
+            for t in running["tasks"]] == [(f"{jid}.batch", "batch", "RUNNING", None)]
+    done = wait_for(lambda: (j := _job(api, jid))["status"]["state"] == "FAILED" and j, 20,
+                    what="the job to end")
+    assert done["status"]["exitCode"] == 4 and done["cluster"] not in ("", SYS)
+    step = done["tasks"][0]
+    assert (step["id"], step["status"]) == (f"{jid}.batch", {
+        "state": "FAILED", "stateReason": None, "exitCode": 4, "interruptSignal": 0})
+    assert step["time"]["end"] >= step["time"]["start"] and step["time"]["elapsed"] >= 1
+    # a cancel ends the batch step by signal 15
+    jid = _submit(api, home, script="#!/bin/bash\nsleep 30\n").json()["jobId"]
+    wait_for(lambda: _job(api, jid)["status"]["state"] == "RUNNING", 10, what="a run")
+    assert api.delete(f"/compute/{SYS}/jobs/{jid}").status_code == 204
+    job = wait_for(lambda: (j := _job(api, jid))["status"]["state"].startswith("CANCELLED")
+                   and j, 10, what="the cancel")
+    assert job["tasks"][0]["status"]["state"] == "CANCELLED"
+    assert job["tasks"][0]["status"]["interruptSignal"] == 15
+
+
+def test_the_backend_reads_a_running_job_with_exit_0_as_running(make_client,
+                                                                backend_configs, firecrest):
+    """sacct's exit code 0 of a running job is no result: the backend says running, and
+    the job's own exit code only once it has ended."""
+    config, secrets = backend_configs["firecrest"]()
+    client = make_client({"firecrest": config}, secrets)
+    info = client.submit(build_spec(command="sh -c 'sleep 3; exit 5'"), "firecrest")
+    seen = wait_for(lambda: (i := client.get(info.id)).state != "queued" and i, 30,
+                    what="the job to leave the queue")
+    assert seen.state == "running", seen
+    done = client.wait(info.id, 60)
+    assert done.state == "failed" and done.exit_code == 5, (done.reason, client.logs(info.id).text)
+
+
+def test_status_answers_as_the_real_server_words_them(api, home, firecrest):
+    """userinfo lists the accounts the user is associated with (sacctmgr, with the
+    default marked); the staged transfer's settings are camel case with the keys
+    masked; no token is FastAPI's "Not authenticated"; scancel refuses an id that is not
+    one; an unknown #SBATCH option is quoted without its value; mkdir names the whole
+    path; listings name the file's Unix owner; stat of nothing says statx (all seen
+    beside the real server, scripts/firecrest_beside.py)."""
+    info = api.get(f"/status/{SYS}/userinfo").json()
+    assert info["accounts"] == [{"name": "default", "default": True}]
+    transfer = api.get("/status/systems").json()["systems"][0]["dataOperation"][
+        "data_transfer"]
+    assert transfer["serviceType"] == "s3" and transfer["publicUrl"]
+    assert {transfer[k] for k in ("privateUrl", "accessKeyId", "secretAccessKey")} == {
+        "**********"}
+    assert transfer["multipart"]["max_part_size"] > 0
+    assert "service_type" not in transfer and "public_url" not in transfer
+    r = httpx.get(f"{firecrest.url}/status/{SYS}/userinfo")
+    assert (r.status_code, r.json()["message"]) == (401, "Not authenticated")
+    r = api.delete(f"/compute/{SYS}/jobs/abc")
+    assert r.status_code == 500 and r.json()["message"].endswith(
+        "std_err:scancel: error: Invalid job id abc\n"), r.json()
+    assert "exit_status:1" in r.json()["message"]
+    r = _submit(api, home, script="#!/bin/bash\n#SBATCH --bogus=1\n")
+    assert "unrecognized option '--bogus'\n" in r.json()["message"], r.json()
+    made = api.post(f"/filesystem/{SYS}/ops/mkdir",
+                    json={"path": f"{home}/named/here", "parent": True}).json()["output"]
+    assert made["name"] == f"{home}/named/here"
+    st = Path(home).stat()
+    listed = api.get(f"/filesystem/{SYS}/ops/ls", params={"path": home}).json()["output"]
+    mine = next(e for e in listed if e["name"] == "named")
+    assert (mine["user"], mine["group"]) == (pwd.getpwuid(st.st_uid).pw_name,
+                                             grp.getgrgid(st.st_gid).gr_name)
+    r = api.get(f"/filesystem/{SYS}/ops/stat", params={"path": f"{home}/nosuch"})
+    assert r.status_code == 404 and "stat: cannot statx" in r.json()["message"]
 
 
 def test_arrays_as_firecrest_shows_them(api, home):
@@ -455,6 +547,8 @@ def test_an_unknown_account_is_refused_in_one_line_naming_it(make_client, backen
     assert info.state == "failed" and info.native_id is None, info
     assert "refused account 'nosuch'" in info.reason and "\n" not in info.reason, info
     assert "Invalid account" in info.reason, info
+    # ...and names the accounts the user may charge (userinfo's sacctmgr associations)
+    assert info.reason.endswith("; you may charge: default (default)"), info.reason
 
 
 def test_an_unknown_account_of_a_transfer_job_is_refused_in_one_line(
