@@ -22,10 +22,15 @@ from typing import Any
 from ..core.errors import CloudTikError, ConfigError, NotFoundError
 from . import notebook as nbtools
 
-__all__ = ["READ_APART_BYTES", "notebook_view"]
+__all__ = ["READ_APART_BYTES", "RECORDED_APART_BYTES", "notebook_view", "recorded_values"]
 
 #: a notebook this large (bytes) is read in a process of its own
 READ_APART_BYTES = 8 << 20
+#: an executed notebook this large is read for a sweep's results table in a process of
+#: its own: the table reads up to 16 MiB per element and 64 MiB in all, and json.loads
+#: holds the GIL ~0.1 s per 16 MiB of ordinary outputs, longer for many small cells, so
+#: each element stalled the loop (a worker thread does not help: sweep_results)
+RECORDED_APART_BYTES = 1 << 20
 _ERRORS: dict[str, type[CloudTikError]] = {"NotFoundError": NotFoundError,
                                            "ConfigError": ConfigError}
 
@@ -52,41 +57,69 @@ async def notebook_view(source: str | bytes) -> dict[str, Any]:
     if _size(source) < READ_APART_BYTES:
         return await asyncio.to_thread(_view_here, source)
     name = "the sent notebook" if isinstance(source, bytes) else repr(str(source))
+    return await _apart("view", source, f"notebook: {name} could not be read for the "
+                                        "parameter check")
+
+
+async def recorded_values(data: bytes) -> dict[str, Any]:
+    """The values an executed notebook recorded (``sweep_results.read_recorded``), read
+    in a worker thread when small and in a process of its own from
+    ``RECORDED_APART_BYTES`` on.  A reader that cannot run raises ConfigError (the row
+    then says its values were not read), never an empty answer."""
+    from .sweep_results import read_recorded
+
+    if len(data) < RECORDED_APART_BYTES:
+        return await asyncio.to_thread(read_recorded, data)
+    return await _apart("recorded", data, "values not read: its executed notebook could "
+                                          "not be parsed here")
+
+
+async def _apart(kind: str, source: str | bytes, failed: str) -> Any:
+    """Run ``_main`` in a new interpreter on ``source`` and return its ``kind`` answer;
+    its error is raised as the error it was; a reader that did not start, died or said
+    nothing is a ConfigError starting with ``failed`` (fail closed)."""
     try:
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-c",
             "from jupyter_cloudtik.hpc.notebook_reader import _main; _main()",
-            "-" if isinstance(source, bytes) else str(source),
+            "-" if isinstance(source, bytes) else str(source), kind,
             stdin=asyncio.subprocess.PIPE if isinstance(source, bytes)
             else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         out, err = await proc.communicate(source if isinstance(source, bytes) else None)
     except OSError as e:
-        raise ConfigError(f"notebook: {name} could not be read for the parameter check "
-                          f"(its reader did not start: {e})", field="notebook") from None
+        raise ConfigError(f"{failed} (its reader did not start: {e})",
+                          field="notebook") from None
     try:
         answer = json.loads(out) if proc.returncode == 0 else None
     except ValueError:
         answer = None
-    if not isinstance(answer, dict) or not ({"view", "error"} & answer.keys()):
+    if not isinstance(answer, dict) or not ({kind, "error"} & answer.keys()):
         last = (err.decode(errors="replace").strip().splitlines() or ["no message"])[-1]
-        raise ConfigError(f"notebook: {name} could not be read for the parameter check "
-                          f"(its reader exited {proc.returncode}: {last[:300]})",
+        raise ConfigError(f"{failed} (its reader exited {proc.returncode}: {last[:300]})",
                           field="notebook")
     if "error" in answer:
         e = answer["error"]
         raise _ERRORS.get(e.get("kind"), ConfigError)(str(e.get("message")),
                                                       field=e.get("field") or "notebook")
-    return answer["view"]
+    return answer[kind]
 
 
 def _main() -> None:
-    """The reader process: argv[1] is a path, or ``-`` for the bytes on stdin; one JSON
-    object on stdout, ``{"view": ...}`` or ``{"error": {kind, message, field}}``."""
+    """The reader process: argv[1] is a path, or ``-`` for the bytes on stdin, argv[2]
+    what to read (``view``: the parameter checks' view, the default; ``recorded``: the
+    values an executed notebook recorded); one JSON object on stdout, ``{kind: ...}`` or
+    ``{"error": {kind, message, field}}``."""
     where = sys.argv[1]
+    kind = sys.argv[2] if len(sys.argv) > 2 else "view"
     source: str | bytes = sys.stdin.buffer.read() if where == "-" else where
     try:
-        answer: dict[str, Any] = {"view": _view_here(source)}
+        if kind == "recorded":
+            from .sweep_results import read_recorded
+
+            answer: dict[str, Any] = {kind: read_recorded(source)}
+        else:
+            answer = {kind: _view_here(source)}
     except (NotFoundError, ConfigError) as e:
         answer = {"error": {"kind": type(e).__name__, "message": e.message,
                             "field": e.field}}

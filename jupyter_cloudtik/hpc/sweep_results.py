@@ -1,10 +1,9 @@
 """A sweep's results table: one row per element with the values its notebook recorded
 (scrapbook's ``glue`` or ``hpc.recording.record``), its outputs, its provenance crate
-and where its results are; read bounded, in worker threads."""
+and where its results are; read bounded, off the event loop."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -15,6 +14,7 @@ from .base import (
     FINAL_STATES,
     SUCCEEDED,
 )
+from .notebook_reader import recorded_values
 
 # the mime type scrapbook's glue() writes (and hpc.record.record writes the same)
 SCRAP_JSON = "application/scrapbook.scrap.json+json"
@@ -31,8 +31,9 @@ class SweepResults:
         recorded (scrapbook's ``glue`` or ``hpc.recording.record``) and its outputs.
 
         Bounded, as this runs in the server (or a hub's sidekick) for whoever asks: each
-        executed notebook is read (at most ``RESULTS_NOTEBOOK_MAX``) and parsed in a worker
-        thread, never on the event loop, one element after the other, and all of them
+        executed notebook is read (at most ``RESULTS_NOTEBOOK_MAX``) and parsed off the
+        event loop (``notebook_reader.recorded_values``: a worker thread when small, a
+        process of its own when large), one element after the other, and all of them
         together at most ``HPC.sweep_results_max_bytes``; a row whose notebook is not read
         says so and why in ``unread`` (its values can still be had by fetching it)."""
         sweep = self._sweep_row(sweep_id, user)
@@ -66,7 +67,10 @@ class SweepResults:
                         )
                         if data is not None:
                             left -= len(data)
-                            recorded = await asyncio.to_thread(read_recorded, data)
+                            try:
+                                recorded = await recorded_values(data)
+                            except CloudTikError as e:  # its reader failed: say so
+                                unread = e.message
                 except (CloudTikError, OSError):
                     pass  # not there (the job ended before writing): no values
             for k, v in recorded.items():
@@ -128,8 +132,8 @@ def read_recorded(nb: bytes | str | dict[str, Any]) -> dict[str, Any]:
     if not isinstance(nb, dict):
         try:
             nb = json.loads(nb)
-        except (ValueError, UnicodeDecodeError):
-            return {}
+        except (ValueError, UnicodeDecodeError, RecursionError):
+            return {}  # not a notebook (a nesting bomb included): it records nothing
     out: dict[str, Any] = {}
     # the notebook is what the job wrote (the user's code): another shape records nothing
     cells = nb.get("cells") if isinstance(nb, dict) else None

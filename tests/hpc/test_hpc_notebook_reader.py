@@ -85,3 +85,59 @@ def test_a_large_file_that_is_not_a_notebook_is_refused_by_the_reader(make_clien
         Job.submit(str(wrong), backend="here", parameters={"alpha": 2}, client=c)
     assert e.value.field == "notebook" and "version-4 notebook" in e.value.message
     assert c.list() == []
+
+
+def _executed(cells: int) -> bytes:
+    """An executed notebook of ``cells`` small output cells, recording ``loss`` (scrapbook's
+    JSON encoding) near the start and ``loss`` again, with ``epochs``, at the end."""
+    scrap = "application/scrapbook.scrap.json+json"
+
+    def glued(name, value):
+        return {"cell_type": "code", "id": f"g{name}{value}", "metadata": {},
+                "execution_count": 1, "source": "glue()", "outputs": [{
+                    "output_type": "display_data", "metadata": {},
+                    "data": {scrap: {"name": name, "data": value, "encoder": "json",
+                                     "version": 1}}}]}
+
+    pad = [{"cell_type": "code", "id": f"o{i}", "metadata": {}, "execution_count": 1,
+            "source": "x", "outputs": [{"output_type": "stream", "name": "stdout",
+                                        "text": [f"{j}\n" for j in range(20)]}]}
+           for i in range(cells)]
+    nb = {"cells": [glued("loss", 0.9), *pad, glued("loss", 0.1), glued("epochs", 3)],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb).encode()
+
+
+def test_a_sweeps_results_read_large_notebooks_off_the_loop():
+    """A results table reads up to 16 MiB of each element's executed notebook; parsed in
+    a worker thread, json.loads held the GIL — and the loop — for the whole parse (0.7 s
+    for this 15 MiB of small cells on this machine).  Read apart, the loop keeps time and
+    the values are the same."""
+    from jupyter_cloudtik.hpc.notebook_reader import RECORDED_APART_BYTES, recorded_values
+    from jupyter_cloudtik.hpc.sweep_results import RESULTS_NOTEBOOK_MAX, read_recorded
+
+    data = _executed(52_000)
+    assert RECORDED_APART_BYTES < len(data) < RESULTS_NOTEBOOK_MAX
+    t0 = time.monotonic()
+    expected = read_recorded(data)
+    parse = time.monotonic() - t0
+    assert expected == {"loss": 0.1, "epochs": 3}
+
+    async def main():
+        stop = asyncio.Event()
+        lag = asyncio.create_task(_lag(stop))
+        await asyncio.sleep(0.1)
+        got = await recorded_values(data)
+        stop.set()
+        return got, await lag
+
+    got, worst = asyncio.run(main())
+    assert got == expected
+    # in a worker thread the loop is late by about the whole parse; apart, by noise
+    bound = max(LAG_FLOOR, 0.6 * parse)
+    assert parse > LAG_FLOOR, f"the parse took {parse:.2f} s: too small to tell"
+    assert worst < bound, f"the loop stalled {worst:.2f} s (a parse takes {parse:.2f} s)"
+    # a small one is read in a thread, with the same answer; not a notebook: no values
+    assert asyncio.run(recorded_values(_executed(10))) == expected
+    assert asyncio.run(recorded_values(b"[" * (RECORDED_APART_BYTES + 10))) == {}
+    assert asyncio.run(recorded_values(b"[" * 100_000)) == {}
