@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.errors import CloudTikError, ConfigError, NotFoundError
 from . import notebook as nbtools
+from .recording import read_recorded
 
 __all__ = ["READ_APART_BYTES", "RECORDED_APART_BYTES", "notebook_view", "recorded_values"]
 
@@ -62,12 +63,10 @@ async def notebook_view(source: str | bytes) -> dict[str, Any]:
 
 
 async def recorded_values(data: bytes) -> dict[str, Any]:
-    """The values an executed notebook recorded (``sweep_results.read_recorded``), read
+    """The values an executed notebook recorded (``recording.read_recorded``), read
     in a worker thread when small and in a process of its own from
     ``RECORDED_APART_BYTES`` on.  A reader that cannot run raises ConfigError (the row
     then says its values were not read), never an empty answer."""
-    from .sweep_results import read_recorded
-
     if len(data) < RECORDED_APART_BYTES:
         return await asyncio.to_thread(read_recorded, data)
     return await _apart("recorded", data, "values not read: its executed notebook could "
@@ -115,8 +114,6 @@ def _main() -> None:
     source: str | bytes = sys.stdin.buffer.read() if where == "-" else where
     try:
         if kind == "recorded":
-            from .sweep_results import read_recorded
-
             answer: dict[str, Any] = {kind: read_recorded(source)}
         else:
             answer = {kind: _view_here(source)}

@@ -4,7 +4,6 @@ and where its results are; read bounded, off the event loop."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..core.errors import CloudTikError
@@ -16,9 +15,6 @@ from .base import (
 )
 from .notebook_reader import recorded_values
 
-# the mime type scrapbook's glue() writes (and hpc.record.record writes the same)
-SCRAP_JSON = "application/scrapbook.scrap.json+json"
-SCRAP_TEXT = "application/scrapbook.scrap.text+json"
 # most bytes of one element's executed notebook the results table reads (its values)
 RESULTS_NOTEBOOK_MAX = 16 << 20
 
@@ -123,28 +119,3 @@ def _job_folder(be: Any, job_id: str) -> str:
     except Exception:
         where = None
     return f"{be.name}:{where}" if where else f"{be.name}:{job_id}"
-
-
-def read_recorded(nb: bytes | str | dict[str, Any]) -> dict[str, Any]:
-    """The values a notebook recorded, by name (the last one wins): the outputs
-    scrapbook's ``glue`` writes, in its JSON or text encoding, which ``hpc.recording.record``
-    writes too."""
-    if not isinstance(nb, dict):
-        try:
-            nb = json.loads(nb)
-        except (ValueError, UnicodeDecodeError, RecursionError):
-            return {}  # not a notebook (a nesting bomb included): it records nothing
-    out: dict[str, Any] = {}
-    # the notebook is what the job wrote (the user's code): another shape records nothing
-    cells = nb.get("cells") if isinstance(nb, dict) else None
-    for cell in cells if isinstance(cells, list) else []:
-        outputs = cell.get("outputs") if isinstance(cell, dict) else None
-        for o in outputs if isinstance(outputs, list) else []:
-            data = o.get("data") if isinstance(o, dict) else None
-            if not isinstance(data, dict):
-                continue
-            for mime in (SCRAP_JSON, SCRAP_TEXT):
-                scrap = data.get(mime)
-                if isinstance(scrap, dict) and isinstance(scrap.get("name"), str):
-                    out[scrap["name"]] = scrap.get("data")
-    return out

@@ -53,10 +53,10 @@ from .base import (
     JobSpec,
 )
 from .notebook_reader import notebook_view
+from .recording import read_recorded as read_recorded
 from .sweep_grid import _source_field
 from .sweep_grid import expand as expand
 from .sweep_results import SweepResults
-from .sweep_results import read_recorded as read_recorded
 
 SWEEP_MIGRATIONS = [
     """

@@ -114,7 +114,8 @@ def test_a_sweeps_results_read_large_notebooks_off_the_loop():
     for this 15 MiB of small cells on this machine).  Read apart, the loop keeps time and
     the values are the same."""
     from jupyter_cloudtik.hpc.notebook_reader import RECORDED_APART_BYTES, recorded_values
-    from jupyter_cloudtik.hpc.sweep_results import RESULTS_NOTEBOOK_MAX, read_recorded
+    from jupyter_cloudtik.hpc.recording import read_recorded
+    from jupyter_cloudtik.hpc.sweep_results import RESULTS_NOTEBOOK_MAX
 
     data = _executed(52_000)
     assert RECORDED_APART_BYTES < len(data) < RESULTS_NOTEBOOK_MAX
