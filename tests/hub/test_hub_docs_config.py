@@ -203,9 +203,8 @@ def _kernel_of(session, server: str):
     import time
 
     import psutil
-    from jupyter_client import BlockingKernelClient
 
-    from tests.server.kernels import RunningKernel
+    from tests.server.kernels import RunningKernel, connected_client
 
     r = session.post(server + "api/kernels", json={"name": "python3"})
     assert r.status_code == 201, r.text
@@ -220,11 +219,8 @@ def _kernel_of(session, server: str):
                 if files and "-f" in cmd:
                     connection = files[0]
             time.sleep(0.2)
-        client = BlockingKernelClient(connection_file=connection)
-        client.load_connection_file()
-        client.start_channels()
+        client = connected_client(connection)
         try:
-            client.wait_for_ready(timeout=60)
             yield RunningKernel(client)
         finally:
             client.stop_channels()

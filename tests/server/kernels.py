@@ -38,6 +38,25 @@ class RunningKernel:
         return "".join(out)
 
 
+def connected_client(connection_file: str, timeout: float = 60) -> BlockingKernelClient:
+    """A client of the kernel of ``connection_file``, once it answers ``kernel_info``.
+
+    Without a heartbeat channel: a client not made by the kernel's manager judges the
+    kernel alive by its heartbeat, and ``wait_for_ready`` called a kernel that was still
+    starting on a loaded machine "died" when one beat came late (a CI run failed so in
+    tests/hub/test_hub_docs_config.py, 1.7 s after the start).  Ready is what counts: a
+    reply, or a timeout that says the kernel did not answer."""
+    client = BlockingKernelClient(connection_file=connection_file)
+    client.load_connection_file()
+    client.start_channels(hb=False)
+    try:
+        client.wait_for_ready(timeout=timeout)
+    except BaseException:
+        client.stop_channels()
+        raise
+    return client
+
+
 @contextlib.contextmanager
 def running_kernel(server, path: str) -> Iterator[RunningKernel]:
     """A kernel started by ``server`` for notebook ``path`` (as JupyterLab starts them)."""
@@ -48,18 +67,8 @@ def running_kernel(server, path: str) -> Iterator[RunningKernel]:
     session = resp.json()
     kernel_id = session["kernel"]["id"]
     runtime = Path(server.root).parent / "runtime"
-    client = BlockingKernelClient(connection_file=str(runtime / f"kernel-{kernel_id}.json"))
-    client.load_connection_file()
-    client.start_channels()
+    client = connected_client(str(runtime / f"kernel-{kernel_id}.json"))
     try:
-        for attempt in range(3):
-            try:
-                client.wait_for_ready(timeout=60)
-                break
-            except RuntimeError:  # "died": its heartbeat may lag on a loaded machine
-                if attempt == 2:
-                    raise
-                time.sleep(2)
         yield RunningKernel(client)
     finally:
         client.stop_channels()
