@@ -26,6 +26,10 @@ declare -A PACKAGES=(
   [python3-nordugrid-arc]=/usr/share/doc/python3-nordugrid-arc
   # ARC 7 (REST 1.1, tokens) runs from Debian 13's packages in a chroot the tests build
   [debootstrap]=/usr/sbin/debootstrap
+  # HPC: the container path of a job's environment, run for real with Podman (an image
+  # built from the stock Debian root; runc: crun refuses this machine's hybrid cgroups)
+  [podman]=/usr/bin/podman
+  [runc]=/usr/sbin/runc
   [fuse3]=/usr/bin/fusermount3   # `rclone mount` (storage mounts) unmounts with fusermount3
   [chromium]=/usr/bin/chromium          # browser tests of the side panel (Playwright)
   # the hub sidekick runs what users control (side-kicks, local clusters and jobs) in a

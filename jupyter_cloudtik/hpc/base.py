@@ -86,15 +86,17 @@ class Environment:
 
     The default is the session's own environment: the interpreter of this kernel (and its
     virtualenv or conda env).  ``container`` runs everything inside an image instead —
-    an Apptainer/Singularity image reference (``docker://...``, ``/path/img.sif``) on HPC
-    systems that need one.
+    an Apptainer/Singularity image reference (``docker://...``, ``/path/img.sif``) or a
+    Podman image (``container_runtime: podman``) on systems that need one.
     """
 
     python: str | None = None
     venv: str | None = None
     conda_env: str | None = None
     container: str | None = None
-    container_runtime: str = "apptainer"
+    # apptainer (when not said), singularity or podman; None so that a job's own
+    # environment does not replace the backend's runtime with the default (merged)
+    container_runtime: str | None = None
     setup: list[str] = field(default_factory=list)  # shell lines, e.g. "module load cray"
     variables: dict[str, str] = field(default_factory=dict)
     # the session's environment built on the system (hpc/environment.py): "session" (every

@@ -45,6 +45,9 @@ log = logging.getLogger(__name__)
 ENVS_DIR = ".cloudtik-envs"
 COMPLETE = ".cloudtik-complete"
 USED = ".cloudtik-used"
+#: the container runtimes a job's ``environment.container_runtime`` may name (script.py,
+#: ``container_run``: how each runs the image)
+CONTAINER_RUNTIMES = ("apptainer", "singularity", "podman")
 #: what every job needs to run a notebook, always part of the environment
 RUNNER = ("papermill", "ipykernel")
 #: unused environments older than this are removed (``environment.keep_days``)
@@ -541,6 +544,15 @@ def check_packages_value(value: Any) -> None:
                       "package names", field="environment.packages", value=value)
 
 
+def check_container_runtime(env: Any) -> None:
+    """A runtime the job script cannot write is refused before the job is recorded."""
+    runtime = env.container_runtime
+    if env.container and runtime is not None and runtime not in CONTAINER_RUNTIMES:
+        raise ConfigError(f"environment.container_runtime: {runtime!r} is not allowed; use "
+                          f"{', '.join(CONTAINER_RUNTIMES)}",
+                          field="environment.container_runtime", value=runtime)
+
+
 _probed: dict[tuple[Any, ...], tuple[float, SystemPython]] = {}
 
 
@@ -586,6 +598,7 @@ def prepare(backend: Any, merged: Any, given: Any = None) -> Any:
     if given is not None:
         explicit |= {k for k in ("python", "venv", "conda_env") if getattr(given, k)}
     check_packages_value(merged.packages)
+    check_container_runtime(merged)
     how = mode(merged, explicit, backend.builds_environment())
     env = dataclasses.replace(merged)
     if how == SYSTEM:
@@ -641,7 +654,7 @@ def summary(plan_env: dict[str, Any] | None) -> dict[str, Any]:
         CONTAINER if plan_env.get("container") else SESSION_INTERPRETER)}
     if plan_env.get("container"):
         out["container"] = plan_env["container"]
-        out["container_runtime"] = plan_env.get("container_runtime")
+        out["container_runtime"] = plan_env.get("container_runtime") or "apptainer"
     else:
         out["python"] = plan_env.get("python")
     if plan_env.get("setup"):

@@ -412,9 +412,11 @@ def build(
     }
     if not ok:
         props["error"] = redact_text(reason or state)
-    container = (plan.get("environment") or {}).get("container")
+    plan_env = plan.get("environment") or {}
+    container = plan_env.get("container")
     if container:
-        props["containerImage"] = _container(entity, container)
+        props["containerImage"] = _container(entity, container,
+                                             plan_env.get("container_runtime") or "apptainer")
     props = {k: v for k, v in props.items() if v is not None}
     action = crate.add_action(instrument, identifier=f"#run-{job['id']}", properties=props)
     if objects:
@@ -486,7 +488,7 @@ def _media_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 
 
-def _container(entity, image: str):
+def _container(entity, image: str, runtime: str = "apptainer"):
     ref = image
     for prefix in ("docker://", "oras://", "library://", "shub://"):
         if ref.startswith(prefix):
@@ -496,11 +498,15 @@ def _container(entity, image: str):
         "@type": "ContainerImage",
         "name": ref,
         "additionalType": {"@id": WFRUN_TERMS[kind]},
+        "description": f"run with {runtime}",
     }
     if kind == "DockerImage":
         name, _, tag = ref.rpartition(":") if ":" in ref.rsplit("/", 1)[-1] else (ref, "", "")
         first = name.split("/", 1)[0]
-        registry = first if "." in first or ":" in first else "docker.io"
+        # Docker's rule: a first part with a dot or a port, or "localhost", is a registry
+        # (Podman's locally built images are localhost/NAME)
+        registry = first if "." in first or ":" in first or first == "localhost" \
+            else "docker.io"
         props.update(name=name, registry=registry)
         if tag:
             props["tag"] = tag

@@ -1,12 +1,13 @@
 """The batch script every script-running backend submits (local, Slurm, FirecREST, ARC).
 
 One script, rendered from the ``Submission``: scheduler directives (given by the backend),
-environment activation (the session's interpreter and virtualenv/conda env, or an
-Apptainer/Singularity image), the staging commands for inputs the system reaches itself,
-the papermill run (``papermill_runner``: the kernel on IPC sockets) or the command, the
-copy of results to an output location the system reaches itself, and a few marker files
-in ``.cloudtik/`` that let a backend tell what happened even after its scheduler forgot
-the job (Slurm drops finished jobs from ``squeue`` after ``MinJobAge``).
+environment activation (the session's interpreter and virtualenv/conda env, or a
+container image: Apptainer/Singularity or Podman), the staging commands for inputs the
+system reaches itself, the papermill run (``papermill_runner``: the kernel on IPC
+sockets) or the command, the copy of results to an output location the system reaches
+itself, and a few marker files in ``.cloudtik/`` that let a backend tell what happened
+even after its scheduler forgot the job (Slurm drops finished jobs from ``squeue`` after
+``MinJobAge``).
 
 The job folder layout, relative to the job's working directory::
 
@@ -21,8 +22,10 @@ import json
 from pathlib import PurePosixPath
 from typing import Any
 
+from ..core.errors import ConfigError
 from . import papermill_runner
 from .base import MARKER_DIR, Environment, Submission, shell_quote
+from .environment import CONTAINER_RUNTIMES
 
 SCRIPT_NAME = "job.sh"
 LOG_NAME = "job.log"
@@ -41,15 +44,37 @@ def parameters_json(sub: Submission) -> str:
     return json.dumps(sub.spec.parameters, indent=1, sort_keys=True, default=str)
 
 
+def container_run(env: Environment) -> list[str]:
+    """Shell lines that set ``CT_RUN``, the prefix running a program in ``env.container``.
+
+    Apptainer/Singularity (``exec``) share the job's environment, user, network and
+    working folder by default; only the job folder is bound.  Podman (``run``) shares
+    none of them: the job folder is mounted at the same path and is the working folder,
+    the host's network is used (as Apptainer does), ``environment.variables`` are passed
+    by name, and a job that is not root keeps its own uid inside (``--userns=keep-id``,
+    rootless Podman), so what the job writes is the user's.  The runtime's site settings
+    (storage, OCI runtime, limits) stay in its own containers.conf."""
+    runtime = env.container_runtime or "apptainer"
+    image = shell_quote(env.container)
+    if runtime in ("apptainer", "singularity"):
+        return [f'CT_RUN=({runtime} exec --bind "$CT_JOB_DIR" --pwd "$CT_JOB_DIR" {image})']
+    if runtime == "podman":
+        passed = "".join(f" --env {shell_quote(k)}" for k in sorted(env.variables))
+        return ['CT_USERNS=(); [ "$(id -u)" = 0 ] || CT_USERNS=(--userns=keep-id)',
+                'CT_RUN=(podman run --rm --network=host "${CT_USERNS[@]}" '
+                f'--volume "$CT_JOB_DIR:$CT_JOB_DIR" --workdir "$CT_JOB_DIR"{passed} {image})']
+    raise ConfigError(f"environment.container_runtime: {runtime!r} is not allowed; use "
+                      f"{', '.join(CONTAINER_RUNTIMES)}", field="environment.container_runtime",
+                      value=runtime)
+
+
 def _activation(env: Environment) -> tuple[list[str], str]:
     """Shell lines that activate the environment, and the prefix that runs a program in it."""
     lines = list(env.setup)
     for key, value in sorted(env.variables.items()):
         lines.append(f"export {key}={shell_quote(value)}")
     if env.container:
-        runtime = env.container_runtime or "apptainer"
-        lines.append(f'CT_RUN=({runtime} exec --bind "$CT_JOB_DIR" --pwd "$CT_JOB_DIR" '
-                     f"{shell_quote(env.container)})")
+        lines += container_run(env)
         python = env.python or "python3"
     else:
         if (env.build or {}).get("hash"):  # the session's environment, built on the system
