@@ -117,7 +117,10 @@ def firecrest_line(base: Path, nb: Path, grid: dict, elements: list[dict],
         client = _client(base / "state-f7t", {"firecrest": {
             "type": "firecrest", "url": info["url"], "token_uri": info["token_uri"],
             "client_id": "cloudtik", "system": "testsys",
-            "workdir": f"{info['root']}/{F7T_USER}/jobs"}}, limit,
+            "workdir": f"{info['root']}/{F7T_USER}/jobs",
+            # the emulator runs jobs here: its admin names this Python (without it the
+            # backend builds the session's environment, its default)
+            "environment": {"python": sys.executable}}}, limit,
             {("firecrest", "client_secret"): SECRET})
         ticks, _ = _count_ticks(client.manager.registry.get("firecrest"))
         t_start = time.time()

@@ -426,6 +426,12 @@ class ArcBackend(HPCBackend):
     # input files of every job that needs the environment (uploaded into its session
     # folder), and the job builds the venv offline — in ``envs_folder`` once per lock
     # hash when the site has a shared one, else in its own session folder
+    def builds_environment(self) -> bool:
+        """An ARC CE runs jobs as the account it maps the credential to, on its own
+        batch system: the session's interpreter is not there, so its environment is
+        built by the job unless the backend or the job names a Python."""
+        return True
+
     def environment_root(self) -> str:
         from .environment import ENVS_DIR
 

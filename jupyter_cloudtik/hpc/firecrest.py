@@ -372,6 +372,12 @@ class FirecrestBackend(FirecrestArrays, FirecrestFiles, HPCBackend):
     # the session's environment (hpc/environment.py): staged with FirecREST's file API
     # (large wheels through its staged transfer), built by the first job that needs it in
     # <workdir>/.cloudtik-envs, which every later job of the user sees
+    def builds_environment(self) -> bool:
+        """FirecREST runs jobs as the token's Unix account on the system's nodes, which
+        have never seen this session's interpreter: its environment is built there unless
+        the backend or the job names a Python (``environment.python``/``venv``)."""
+        return True
+
     def environment_root(self) -> str:
         from .environment import ENVS_DIR
 

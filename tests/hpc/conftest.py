@@ -111,6 +111,13 @@ def make_client(hpc_state):
         c.close()
 
 
+#: what an admin of the emulated FirecREST and ARC sites names as their Python: one that
+#: has papermill (the emulators run jobs on this machine, as this account).  Without it
+#: those backends build the session's environment, their default (jobs run elsewhere,
+#: as another account); the tests of that name packages or drop this
+SITE_PYTHON = {"environment": {"python": sys.executable}}
+
+
 def wait_for(check, timeout: float = 30.0, interval: float = 0.1, what: str = "condition"):
     deadline = time.monotonic() + timeout
     last = None
@@ -292,13 +299,15 @@ def backend_configs(request):
         return ({"type": "firecrest", "url": f.url, "token_uri": f.info["token_uri"],
                  "client_id": "cloudtik", "system": "testsys",
                  # users may write only in <mount>/<user name>, as on the real systems
-                 "workdir": f"{f.info['root']}/{F7T_USER}/jobs-{request.node.name[:40]}"},
+                 "workdir": f"{f.info['root']}/{F7T_USER}/jobs-{request.node.name[:40]}",
+                 **SITE_PYTHON},
                 {("firecrest", "client_secret"): CLIENT_SECRET})
 
     def arc_():
         a = request.getfixturevalue("arc")
         return ({"type": "arc", "url": a.url, "token_uri": a.info["token_uri"],
-                 "client_id": "cloudtik"}, {("arc", "client_secret"): CLIENT_SECRET})
+                 "client_id": "cloudtik", **SITE_PYTHON},
+                {("arc", "client_secret"): CLIENT_SECRET})
 
     return {"local": local, "slurm": slurm_, "firecrest": firecrest_, "arc": arc_}
 

@@ -17,7 +17,7 @@ import pytest
 
 from jupyter_cloudtik.hpc.commands import build_spec
 
-from .conftest import CLIENT_SECRET, Service, wait_for
+from .conftest import CLIENT_SECRET, SITE_PYTHON, Service, wait_for
 
 
 def _token(arc) -> str:
@@ -138,7 +138,7 @@ def arc6_emulator(tmp_path):
 def test_a_rest_1_0_ce_is_not_offered_a_token(arc6_emulator, make_client):
     status, reason, _ = _call(arc6_emulator, "GET", "/1.1/jobs")
     assert (status, reason) == (404, "Version Not Supported")
-    client = make_client({"arc": {"type": "arc", "url": arc6_emulator.url,
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": arc6_emulator.url,
                                   "token_uri": arc6_emulator.info["token_uri"],
                                   "client_id": "cloudtik"}},
                          {("arc", "client_secret"): CLIENT_SECRET})
@@ -182,7 +182,7 @@ def test_an_expired_certificate_or_proxy_is_said_before_anything_is_sent(make_cl
     assert 0 < proxy_expiry(proxy) - time.time() <= 2 * 3600 + 5
     (tmp_path / "old").mkdir()
     old_cert, old_key = _self_signed(tmp_path / "old", days=-1)
-    client = make_client({"arc": {"type": "arc", "url": "https://localhost:1/arex",
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": "https://localhost:1/arex",
                                   "certificate": str(old_cert), "key": str(old_key)}})
     try:
         info = client.submit(build_spec(None, command=["true"]), "arc")
@@ -294,7 +294,7 @@ def test_a_ce_that_never_completes_tls_costs_one_short_wait(silent_port, make_cl
     port, held = silent_port
     url = f"https://127.0.0.1:{port}/arex"
     for config, n in (({"timeout": 2}, "2"), ({"connect_timeout": 1}, "1")):
-        client = make_client({"arc": {"type": "arc", "url": url, **config}},
+        client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": url, **config}},
                              {("arc", "token"): "a-token"})
         t0 = time.monotonic()
         info = client.submit(build_spec(None, command=["true"]), "arc")
@@ -314,7 +314,7 @@ def test_a_token_service_that_never_completes_tls_costs_connect_timeout(arc, sil
     job waits ``unknown`` with the cause and goes on once the service answers."""
     port, held = silent_port
     uri = f"https://127.0.0.1:{port}/token"
-    client = make_client({"arc": {"type": "arc", "url": arc.url, "token_uri": uri,
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": arc.url, "token_uri": uri,
                                   "client_id": "cloudtik", "connect_timeout": 1}},
                          {("arc", "client_secret"): CLIENT_SECRET})
     t0 = time.monotonic()
@@ -336,8 +336,8 @@ def test_an_expired_token_is_said_and_a_new_one_resumes_the_job(arc, make_client
     arc.faults(token_ttl=3)
     short = _token(arc)
     arc.faults(token_ttl=300)
-    client = make_client({"arc": {"type": "arc", "url": arc.url}}, {("arc", "token"): short},
-                         retry_interval_max=0.5)
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": arc.url}},
+                         {("arc", "token"): short}, retry_interval_max=0.5)
     info = client.submit(build_spec(None, command=["sleep", "5"]), "arc")
     assert info.state in ("queued", "running"), info.reason
     info = wait_for(lambda: (i := client.get(info.id)).state == "unknown" and i, 15,
@@ -364,8 +364,8 @@ def test_an_expired_proxy_is_said_with_its_time_and_a_renewed_one_is_used(arc, m
     proxy = tmp_path / "x509up"
     proxy.write_text(make_proxy(cert.read_text(), key.read_text(), hours=-0.01))
     until = proxy_expiry(proxy.read_text())
-    client = make_client({"arc": {"type": "arc", "url": arc.url, "proxy": str(proxy)}},
-                         retry_interval_max=0.5)
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": arc.url,
+                                  "proxy": str(proxy)}}, retry_interval_max=0.5)
     t0 = time.time()
     info = client.submit(build_spec(None, command=["true"]), "arc")
     assert info.state == "unknown", info
@@ -439,7 +439,7 @@ def _watch(client, job_id, seen):
 def test_a_job_over_the_ces_limit_waits_prepared_and_a_cancel_takes_a_while(arc_limited,
                                                                            make_client):
     svc = arc_limited
-    client = make_client({"arc": {"type": "arc", "url": svc.url,
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": svc.url,
                                   "token_uri": svc.info["token_uri"], "client_id": "cloudtik"}},
                          {("arc", "client_secret"): CLIENT_SECRET})
     first = client.submit(build_spec(None, command=["sleep", "60"], name="first"), "arc")
@@ -466,7 +466,7 @@ def test_a_job_over_the_ces_limit_waits_prepared_and_a_cancel_takes_a_while(arc_
 
 def test_a_job_the_lrms_ends_passes_killing_and_fails(arc_limited, make_client):
     svc = arc_limited
-    client = make_client({"arc": {"type": "arc", "url": svc.url,
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": svc.url,
                                   "token_uri": svc.info["token_uri"], "client_id": "cloudtik"}},
                          {("arc", "client_secret"): CLIENT_SECRET})
     job = client.submit(build_spec(None, command=["sleep", "30"], time="2s"), "arc")
@@ -546,7 +546,7 @@ def test_a_proxy_that_expires_while_the_job_runs_is_said_and_a_renewed_one_resum
     proxy = tmp_path / "x509up"
     proxy.write_text(make_proxy(cert, key, hours=4 / 3600))  # 4 seconds
     until = proxy_expiry(proxy.read_text())
-    client = make_client({"arc": {"type": "arc", "url": svc.url, "proxy": str(proxy),
+    client = make_client({"arc": {"type": "arc", **SITE_PYTHON, "url": svc.url, "proxy": str(proxy),
                                   "ca_certificates": str(pki["ca"])}},
                          retry_interval_max=0.5)
     info = client.submit(build_spec(None, command=["sleep", "6"]), "arc")

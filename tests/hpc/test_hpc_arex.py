@@ -19,6 +19,7 @@ import time
 import uuid
 
 import pytest
+import toolz
 
 from jupyter_cloudtik.hpc.commands import build_spec
 
@@ -180,6 +181,38 @@ def test_jobs_run_end_to_end(arc_client, notebooks, tmp_path):
     assert info.state == "failed"
     assert info.error and info.error["ename"] == "ZeroDivisionError", _why(client, info)
     assert info.error["cell"] == 2
+
+
+def test_the_sessions_environment_is_built_by_the_ces_mapped_account(arex6, make_client,
+                                                                     tmp_path):
+    """A CE that has never seen the session's Python packages: no Python is named in the
+    backend (the site's stock ``python3``, found by a probe job), the job asks for toolz,
+    and the job itself builds the environment in its session folder, as the CE's mapped
+    account, offline from the wheels that travel as its inputs (hpc/arc.py,
+    ``_environment_files``) — then runs the notebook in it."""
+    _site, config, secrets = arex6
+    config = {k: v for k, v in config.items() if k != "environment"}
+    client = make_client({"arc": config}, secrets)
+    nb = tmp_path / "uses_toolz.ipynb"
+    nb.write_text(json.dumps(_nb(
+        ("n = 3", ["parameters"]),
+        ("import os, sys, toolz\n"
+         "print('toolz', toolz.__version__, 'in', sys.prefix, 'uid', os.getuid(),\n"
+         "      'sum', sum(toolz.take(n, toolz.iterate(lambda x: x + 1, 1))))", []))))
+    info = client.submit(build_spec(str(nb), parameters={"n": 4}, packages=["toolz"],
+                                    time="15m"), "arc")
+    assert info.state in ("queued", "running"), info.reason
+    assert info.environment["mode"] == "built", info.environment
+    info = client.wait(info.id, timeout=600)
+    assert info.state == "succeeded", _why(client, info)
+    log = client.logs(info.id).text
+    assert "building environment" in log, log[-2000:]
+    fetched = {p.name: p for p in client.fetch(info.id, tmp_path / "out")}
+    text = _executed_text(fetched["uses_toolz.out.ipynb"].read_bytes())
+    assert f"toolz {toolz.__version__} in" in text and "sum 10" in text, text
+    prefix = text.split(" in ", 1)[1].split(" uid ", 1)[0]
+    assert info.environment["hash"] in prefix, (prefix, info.environment)
+    assert " uid 0 " not in text  # the CE's mapped account, not the session's root
 
 
 def test_the_ces_refusal_is_shown_and_final(arc_client):

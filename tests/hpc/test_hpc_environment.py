@@ -383,3 +383,32 @@ def test_arc_jobs_get_the_environment_as_input_files(
     h = json.loads(client.manager._row(c.id)["plan"])["environment"]["build"]["hash"]
     assert (shared / h / ".cloudtik-complete").exists()
     assert _env_json(client, c.id, tmp_path)["executable"].startswith(f"{shared}/{h}/")
+
+
+def test_backends_whose_jobs_run_elsewhere_build_the_sessions_environment_by_default(
+        make_client):
+    """The default is decided by where the jobs run: as this account on this machine
+    (local, Slurm here) the session's interpreter *is* its environment; as another
+    account on machines that never saw the session (Slurm over SSH, FirecREST, ARC) it is
+    built there — unless the backend (its admin) or the job names a Python."""
+    from jupyter_cloudtik.hpc import environment as envs
+    from jupyter_cloudtik.hpc.base import Environment
+
+    client = make_client({
+        "here": {"type": "local"},
+        "f7t": {"type": "firecrest", "url": "https://f7t.example.org",
+                "token_uri": "https://auth.example.org/token", "client_id": "me",
+                "system": "daint"},
+        "ce": {"type": "arc", "url": "https://ce.example.org/arex"},
+        "named": {"type": "firecrest", "url": "https://f7t.example.org",
+                  "token_uri": "https://auth.example.org/token", "client_id": "me",
+                  "system": "daint", "environment": {"python": "/opt/site/bin/python3"}}})
+    reg = client.manager.registry
+    modes = {}
+    for name in ("here", "f7t", "ce", "named"):
+        be = reg.get(name)
+        explicit = {k for k, v in (be.config.get("environment") or {}).items() if v}
+        modes[name] = envs.mode(be.default_environment(), explicit, be.builds_environment())
+    assert modes == {"here": "session-interpreter", "f7t": "built", "ce": "built",
+                     "named": "named"}
+    assert envs.mode(Environment(packages="system"), set(), True) == "system"

@@ -22,7 +22,7 @@ from jupyter_cloudtik.core.errors import CapacityError, ProviderError
 from jupyter_cloudtik.hpc.base import JobRef
 from jupyter_cloudtik.hpc.commands import build_spec
 
-from .conftest import CLIENT_SECRET, F7T_USER, wait_for
+from .conftest import CLIENT_SECRET, F7T_USER, SITE_PYTHON, wait_for
 
 SYS = "testsys"
 
@@ -416,7 +416,7 @@ def test_without_a_staged_transfer_files_over_the_limit_are_refused_first(
                   ["--system", SYS, "--no-staging"]).start()
     try:
         config = {"type": "firecrest", "url": svc.url, "token_uri": svc.info["token_uri"],
-                  "client_id": "cloudtik", "system": SYS}
+                  "client_id": "cloudtik", "system": SYS, **SITE_PYTHON}
         client = make_client({"nos3": config}, {("nos3", "client_secret"): CLIENT_SECRET})
         mid = tmp_path / "mid.bin"
         mid.write_bytes(b"m" * (2 * 1024 * 1024))
