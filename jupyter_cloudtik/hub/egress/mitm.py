@@ -61,39 +61,6 @@ def system_ca_file() -> str | None:
     return None
 
 
-#: the listening sockets' accept queue; the kernel caps it at net.core.somaxconn (4096 on
-#: current Linux).  asyncio.start_server's default, which mitmproxy keeps, is 100
-LISTEN_BACKLOG = 4096
-
-
-def widen_backlog(instances) -> int:
-    """Give mitmproxy's listening sockets a deep accept queue; returns how many.
-
-    Why: every user server of a single-host hub connects from 127.0.0.1, and the kernel's
-    accept queue has no notion of users.  With 100 places, one client holding thousands
-    of connections that never authenticate (closed by the proxy over
-    ``preauth_connections``, reopened at once) keeps the queue full, and the kernel drops
-    everyone else's SYNs: an honest new connection then waits for TCP's SYN retries (1 s,
-    then 3 s, 7 s...) — 5.3 s was seen.  A deep queue keeps every connection, in arrival
-    order, and the proxy drains it fast (an unauthenticated connection costs an accept and
-    a close).  ``listen()`` again on a listening socket only changes its backlog (Linux);
-    it is done on a duplicate of the descriptor so asyncio's own socket object is left
-    alone.  mitmproxy is pinned (Makefile EGRESS_MITMPROXY): its ServerInstance keeps the
-    asyncio servers in ``_servers``; if that changes, the start fails here rather than
-    running quietly with the shallow queue."""
-    widened = 0
-    for inst in instances:
-        for server in getattr(inst, "_servers", None) or []:
-            for sock in getattr(server, "sockets", None) or ():
-                with sock.dup() as s:
-                    s.listen(LISTEN_BACKLOG)
-                widened += 1
-    if not widened:
-        raise RuntimeError("egress proxy: found no listening socket to widen the accept "
-                           "queue of (mitmproxy's ServerInstance changed?)")
-    return widened
-
-
 class MitmEgressProxy:
     """Same surface as ``EgressProxy``: ``await start()``, ``set_config()``, ``await stop()``."""
 
@@ -146,7 +113,6 @@ class MitmEgressProxy:
             addrs = [a for s in ps.servers for a in s.listen_addrs]
             if addrs and ps.is_running:
                 self.port = int(addrs[0][1])
-                widen_backlog(ps.servers)
                 return self.port
             if time.monotonic() > deadline:
                 raise RuntimeError("mitmproxy did not start listening in 20 s")
