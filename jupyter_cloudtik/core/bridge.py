@@ -159,6 +159,7 @@ def choose_client(kind: str, rest: Callable[[], T], core: Callable[[Any], T],
         key = (kind, "rest", url)
         factory: Callable[[], T] = rest
     else:
+        # deferred: start-up (core.settings ~23 ms, loads traitlets, jupyter_core)
         from .settings import default_settings
 
         settings = settings or default_settings()

@@ -22,7 +22,7 @@ import yaml
 from . import jsontext, plugins
 from .errors import ConfigError, ConfigProblems
 from .lazy_jsonschema import jsonschema
-from .units import parse_bytes
+from .units import format_bytes, parse_bytes
 
 if TYPE_CHECKING:
     from jsonschema.exceptions import ValidationError
@@ -407,8 +407,6 @@ def worker_types(cfg: dict[str, Any]) -> list[str]:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any], limit: int = 5) -> list[str]:
     """Readable differences between two normalised configs: ``path: old -> new``."""
-    from .units import format_bytes
-
     a, b = _flatten(old), _flatten(new)
 
     def shown(key: str, value: Any) -> str:
@@ -440,8 +438,6 @@ def check_runtime_types(types: list[str]) -> None:
     """Every named runtime is installed (an entry point of ``jupyter_cloudtik.runtimes``);
     the error lists the installed ones.  Here in the core, by name only: checking a
     config needs no runtime imported."""
-    from . import plugins
-
     names = plugins.installed(RUNTIMES_GROUP)
     for i, t in enumerate(types):
         if t not in names:
@@ -460,7 +456,6 @@ def with_worker_size(config: dict[str, Any] | None, default_types: dict[str, Any
     cluster's config is the same whichever face started it."""
     if cores is None and memory is None:
         return config
-    from .units import parse_bytes
 
     field = "cores" if cores is not None else "memory"
     if cores is not None and (isinstance(cores, bool) or not isinstance(cores, int)

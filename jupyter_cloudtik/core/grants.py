@@ -233,6 +233,7 @@ def storage_index(store: Any) -> Any | None:
     or None when no installed feature offers one (then there are no storages to grant).  A
     feature that offers it but fails to load raises: a broken install is not "nothing"
     (the policy fails closed either way: no index, no storage grant)."""
+    # deferred: start-up (core.features ~20 ms, loads importlib.metadata)
     from .features import feature_service
 
     try:
@@ -294,6 +295,7 @@ def policy_for(store: Any) -> Policy:
     if shared is None:
         policy = OwnerPolicy(store)
     else:
+        # deferred: start-up (core.plugins ~19 ms, loads importlib.metadata, importlib.resources)
         from . import plugins
 
         if not shared.get("policy"):

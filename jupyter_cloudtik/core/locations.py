@@ -36,6 +36,7 @@ from typing import Protocol
 from urllib.parse import unquote, urlparse
 
 from .errors import ConfigError, NotFoundError, PermissionDeniedError
+from .paths import user_path
 
 MAX_LOCATION = 4096   # characters of a whole location (PATH_MAX on Linux)
 MAX_NAME = 255        # bytes of one path component (NAME_MAX on Linux)
@@ -184,8 +185,6 @@ class InProcess:
         self.base = Path(base).expanduser() if base else None
 
     def local(self, text: str, field: str, *, write: bool = False) -> Path:
-        from .paths import user_path
-
         if text.startswith("file://"):
             text = file_url_path(text, field)
         check_text(text, field)

@@ -189,6 +189,7 @@ class _StoreRedactor:
         if not text:
             return text
         if self._live is None:
+            # deferred: start-up (core.secrets ~22 ms, loads traitlets, cryptography)
             from .secrets import SecretStore
 
             self._live = SecretStore(self._store).live_redactor()

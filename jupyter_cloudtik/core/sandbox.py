@@ -55,6 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .errors import ConfigError
+from .grants import declare_shared, shared_settings
 
 #: the operating system: programs and libraries (read-only)
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
@@ -283,8 +284,6 @@ def install(state_dir: str | Path, mode: str = "bubblewrap", *, uid: int = NOBOD
     """Declare that what users control and this state folder runs is sandboxed (the hub
     sidekick, at start; ``shared.json``); returns the sandbox (``check()`` it to learn
     whether it can be made here: every use checks again and refuses if not)."""
-    from .grants import declare_shared
-
     if mode not in ("bubblewrap", "none"):
         raise ConfigError(f"c.CloudTikHub.sandbox: {mode!r} is not one of 'bubblewrap', "
                           "'none'", field="sandbox", value=mode)
@@ -299,8 +298,6 @@ def sandbox_for(state_dir: str | Path) -> Sandbox | None:
     """The sandbox users' code of this state folder runs in; None when the folder is a
     single person's own (no ``shared.json``: a notebook's, a single-user server's).  A
     shared folder without sandbox settings gets the default sandbox, never none."""
-    from .grants import shared_settings
-
     shared = shared_settings(state_dir)
     if shared is None:
         return None

@@ -38,6 +38,7 @@ from traitlets.config import Configurable
 
 from . import env
 from .errors import CloudTikError, ConfigError, NotFoundError, PermissionDeniedError
+from .grants import Grant
 from .store import Store
 
 log = logging.getLogger(__name__)
@@ -150,8 +151,6 @@ class SecretStore:
         """The values of the grant's item (``{name: value}``), or one of them (None if it
         has no such value): the only way to read a secret.  ``grant`` must come from the
         access policy (``core.grants``); anything else is refused."""
-        from .grants import Grant
-
         if not isinstance(grant, Grant) or not grant.sealed():
             raise PermissionDeniedError("secrets are handed out only against a grant of the "
                                         "access policy (core/grants.py)", field="grant")
