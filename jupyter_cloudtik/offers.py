@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from .core.errors import ConfigError
+from .core.units import format_bytes
 
 DIMS = ("CPU", "memory", "disk", "GPU", "instances")
 REQUEST_DIMS = ("CPU", "memory", "disk", "GPU")
@@ -271,8 +272,6 @@ class Request:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     def describe(self) -> str:
-        from .core.units import format_bytes
-
         parts = [f"{self.resources.get('CPU', 0):g} CPU"]
         if self.resources.get("memory"):
             parts.append(format_bytes(self.resources["memory"]))

@@ -170,6 +170,7 @@ def runtimes_of(cfg: dict[str, Any]) -> list[Runtime]:
 
 def check_types(types: list[str]) -> None:
     """Every named runtime is installed; the error lists the installed ones."""
+    # deferred: start-up (core.config ~12 ms, loads yaml)
     from ..core.config import check_runtime_types
 
     check_runtime_types(types)

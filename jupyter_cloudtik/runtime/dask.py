@@ -13,6 +13,7 @@ from typing import Any
 
 from ..core.models import ConnectInfo
 from .base import HTTP_TIMEOUT, Runtime, RuntimeUnreachable, http_json
+from .tls import client_security
 
 
 class SchedulerUnreachable(RuntimeUnreachable):
@@ -31,8 +32,6 @@ async def _with_client(info: ConnectInfo, fn_name: str, *args: Any) -> Any:
     """Ask over a short-lived Dask connection (mutual TLS when the cluster uses it: its
     HTTP server is then bound to the head's loopback and unreachable from here)."""
     from distributed import Client
-
-    from .tls import client_security
 
     kwargs: dict[str, Any] = {}
     sec = client_security(info)

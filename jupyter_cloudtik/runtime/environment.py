@@ -19,6 +19,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..core.errors import ConfigError
+
 if TYPE_CHECKING:
     from ..core.grants import BuildPermit
 
@@ -144,8 +146,6 @@ def check_pip_entries(entries: Any, field: str = "runtime.pip") -> None:
     """Each entry is a requirement (``six``, ``toolz==0.12.1``, ``attrs>=23``) or a local
     folder with a Python project; raise a ConfigError naming the first bad one."""
     from packaging.requirements import InvalidRequirement, Requirement
-
-    from ..core.errors import ConfigError
 
     for i, e in enumerate(entries or []):
         if not isinstance(e, str) or not e.strip():
@@ -294,8 +294,6 @@ def collect(pip: list[str] | None, sync_env: bool, cache: Path,
 
     from packaging.requirements import Requirement
 
-    from ..core.errors import ConfigError
-
     builds = permit is not None and permit.sealed()
     pins: dict[str, str] = {}
     resolve: list[str] = []
@@ -384,8 +382,6 @@ def check_packages(cfg: dict[str, Any], provider_cls: type) -> None:
     "shared" (its nodes run this very Python: the packages must be installed here), absent
     (it cannot)."""
     from packaging.requirements import Requirement
-
-    from ..core.errors import ConfigError
 
     rt = cfg.get("runtime") or {}
     pip, sync = list(rt.get("pip") or []), bool(rt.get("sync_env"))

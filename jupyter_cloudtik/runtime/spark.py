@@ -32,7 +32,9 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import env as envnames
 from ..core.errors import ConfigError, ConflictError
+from ..core.fuse import unmount_path
 from .base import Runtime, RuntimeUnreachable, http_json
+from .tls import SPARK_UI_ALPN, client_ssl_context
 
 if TYPE_CHECKING:
     from ..core.models import ConnectInfo
@@ -221,6 +223,7 @@ def driver_log_path() -> Path:
     """Where the driver JVM of this process writes what it prints: the state folder's
     ``spark/driver-<pid>.log``, not the notebook (its warnings, stage progress bars and
     executor errors at shutdown are noise to a notebook's reader)."""
+    # deferred: start-up (core.settings ~18 ms, loads traitlets, jupyter_core)
     from ..core.settings import default_settings
 
     folder = Path(default_settings().state_dir) / "spark"
@@ -257,8 +260,6 @@ def release_storage_mounts(state_dir: str | os.PathLike[str], cluster: str) -> i
     """Unmount what is left of a cluster's storage mounts under the default root once its
     last node is gone.  rclone unmounts on SIGTERM, but one killed after the grace period
     (a loaded machine) leaves a dead FUSE mount behind.  Returns how many were removed."""
-    from ..core.fuse import unmount_path
-
     root = os.path.normpath(str(Path(state_dir) / "spark-storage" / cluster)) + os.sep
     try:
         lines = Path("/proc/mounts").read_text().splitlines()
@@ -474,8 +475,6 @@ class SparkRuntime(Runtime):
         (Huawei Cloud), else at the recorded UI address."""
         relay = (info.extra.get("spark") or {}).get("ui_tls_address")
         if relay and info.credentials:
-            from .tls import SPARK_UI_ALPN, client_ssl_context
-
             return http_json(relay + path, context=client_ssl_context(
                 info.credentials, alpn=SPARK_UI_ALPN))
         return http_json(self._ui(info) + path)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.bridge import bridge
 from ..core.errors import BackendUnavailable, NotFoundError, ProviderError
 
 
@@ -186,8 +187,6 @@ class SSHShell:
     # the connection ---------------------------------------------------------------------
     def _runner(self):
         if self._loop is None:
-            from ..core.bridge import bridge
-
             self._loop = bridge()  # the process's loop thread (stop() leaves it running)
         return self._loop
 
