@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ..core.errors import NodeLaunchError, OperationTimeout
 from ..core.models import ConnectInfo
 
 if TYPE_CHECKING:
@@ -111,6 +112,7 @@ class NodeProvider:
     def check_packages(cls, cfg: dict[str, Any]) -> None:
         """Refuse ``runtime.pip`` / ``runtime.sync_env`` this provider cannot honour, before
         anything starts (runtime/environment.py ``check_packages``)."""
+        # deferred: start-up (runtime.environment ~24 ms, loads importlib.metadata, subprocess)
         from ..runtime.environment import check_packages
 
         check_packages(cfg, cls)
@@ -171,7 +173,7 @@ class NodeProvider:
         prices or quotas overrides it (one offer per flavor x availability zone, quotas as
         shared pools).  ``query`` says which cluster, user and node types it is for.
         """
-        from ..offers import Offer, OfferSet
+        from ..offers import Offer, OfferSet  # deferred: start-up (offers ~9 ms)
 
         cap = self.capacity()
         free = {"CPU": cap.cpus, "memory": cap.memory, "GPU": cap.gpus,
@@ -255,15 +257,11 @@ class NodeProvider:
             if info is not None:
                 return info
             if not await asyncio.to_thread(self.is_running, head_node_id):
-                from ..core.errors import NodeLaunchError
-
                 raise NodeLaunchError(
                     f"the head node {head_node_id} stopped while starting: "
                     + self.node_failure_hint(head_node_id)
                 )
             if time.monotonic() > deadline:
-                from ..core.errors import OperationTimeout
-
                 raise OperationTimeout(
                     f"the head node {head_node_id} did not start its scheduler within "
                     f"{timeout:.0f}s"
@@ -302,6 +300,7 @@ class NodeProvider:
         """A ``distributed.Client`` connected to the cluster; runs where the user is."""
         from distributed import Client
 
+        # deferred: start-up (runtime.tls ~12 ms, loads ssl, socket)
         from ..runtime.tls import client_security
 
         sec = client_security(info)
@@ -313,6 +312,7 @@ class NodeProvider:
     async def register_worker_plugin(cls, info: ConnectInfo, plugin: Any) -> None:
         """Register a Dask worker plugin (it also reaches later workers) over the cluster's
         own authenticated connection: mutual TLS by default, the gateway's for gateways."""
+        # deferred: start-up (runtime.dask ~43 ms, loads asyncio, urllib.request)
         from ..runtime.dask import register_worker_plugin
 
         await register_worker_plugin(info, plugin)

@@ -26,7 +26,8 @@ import urllib.request
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..core.errors import ConfigError, NodeLaunchError, OperationTimeout, ProviderError
-from ..core.store import dumps, loads
+from ..core.grants import policy_for
+from ..core.store import Store, dumps, loads
 from .base import (
     NODE_KIND_HEAD,
     NODE_KIND_WORKER,
@@ -65,7 +66,7 @@ POLL = 0.05
 
 def _password(username: str | None, address: str, store=None) -> str | None:
     if store is not None:
-        from ..core.grants import policy_for
+        # deferred: start-up (core.secrets ~23 ms, loads traitlets, cryptography)
         from ..core.secrets import SecretStore
 
         secrets = SecretStore(store)
@@ -430,8 +431,8 @@ class DaskGatewayNodeProvider(NodeProvider):
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
         from dask_gateway import GatewayCluster
 
+        # deferred: start-up (core.settings ~18 ms, loads traitlets, jupyter_core)
         from ..core.settings import default_settings
-        from ..core.store import Store
 
         x = info.extra or {}
         address = x["gateway_address"]

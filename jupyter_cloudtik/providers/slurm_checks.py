@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.errors import ConfigError
-from ..core.units import format_bytes, parse_bytes
+from ..core.units import format_bytes, parse_bytes, parse_duration
 from .base import NODE_KIND_HEAD, NODE_KIND_WORKER
 
 # which provider field a refusal of ``sbatch --test-only`` is about (Slurm's own words)
@@ -42,8 +42,6 @@ class SlurmChecks:
         self._checked = True
 
     def _check(self, cfg: dict[str, Any] | None) -> None:
-        from ..core.units import parse_duration
-
         p = self.provider_config
         part = self.partition()
         if part["avail"] != "up":
@@ -108,6 +106,7 @@ class SlurmChecks:
     def _check_fit(self, cfg: dict[str, Any] | None, part: dict[str, str]) -> None:
         nodes = self.nodes()
         res = self._resources(cfg, "worker")
+        # deferred: start-up (transport.slurm ~23 ms, loads asyncio)
         from ..transport.slurm import slurm_int
 
         cpus = max((c for n in nodes if (c := slurm_int(n.get("CPUTot"))) is not None),

@@ -22,6 +22,8 @@ from typing import Any
 
 from ..core import features
 from ..core.errors import ConfigError
+from ..runtime import environment as rtenv
+from ..runtime.environment import CHECKED
 
 #: besides runtime.CHECKED: the scheduler's dashboard, when the session has it
 DASHBOARD = ("bokeh",)
@@ -37,8 +39,6 @@ def _builds(p: dict[str, Any]) -> bool:
 
 def packages_of(runtime: dict[str, Any] | None) -> Any:
     """What the cluster's environment holds: "session" (``runtime.sync_env``) or names."""
-    from ..runtime.environment import CHECKED
-
     rt = runtime or {}
     if rt.get("sync_env"):
         return "session"
@@ -60,8 +60,6 @@ class SlurmEnvironment:
         """``runtime.pip`` / ``runtime.sync_env``: built on the system over SSH (names
         only: a folder or a direct reference would be built on this side), this
         machine's Python locally, refused with a named ``python``."""
-        from ..runtime import environment as rtenv
-
         p = cfg["provider"]
         if not _builds(p):
             how = False if p.get("python") else "shared"

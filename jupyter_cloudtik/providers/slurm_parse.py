@@ -77,6 +77,7 @@ def parse_sinfo(stdout: str) -> list[dict[str, Any]]:
 
 def sinfo_cpus(text: str) -> tuple[int, int, int, int] | None:
     """sinfo's ``%C``: allocated/idle/other/total CPUs, or None for another shape."""
+    # deferred: start-up (transport.slurm ~22 ms, loads asyncio)
     from ..transport.slurm import slurm_int
 
     counts = [slurm_int(x) for x in text.split("/")]
@@ -87,6 +88,7 @@ def sinfo_cpus(text: str) -> tuple[int, int, int, int] | None:
 
 def free_memory(nodes: list[dict[str, str]]) -> int:
     """Bytes not allocated on the idle or partly used nodes of ``scontrol show node -o``."""
+    # deferred: start-up (transport.slurm ~22 ms, loads asyncio)
     from ..transport.slurm import slurm_int
 
     free = 0
@@ -99,6 +101,7 @@ def free_memory(nodes: list[dict[str, str]]) -> int:
 
 def memory_per_core(nodes: list[dict[str, str]]) -> int | None:
     """The smallest memory per core of ``scontrol show node -o`` rows (None: none says)."""
+    # deferred: start-up (transport.slurm ~22 ms, loads asyncio)
     from ..transport.slurm import slurm_int
 
     shares = [mem * 2**20 // max(slurm_int(n.get("CPUTot")) or 1, 1)

@@ -41,6 +41,7 @@ class SlurmPartition:
         return [n for n in self._all_nodes() if name in n.get("Partitions", "").split(",")]
 
     def _all_nodes(self) -> list[dict[str, str]]:
+        # deferred: start-up (transport.slurm ~22 ms, loads asyncio)
         from ..transport.slurm import parse_kv
 
         if self._nodes and time.monotonic() - self._nodes[0] < FACTS_SECONDS:
@@ -111,6 +112,7 @@ class SlurmPartition:
             f"cores on {part['nodes']} node(s) ({part['nodelist']}; sinfo)"))
 
     def offers(self, query=None) -> OfferSet:
+        # deferred: start-up (offers ~7 ms); start-up (transport.slurm ~23 ms, loads asyncio)
         from ..offers import Offer, OfferSet
         from ..transport.slurm import slurm_int
 

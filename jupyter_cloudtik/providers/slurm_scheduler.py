@@ -14,6 +14,7 @@ from typing import Any
 from ..core.errors import NotFoundError
 from ..core.models import ConnectInfo
 from .base import NODE_KIND_HEAD, TAG_NODE_KIND
+from .slurm_hosts import UntrustedAddress, check_address, job_hosts, split_host
 from .slurm_tunnel import _TUNNELS, _TUNNELS_LOCK
 
 
@@ -24,6 +25,7 @@ class SlurmScheduler:
     def local(self):
         """The login-node scheduler's provider (``scheduler: login``)."""
         if self._local is None:
+            # deferred: start-up (providers.local ~41 ms, loads traitlets, psutil)
             from .local import LocalNodeProvider
 
             local = LocalNodeProvider(
@@ -91,8 +93,7 @@ class SlurmScheduler:
                 f"{self.workdir}/scheduler-{head_node_id}.json"))
         except (NotFoundError, ValueError):
             return None
-        from ..runtime.tls import attach
-        from .slurm_hosts import UntrustedAddress, check_address, job_hosts, split_host
+        from ..runtime.tls import attach  # deferred: start-up (runtime.tls ~9 ms, loads ssl)
 
         # the file is the job's (the user's code wrote it): every host in it must be a
         # node Slurm gave that job, or nothing here connects there (slurm_hosts.py)

@@ -45,6 +45,7 @@ class SlurmStop:
     def cleanup(self) -> None:
         """After the last job is gone: this process's tunnels, the staged certificates and
         the cluster's TLS material (a next ``up`` makes a new CA)."""
+        # deferred: start-up (runtime.tls ~21 ms, loads ssl, socket)
         from ..runtime.tls import remove_cluster_tls
 
         self._close_tunnels()

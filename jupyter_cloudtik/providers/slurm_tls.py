@@ -7,6 +7,7 @@ dashboard relay's code a scheduler job runs beside a TLS scheduler.
 from __future__ import annotations
 
 from ..core.errors import ProviderError
+from ..runtime.dashboard_relay import relay_source
 
 #: appended to the shared relay's source on the login node: a scheduler job runs it with
 #: its TLS folder, Dask's scheduler file, the file to publish and the scheduler's pid.  It
@@ -66,6 +67,7 @@ class SlurmTls:
             if want is not None:
                 self._tls = bool(want)
             else:
+                # deferred: start-up (runtime.tls ~23 ms, loads ssl, socket)
                 from ..runtime.tls import is_loopback
 
                 login = getattr(self.login.shell, "host", None)
@@ -97,6 +99,7 @@ class SlurmTls:
         them."""
         if not self.tls or self._staged:
             return
+        # deferred: start-up (runtime.tls ~22 ms, loads ssl, socket)
         from ..runtime.tls import ensure_cluster_tls
 
         tls = ensure_cluster_tls(self.context.state_dir, self.cluster_name)
@@ -110,7 +113,6 @@ class SlurmTls:
         for key, text in (("ca", tls.ca), ("cert", tls.node_cert), ("key", tls.node_key)):
             shell.write_bytes(files[key], text.encode(), mode=0o600)
         if self.mode == "job":  # the dashboard relay's code (no secret), beside the logs
-            from ..runtime.dashboard_relay import relay_source
 
             shell.write_bytes(self._relay_file(), (relay_source() + RELAY_MAIN).encode(),
                               mode=0o600)

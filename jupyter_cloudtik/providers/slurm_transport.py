@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from ..core import features
-from ..core.errors import ConfigError, ProviderError
+from ..core.errors import BackendUnavailable, ConfigError, ProviderError
 
 if TYPE_CHECKING:
     from ..transport.shell import Result
@@ -63,8 +63,6 @@ class SlurmTransport:
 
     def _run(self, argv: list[str], what: str, input: bytes | None = None,
              timeout: float = 60.0) -> Result:
-        from ..core.errors import BackendUnavailable
-
         try:
             return self.login.slurm(argv, what, timeout=timeout, input=input)
         except BackendUnavailable as e:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from ..core.errors import ProviderError
+from ..core.errors import BackendUnavailable, ProviderError
 from ..core.models import ConnectInfo
 
 # (login node, state namespace, cluster, "host:port") -> transport.shell.Tunnel of this process
@@ -37,7 +37,6 @@ class SlurmTunnel:
             if t is not None:
                 t.close()
                 del _TUNNELS[key]
-            from ..core.errors import BackendUnavailable
 
             try:
                 t = self.login.shell.forward_local_port(host, int(port))

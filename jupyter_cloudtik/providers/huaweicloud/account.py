@@ -32,6 +32,7 @@ def policy_for(provider_config: dict[str, Any], settings: HuaweiCloud) -> RetryP
 def make_clients(provider_config: dict[str, Any], context: ProviderContext,
                  workspace: str | None,
                  on_retry: Callable[[str, int, float, str], None] | None = None) -> Clients:
+    # deferred: start-up (core.secrets ~9 ms, loads cryptography, sqlite3)
     from ...core.secrets import SecretStore
 
     settings = settings_for(context)

@@ -175,6 +175,7 @@ def ensure_keypair(provider: HuaweiCloudNodeProvider, workspace: str) -> str:
         ListKeypairDetailRequest,
     )
 
+    # deferred: start-up (core.secrets ~9 ms, loads cryptography, sqlite3)
     from ...core.secrets import SecretStore
 
     c = provider.clients

@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from ...core.errors import ProviderError
+from ...core.store import dumps, loads
 from .limits import ECS_TOKEN_EXPIRED, ECS_TOKEN_REUSED
 from .servers import GONE
 
@@ -53,8 +54,6 @@ class CreateJournal:
 
     def _journal_add(self, token: str, args: dict[str, Any]) -> None:
         """Written before the create is sent: a kill after this line cannot lose it."""
-        from ...core.store import dumps
-
         with self._journal().transaction() as conn:
             conn.execute("INSERT INTO huaweicloud_creates(token, workspace, cluster, "
                          "created_at, request) VALUES (?, ?, ?, ?, ?)",
@@ -63,8 +62,6 @@ class CreateJournal:
         self._own_tokens.add(token)
 
     def _journal_answer(self, token: str, job_id: str | None, ids: list[str]) -> None:
-        from ...core.store import dumps
-
         with self._journal().transaction() as conn:
             conn.execute("UPDATE huaweicloud_creates SET job_id = ?, server_ids = ? "
                          "WHERE token = ?", (job_id, dumps(ids), token))
@@ -88,8 +85,6 @@ class CreateJournal:
         one (``show_server`` knows a server at once).  An entry goes once the listing shows
         all its servers, or they are gone."""
         from huaweicloudsdkecs.v2 import ShowServerRequest
-
-        from ...core.store import loads
 
         rows = self._journal().query(
             "SELECT * FROM huaweicloud_creates WHERE workspace = ? AND cluster = ?",

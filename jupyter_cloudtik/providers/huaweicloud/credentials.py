@@ -23,6 +23,7 @@ from traitlets import Float, Int, Unicode
 from traitlets.config import Configurable
 
 from ...core.errors import ConfigError
+from ...core.grants import policy_for
 
 if TYPE_CHECKING:
     from ...core.secrets import SecretStore
@@ -117,8 +118,6 @@ def resolve(provider_config: dict[str, Any], settings: HuaweiCloud,
     if workspace and secrets is not None:
         scope = SECRET_SCOPE.format(workspace=workspace)
         if secrets.has(scope, "access_key") and not profile:
-            from ...core.grants import policy_for
-
             values = secrets.reveal(policy_for(secrets.store).service(
                 "workspace", f"huaweicloud:{workspace}",
                 "call Huawei Cloud's API for the workspace's clusters"))

@@ -9,6 +9,9 @@ from typing import TYPE_CHECKING, Any
 
 from ...core.errors import NodeLaunchError, OperationTimeout
 from ...core.models import ConnectInfo
+from ...runtime.base import RuntimeUnreachable, http_json
+from ...runtime.spark import NODE_MASTER_PORT, NODE_UI_PORT, pyspark_version
+from ...runtime.tls import SPARK_UI_ALPN, client_security, client_ssl_context, load_cluster_tls
 from .servers import RUNTIMES_METADATA, addresses
 from .userdata import DASHBOARD_PORT, DASHBOARD_TLS_PORT, SCHEDULER_PORT
 
@@ -47,10 +50,6 @@ class HeadAccess:
         answer must name this head's master: another cluster's master is not this one.
         A head reached only on its loopback (a workspace made before the relay served
         Spark has no 8788 rule: an SSH tunnel, docs/spark.md) is read there."""
-        from ...runtime.base import RuntimeUnreachable, http_json
-        from ...runtime.spark import NODE_MASTER_PORT, NODE_UI_PORT, pyspark_version
-        from ...runtime.tls import SPARK_UI_ALPN, client_ssl_context, load_cluster_tls
-
         private, reach = self._head_host(head_node_id)
         if private is None:
             return None
@@ -83,8 +82,6 @@ class HeadAccess:
         return facts
 
     def connect_info(self, head_node_id: str) -> ConnectInfo | None:
-        from ...runtime.tls import load_cluster_tls
-
         types = self.runtime_types(head_node_id)
         spark = None
         if "spark" in types:
@@ -111,8 +108,6 @@ class HeadAccess:
         stays empty (the manager asks the scheduler over the TLS Dask connection)."""
         import socket
         import ssl
-
-        from ...runtime.tls import client_ssl_context, load_cluster_tls
 
         private, reach = self._head_host(head_node_id)
         tls = load_cluster_tls(self.context.state_dir, self.cluster_name)
@@ -167,8 +162,6 @@ class HeadAccess:
     @classmethod
     def make_client(cls, info: ConnectInfo, **kwargs: Any) -> Client:
         from distributed import Client
-
-        from ...runtime.tls import client_security
 
         address = (info.extra or {}).get("public_scheduler_address") or info.scheduler_address
         sec = client_security(info)

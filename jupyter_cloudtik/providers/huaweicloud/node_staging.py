@@ -8,6 +8,11 @@ import io
 import logging
 import sys
 
+from ...core.errors import ConfigError
+from ...core.grants import policy_for
+from ...runtime import environment
+from ...runtime.tls import ensure_cluster_tls, remove_cluster_tls
+from .clients import EMULATED_OBS_DOMAIN, REAL_OBS
 from .userdata import WHEELS_PREFIX, list_keys, manifest_key, tls_object_key, wheel_key
 
 log = logging.getLogger("jupyter_cloudtik.huaweicloud")
@@ -27,8 +32,6 @@ class RuntimeStaging:
 
     # TLS ------------------------------------------------------------------------------------
     def _obs_endpoint(self) -> str:
-        from .clients import EMULATED_OBS_DOMAIN, REAL_OBS
-
         c = self.clients
         if c.config.get("obs_endpoint"):
             return c.config["obs_endpoint"]
@@ -42,8 +45,6 @@ class RuntimeStaging:
         import json
 
         from huaweicloudsdkobs.v1 import PutObjectRequest
-
-        from ...runtime.tls import ensure_cluster_tls
 
         tls = ensure_cluster_tls(self.context.state_dir, self.cluster_name)
         self.clients.call("obs", "put_object", PutObjectRequest(
@@ -64,10 +65,6 @@ class RuntimeStaging:
         import time as _time
 
         from huaweicloudsdkobs.v1 import PutObjectRequest
-
-        from ...core.errors import ConfigError
-        from ...core.grants import policy_for
-        from ...runtime import environment
 
         t0 = _time.monotonic()
         cache = self.context.state_dir / "wheels"
@@ -133,8 +130,6 @@ class RuntimeStaging:
     def cleanup(self) -> None:
         """After the last node: the TLS object and the local TLS material go."""
         from huaweicloudsdkobs.v1 import DeleteObjectRequest
-
-        from ...runtime.tls import remove_cluster_tls
 
         bucket = self.workspace()["resources"].get("bucket")
         if bucket:

@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 
 from ...core import env as envnames
 from ...core.errors import ConfigError, NodeLaunchError, ProviderError
+from ...core.features import feature_service
 from ..base import (
     NODE_KIND_HEAD,
     TAG_CLUSTER_NAME,
@@ -44,6 +45,7 @@ from ..base import (
     NodeProvider,
 )
 from .account import make_clients, retry_reporter, settings_for, wait_until
+from .bootstrap import bootstrap, check_node_types
 from .create_journal import JOURNAL_MIGRATIONS, REPLAY_WITHIN, TOKEN_TTL, CreateJournal
 from .head_access import HeadAccess
 from .limits import (
@@ -203,8 +205,6 @@ class HuaweiCloudNodeProvider(CreateJournal, RuntimeStaging, HeadAccess, NodePro
     # plumbing -------------------------------------------------------------------------------
     def workspace(self) -> dict[str, Any]:
         if self._workspace is None:
-            from ...core.features import feature_service
-
             workspace_record = feature_service("workspace_record")
             workspaces_of = feature_service("workspaces_of")
 
@@ -255,13 +255,9 @@ class HuaweiCloudNodeProvider(CreateJournal, RuntimeStaging, HeadAccess, NodePro
                          currency=self.provider_config.get("currency", "USD"))
 
     def check_node_types(self, cfg: dict[str, Any]) -> None:
-        from .bootstrap import check_node_types
-
         check_node_types(self, cfg)
 
     def bootstrap_config(self, cluster_config: dict[str, Any]) -> dict[str, Any]:
-        from .bootstrap import bootstrap
-
         return bootstrap(self, cluster_config)
 
     def capacity(self) -> Capacity:

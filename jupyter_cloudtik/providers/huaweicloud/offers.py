@@ -10,12 +10,11 @@ Flavor names also tell their size (``s6.xlarge.2``: 4 vCPUs, 2 GiB per vCPU), wh
 from __future__ import annotations
 
 import re
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from ...core.errors import ConfigError
+from ...offers import Offer, OfferSet, Pool
 from .clients import Clients
-
-if TYPE_CHECKING:
-    from ...offers import OfferSet
 
 # Illustrative on-demand prices (USD per hour) of common flavors; override with the
 # provider's ``prices`` option for your region and contract.
@@ -188,8 +187,6 @@ def eip_type(clients: Clients) -> str:
         chosen = next((t for t in PREFERRED_EIP_TYPES if t in names), None) or (
             names[0] if names else None)
     if chosen is None:
-        from ...core.errors import ConfigError
-
         raise ConfigError(f"provider.region: {clients.region} offers no IPv4 EIP pool; "
                           "choose another region", field="provider.region",
                           value=clients.region)
@@ -220,8 +217,6 @@ def offer_set(clients: Clients, prices: dict[str, float] | None = None,
 
     Each offer's ``node_config`` (flavor, zone, spot) is merged into the node config of
     the nodes placed on it.  With ``spot`` every offer also has a spot twin."""
-    from ...offers import Offer, OfferSet, Pool
-
     table = {**DEFAULT_PRICES, **(prices or {})}
     limits = quota_limits(clients)
     pool_name = f"huaweicloud/{clients.region}/ecs-quota"

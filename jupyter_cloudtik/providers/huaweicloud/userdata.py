@@ -25,7 +25,10 @@ import base64
 import shlex
 from typing import Any
 
+from ...core.errors import ConfigError
 from ...runtime.dashboard_relay import relay_source
+from ...runtime.environment import expected as client_expected
+from ...runtime.spark import node_shell_start
 
 SCHEDULER_PORT = 8786
 DASHBOARD_PORT = 8787  # the head's loopback only
@@ -473,8 +476,6 @@ def _start_command(role: str, runtime: dict[str, Any]) -> str:
 
 def start_commands(role: str, runtime: dict[str, Any]) -> str:
     """Every runtime of the node (``runtime.types``: Dask by default, Spark, or both)."""
-    from ...runtime.spark import node_shell_start
-
     parts = []
     for t in runtime.get("types") or ["dask"]:
         if t == "dask":
@@ -482,8 +483,6 @@ def start_commands(role: str, runtime: dict[str, Any]) -> str:
         elif t == "spark":
             parts.append(node_shell_start(role, runtime))
         else:
-            from ...core.errors import ConfigError
-
             raise ConfigError(f"runtime.types: the huaweicloud provider runs dask and spark, "
                               f"not {t!r}", field="runtime.types", value=t)
     return "\n".join(parts)
@@ -513,8 +512,6 @@ def render(role: str, runtime: dict[str, Any], *, storage: dict[str, Any] | None
     """The user data script of a node of ``role`` (head or worker)."""
     import json
 
-    from ...runtime.environment import expected as client_expected
-
     if expected is None:
         expected = client_expected()
     spark = "spark" in (runtime.get("types") or ())
@@ -530,8 +527,6 @@ def render(role: str, runtime: dict[str, Any], *, storage: dict[str, Any] | None
         f'{i + 1} failed"; exit 1; }}'
         for i, cmd in enumerate(runtime.get("setup_commands") or [])) or ":"
     if not storage or not storage.get("bucket"):
-        from ...core.errors import ConfigError
-
         raise ConfigError("provider.workspace_name: the workspace has no OBS bucket, which "
                           "delivers the nodes' TLS certificates and runtime; create the "
                           "workspace with managed_storage: true",
@@ -553,8 +548,6 @@ def render(role: str, runtime: dict[str, Any], *, storage: dict[str, Any] | None
 def encode(script: str) -> str:
     data = base64.b64encode(script.encode()).decode()
     if len(data) > MAX_USER_DATA:
-        from ...core.errors import ConfigError
-
         raise ConfigError(
             f"setup_commands: the node start-up script is {len(data)} bytes base64-encoded; "
             f"ECS accepts at most {MAX_USER_DATA}; shorten setup_commands (e.g. put them in a "

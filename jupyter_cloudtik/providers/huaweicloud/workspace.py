@@ -22,7 +22,8 @@ import logging
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from ...core.errors import CloudTikError, ConfigError, ProviderError
-from ..base import WorkspaceProvider
+from ...core.features import feature_service
+from ..base import TAG_CLUSTER_NAME, WorkspaceProvider
 from .account import (
     bucket_name,
     make_clients,
@@ -32,6 +33,8 @@ from .account import (
     wait_until,
 )
 from .limits import dns_servers
+from .offers import eip_type
+from .servers import TAG_WORKSPACE, list_servers
 from .workspace_deletion import WorkspaceDeletion
 from .workspace_identities import WorkspaceIdentities
 
@@ -545,8 +548,6 @@ class HuaweiCloudWorkspaceProvider(WorkspaceIdentities, WorkspaceDeletion, Works
             CreatePublicipRequestBody,
         )
 
-        from .offers import eip_type
-
         alias = self.names["nat_eip"]
         got = self.clients.call("eip", "create_publicip", CreatePublicipRequest(
             CreatePublicipRequestBody(
@@ -705,17 +706,12 @@ class HuaweiCloudWorkspaceProvider(WorkspaceIdentities, WorkspaceDeletion, Works
         return out
 
     def get_workspace_info(self) -> dict[str, Any]:
-        from ...core.features import feature_service
-
         rec = feature_service("workspace_record")(self.context.store, self.workspace_name) or {}
         return rec.get("resources", {})
 
     def list_clusters(self) -> list[str]:
-        from .servers import TAG_WORKSPACE, list_servers
-
         self._use(None)
         servers = list_servers(self.clients, {TAG_WORKSPACE: self.workspace_name})
-        from ..base import TAG_CLUSTER_NAME
 
         return sorted({t.split("=", 1)[1] for s in servers for t in (s.tags or [])
                        if t.startswith(TAG_CLUSTER_NAME + "=")})

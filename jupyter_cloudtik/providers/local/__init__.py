@@ -8,10 +8,12 @@ __all__ = ["LocalNodeProvider", "LocalProvider"]
 
 def __getattr__(name: str):
     if name == "LocalNodeProvider":
+        # deferred: start-up (providers.local.provider ~69 ms, loads traitlets, ssl)
         from . import provider
 
         return provider.LocalNodeProvider
     if name == "LocalProvider":
+        # deferred: start-up (providers.local.settings ~42 ms, loads traitlets)
         from . import settings
 
         return settings.LocalProvider

@@ -142,10 +142,11 @@ class LocalCapacity:
         import platform
         import socket
 
-        from ...offers import Offer, OfferSet
+        from ...offers import Offer, OfferSet  # deferred: start-up (offers ~7 ms)
 
         cap = self.capacity()
         s = self.settings
+        # deferred: start-up (core.features ~14 ms, loads importlib.metadata)
         from ...core.features import feature_service
 
         owners = feature_service("cluster_owners")(self.store)

@@ -42,6 +42,8 @@ from typing import Any
 from ..._version import __version__
 from ...core.locks import try_flock
 from ...core.process_groups import GroupRef, signal_group
+from .node import run_node
+from .processes import start_time
 
 MEMORY_TERMINATE_FRACTION = 0.95
 PROTOCOL = 1
@@ -408,8 +410,6 @@ class Launcher:
 
     # forking -------------------------------------------------------------------------
     def launch(self, spec: dict[str, Any], conn: socket.socket) -> dict[str, Any]:
-        from .node import run_node
-
         sys.stdout.flush()
         sys.stderr.flush()
         # what is loaded so far is never collected in the node: its pages stay shared
@@ -436,7 +436,6 @@ class Launcher:
                     sys.stderr.flush()
                 finally:
                     os._exit(code)
-        from .processes import start_time
 
         started = start_time(pid)
         self.children[pid] = {

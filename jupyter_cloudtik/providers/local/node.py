@@ -88,6 +88,7 @@ def run_runtime(spec: dict[str, Any]) -> int:
     types = spec.get("runtimes") or ["dask"]
     children = []
     if types != ["dask"]:
+        # deferred: start-up (runtime.base ~25 ms, loads urllib.request, importlib.metadata)
         from ...runtime.base import runtime_class
 
         for t in types:

@@ -73,6 +73,7 @@ class LocalNodeStop:
     def _runtimes_run(self) -> list[Runtime]:
         """Every runtime that a node of this cluster ran here (its rows' ``runtimes``),
         each once; one no longer installed is passed over (nothing can release for it)."""
+        # deferred: start-up (runtime.base ~16 ms, loads urllib.request, importlib.metadata)
         from ...runtime.base import installed, runtime_class
 
         types: list[str] = []
