@@ -20,7 +20,7 @@ from urllib.parse import quote
 import requests
 
 from ..core import env
-from ..core.errors import CloudTikError, error_from_dict
+from ..core.errors import CloudTikError, PermissionDeniedError, error_from_dict
 from ..core.operations import Event, OperationInfo, StartedOperation
 from ..core.runner import result_of
 
@@ -169,8 +169,6 @@ def _error_from_response(resp: requests.Response) -> CloudTikError:
     if not isinstance(data, dict) or "message" not in data:
         return CloudTikError(f"the cloudtik API answered HTTP {resp.status_code}")
     if resp.status_code == 403 and data.get("reason") in ("forbidden", None):
-        from ..core.errors import PermissionDeniedError
-
         return PermissionDeniedError(str(data["message"]), field=data.get("field"))
     return error_from_dict(data)
 

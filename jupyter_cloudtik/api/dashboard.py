@@ -56,6 +56,7 @@ from jupyter_server_proxy.handlers import ProxyHandler
 from tornado import web
 
 from ..core.errors import CloudTikError, NotFoundError
+from ..runtime.tls import client_ssl_context, load_cluster_tls
 
 log = logging.getLogger("jupyter_cloudtik.server")
 
@@ -201,8 +202,6 @@ def client_context(view: Any, info: Any, alpn: str | None = None) -> ssl.SSLCont
 
     Read from the state folder of the store the caller's view reads (the server's own, or
     the hub sidekick's, whose per-user view already refused another user's cluster)."""
-    from ..runtime.tls import client_ssl_context, load_cluster_tls
-
     store = getattr(view, "store", None)
     tls = load_cluster_tls(store.state_dir, info.name) if store is not None else None
     creds = tls.client_credentials() if tls is not None else None

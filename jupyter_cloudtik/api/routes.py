@@ -29,6 +29,7 @@ def route_modules() -> list[ModuleType]:
 
 def route_table() -> list[tuple[str, Any]]:
     """(path relative to the API prefix, handler class) of every feature, catch-all last."""
+    # deferred: start-up (api.base ~64 ms, loads jupyter_server, jinja2)
     from .base import NotFoundHandler
 
     table: list[tuple[str, Any]] = []
@@ -48,6 +49,8 @@ def lifecycle_hooks(name: str, host: str = "server") -> list[Any]:
 def build_routes(base_url: str) -> list[tuple[str, Any]]:
     """The dashboard proxy (under ``{base_url}cloudtik/dashboard/``), the Spark UI proxy
     (``{base_url}cloudtik/spark/``) and the API."""
+    # deferred: start-up (api.dashboard ~174 ms, loads jupyter_server_proxy, jupyter_server;
+    #   api.spark_ui ~177 ms, loads jupyter_server_proxy, jupyter_server)
     from .dashboard import dashboard_routes
     from .spark_ui import spark_ui_routes
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from ..core.errors import ConfigError
 from ..offers import OfferQuery, OfferSet
+from ..providers.base import ProviderContext
 
 if TYPE_CHECKING:
     from ..core.settings import CloudTik
@@ -36,8 +37,8 @@ def load_catalog(path: str | Path) -> OfferSet:
 def zone_offers(store: Store, settings: CloudTik, placement: Placement,
                 query: OfferQuery) -> OfferSet:
     """Every offer this zone can place on right now (providers first, then the catalog)."""
+    # deferred: start-up (core.config ~24 ms, loads yaml, importlib.metadata)
     from ..core.config import provider_class
-    from ..providers.base import ProviderContext
 
     out = OfferSet()
     ctx = ProviderContext(state_dir=store.state_dir, store=store, settings=settings)

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError
+from ..core.store import Store
+from .settings import Placement
 
 COMMANDS = {"zone", "reservations"}
 
@@ -66,9 +68,9 @@ def add_commands(sub) -> None:
 
 
 def _services():
+    # deferred: start-up (core.settings ~5 ms, loads jupyter_core, platformdirs; placement.zones
+    #   ~22 ms, loads cryptography, jupyter_core)
     from ..core.settings import default_settings
-    from ..core.store import Store
-    from .settings import Placement
     from .zones import ZoneService
 
     settings = default_settings()
@@ -183,6 +185,7 @@ def _reservations(args, svc) -> int:
               "\n".join(lines) if rs else "no reservations")
         return 0
     if cmd == "release":
+        # deferred: start-up (placement.zones ~22 ms, loads cryptography, jupyter_core)
         from .zones import BOOTED_SOURCES
 
         r = res.get(args.id)

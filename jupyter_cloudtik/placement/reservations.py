@@ -27,7 +27,7 @@ from typing import Any
 
 from ..core.errors import ConflictError, NotFoundError
 from ..core.store import Store, dumps, loads
-from ..offers import Offer, Plan, Pool, Request
+from ..offers import Choice, Explanation, Offer, Plan, Pool, Request
 from .engine import Engine, PlacementError, deplete
 from .settings import Placement
 
@@ -258,8 +258,6 @@ class Reservations:
     def _exact_plan(self, offers: list[Offer], pools: dict[str, Pool],
                     requests: list[Request], exact: dict[str, int]) -> Plan:
         """Place on exactly the given offers (a hint): capacity and filters still apply."""
-        from ..offers import Choice
-
         if len(requests) != 1:
             raise ConflictError("a hinted placement has exactly one request", field="hint")
         req = requests[0]
@@ -284,7 +282,6 @@ class Reservations:
                 choices.append(Choice(len(choices), c.offer, c.cost, []))
             chosen.update(plan.offers)
             cur, cur_pools = deplete(cur, cur_pools, plan)
-        from ..offers import Explanation
 
         expl = Explanation(offers=len(offers), candidates=len(exact),
                            placed=len(choices), wanted=len(choices))

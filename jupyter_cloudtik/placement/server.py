@@ -18,6 +18,9 @@ import signal
 import sys
 
 from ..core import env
+from ..core.errors import CloudTikError
+from ..core.store import Store
+from .settings import Placement
 
 TOKEN_ENV = env.ZONE_TOKEN
 
@@ -26,11 +29,11 @@ def main(argv: list[str] | None = None) -> int:
     from tornado.httpserver import HTTPServer
     from tornado.netutil import bind_sockets
 
-    from ..core.errors import CloudTikError
+    # deferred: start-up (core.settings ~6 ms, loads jupyter_core, platformdirs; placement.handlers
+    #   ~50 ms, loads cryptography, jupyter_core; placement.zones ~22 ms, loads cryptography,
+    #   jupyter_core)
     from ..core.settings import default_settings
-    from ..core.store import Store
     from .handlers import make_app
-    from .settings import Placement
     from .zones import ZoneService
 
     ap = argparse.ArgumentParser(prog="python -m jupyter_cloudtik.placement.server",

@@ -167,6 +167,7 @@ BUILTIN: dict[str, type[Weigher]] = {
 def weigher_class(name: str) -> type[Weigher]:
     if name in BUILTIN:
         return BUILTIN[name]
+    # deferred: start-up (core.plugins ~16 ms, loads importlib.metadata, importlib.resources)
     from ..core import plugins
 
     cls = plugins.load(GROUP, name, field="weighers", what="placement weigher")
@@ -177,6 +178,7 @@ def weigher_class(name: str) -> type[Weigher]:
 
 
 def available() -> list[str]:
+    # deferred: start-up (core.plugins ~16 ms, loads importlib.metadata, importlib.resources)
     from ..core import plugins
 
     return sorted(set(BUILTIN) | set(plugins.installed(GROUP)))

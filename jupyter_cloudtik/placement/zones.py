@@ -54,10 +54,12 @@ from urllib.parse import urlencode, urlparse
 from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 
 from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
+from ..core.grants import policy_for
 from ..core.secrets import SecretStore
 from ..core.settings import CloudTik
 from ..core.store import Store
 from ..offers import OfferQuery, OfferSet, Request
+from .catalog import zone_offers
 from .engine import PlacementError
 from .reservations import MIGRATIONS, Reservations
 from .settings import ZONE_KEY_ENV, Placement
@@ -257,7 +259,6 @@ class ZoneRegistry:
     def token(self, name: str) -> str | None:
         if not self.secrets.has(self._scope(name), "token"):
             return None
-        from ..core.grants import policy_for
 
         grant = policy_for(self.store).service("zone", name,
                                                "authenticate to a child zone we ask")
@@ -322,7 +323,6 @@ class ZoneService:
     def offers(self, request: Request) -> OfferSet:
         if self._offer_source is not None:
             return self._offer_source(request)
-        from .catalog import zone_offers
 
         query = OfferQuery(cluster=request.cluster, user=request.user,
                            node_types={request.node_type: dict(request.resources)})
