@@ -14,12 +14,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..core.config import read_config_file
+from ..core.config import provider_class, read_config_file, with_worker_size
+from ..core.errors import CloudTikError, ConflictError, NotFoundError
 from ..core.models import ClusterInfo
 from ..core.operations import started_info
 from ..core.units import format_bytes
 from ..progress import follow, make_view
-from ..runtime.base import with_runtime
+from ..runtime.base import runtime_class, types_of, with_runtime
 from .client import Backend, get_backend
 
 
@@ -114,8 +115,6 @@ class Cluster:
     @property
     def runtimes(self) -> list[str]:
         """What the nodes run (``runtime.types``): ["dask"], ["spark"], ["dask", "spark"]."""
-        from ..runtime.base import types_of
-
         return types_of(self.info.config)
 
     def client(self, **kwargs: Any) -> Any:
@@ -125,7 +124,6 @@ class Cluster:
             return self.spark(**kwargs)
         if "dask" not in self.runtimes and len(self.runtimes) == 1:
             return self._runtime_client(self.runtimes[0], **kwargs)
-        from ..core.config import provider_class
 
         provider_type, info = self.backend.connect_info(self.name)
         return provider_class(provider_type).make_client(info, **kwargs)
@@ -134,8 +132,6 @@ class Cluster:
         """A ``pyspark.sql.SparkSession`` on this cluster's Spark master (Spark properties
         as keyword arguments: ``c.spark(**{"spark.executor.memory": "2g"})``)."""
         if "spark" not in self.runtimes:
-            from ..core.errors import ConflictError
-
             raise ConflictError(
                 f"cluster '{self.name}' runs {', '.join(self.runtimes)}, not Spark; start "
                 "one with runtime 'spark' (`%cluster up --runtime spark`)", field="runtime")
@@ -145,8 +141,6 @@ class Cluster:
         """The local path at which a Spark cluster's nodes mount storage ``name`` of its
         config (``storage: {remotes: [name]}``): what a Spark job reads,
         ``c.spark().read.text(c.storage_path("data") + "/words.txt")``."""
-        from ..core.errors import NotFoundError
-
         connect = self.info.connect_info or self.refresh().connect_info
         facts = ((connect or {}).get("extra") or {}).get("spark") or {}
         paths = facts.get("storage") or {}
@@ -158,8 +152,6 @@ class Cluster:
         return paths[name]
 
     def _runtime_client(self, name: str, **kwargs: Any) -> Any:
-        from ..runtime.base import runtime_class
-
         _provider_type, info = self.backend.connect_info(self.name)
         return runtime_class(name)().client(info, **kwargs)
 
@@ -236,6 +228,7 @@ class Cluster:
 
     def widget(self):
         """An interactive view: status table, scale, shut down, dashboard link."""
+        # deferred: start-up (clusters.widgets ~81 ms, loads ipywidgets, IPython)
         from .widgets import ClusterWidget
 
         return ClusterWidget(self)
@@ -260,8 +253,6 @@ class Cluster:
     def usage(self) -> dict[str, Any] | None:
         """Cost so far, cost per hour and the size/price samples of this cluster's life
         (None where nothing records them)."""
-        from ..core.errors import CloudTikError
-
         fn = getattr(self.backend, "usage", None)
         try:
             return fn(self.name) if fn is not None else None
@@ -423,8 +414,6 @@ def sized_config(backend: Backend, config: dict[str, Any] | None, provider: str 
     """``config`` with the worker size of ``--cores`` / ``--memory`` (see
     ``core.config.with_worker_size``), over the chosen provider's default node types as
     the server lists them (``GET providers``: the same defaults the panel's form uses)."""
-    from ..core.config import with_worker_size
-
     if cores is None and memory is None:
         return config
     ptype = provider or ((config or {}).get("provider") or {}).get("type")

@@ -9,6 +9,7 @@ import hashlib
 import json
 from typing import TYPE_CHECKING, Any
 
+from ..core.features import node_runtime_contributors
 from ..core.models import ConnectInfo
 from ..runtime import base as runtimes
 
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
 
 
 def _contributions(manager: ClusterManager, cfg: dict[str, Any], role: str) -> dict[str, Any]:
-    from ..core.features import node_runtime_contributors
-
     out: dict[str, Any] = {}
     for contribute in node_runtime_contributors():
         extra = contribute(manager, cfg, role) or {}

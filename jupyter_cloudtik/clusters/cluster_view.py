@@ -10,6 +10,7 @@ from urllib.parse import quote
 from ..core.errors import ConflictError, NotFoundError
 from ..core.models import ClusterInfo, ConnectInfo, NodeInfo
 from ..core.store import dumps, loads
+from ..runtime.tls import attach
 from .cluster_records import _target
 
 
@@ -106,8 +107,6 @@ class ClusterView:
         """A recorded connect info as a client in this process uses it: the cluster's TLS
         credentials attached, and a tunnel another process had forwarded (the slurm
         provider's SSH tunnel to a scheduler job) opened here."""
-        from ..runtime.tls import attach
-
         info = attach(ConnectInfo.from_dict(recorded), self.store.state_dir, name)
         if (info.extra or {}).get("tunnel"):
             info = self.provider_for(cfg).client_connect_info(info)

@@ -16,8 +16,11 @@ from tornado import web
 from ..api import openapi
 from ..api.base import CloudTikHandler
 from ..api.sse import stream_events
+from ..core.errors import ConfigError
 from ..core.models import ClusterInfo
 from ..core.operations import OperationInfo, Target
+from ..runtime.base import installed
+from ..runtime.tls import as_client_dict
 
 NAME = r"(?P<name>[^/]+)"
 OP_ID = r"(?P<op_id>[^/]+)"
@@ -110,8 +113,6 @@ class ClusterConnectHandler(CloudTikHandler):
     @authorized
     async def get(self, name: str) -> None:
         """How a client reaches the cluster's scheduler (for ``cluster.client()``)."""
-        from ..runtime.tls import as_client_dict
-
         provider, info = self.manager.connect_info(name)
         # the cluster's client certificate goes to its authenticated owner only, here
         self.write_json({"cluster": name, "provider": provider,
@@ -178,8 +179,6 @@ class OperationEventsHandler(CloudTikHandler):
         checked whichever is used, and the header wins when both are sent."""
         import re
 
-        from ..core.errors import ConfigError
-
         after = self.int_arg("after", 0, 0, 2**62)
         header = self.request.headers.get("Last-Event-ID", "").strip()
         if header:
@@ -216,8 +215,6 @@ class ProvidersHandler(CloudTikHandler):
     async def get(self) -> None:
         """Installed providers with their config schemas and the installed runtimes (what
         the New form is made of)."""
-        from ..runtime.base import installed
-
         providers = self.manager.providers()
         default = self.ctx.settings.default_provider
         if any("kind" in p for p in providers):  # a hub user's catalogue entries

@@ -12,7 +12,9 @@ from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..core.errors import CloudTikError, OperationCancelled
+from ..ipython_errors import install as one_line_errors
 from ..magic_line import parse_magic_line
+from ..magic_typos import install
 from .commands import cluster_parser
 
 
@@ -54,6 +56,8 @@ class CloudTikMagics(Magics):
         gives the options of one.  The line is read like a shell's: a trailing `# comment`
         is ignored, quotes group words (`jupyter_cloudtik/magic_line.py`).
         """
+        # deferred: start-up (clusters.api ~61 ms, loads asyncio, yaml; clusters.client ~33 ms,
+        #   loads asyncio, psutil)
         from .api import Cluster, ClusterStatus
         from .client import get_backend, resolve_name
 
@@ -124,16 +128,15 @@ def register(ipython) -> None:
     """Every feature's magics (``jupyter_cloudtik.features`` entry points; this module's
     ``CloudTikMagics`` is the clusters feature's)."""
     _prewarm()  # first: the launcher's start overlaps the magics' imports
+    # deferred: start-up (core.features ~14 ms, loads importlib.metadata)
     from ..core.features import magics_classes
 
     ours = []
     for cls in magics_classes():
         ipython.register_magics(cls)
         ours += [*cls.magics.get("line", {}), *cls.magics.get("cell", {})]
-    from ..magic_typos import install
 
     install(ipython, ours)  # %clsuter: "did you mean %cluster?"
-    from ..ipython_errors import install as one_line_errors
 
     one_line_errors(ipython)  # Cluster.up(...) failing: its message, not a traceback
 
@@ -143,6 +146,7 @@ def _prewarm() -> None:
     import os
     import threading
 
+    # deferred: start-up (clusters.client ~31 ms, loads asyncio, psutil)
     from .client import API_URL_ENV
 
     if os.environ.get(API_URL_ENV):  # the server owns the clusters
@@ -150,6 +154,8 @@ def _prewarm() -> None:
 
     def run() -> None:
         try:  # the imports too: %load_ext returns at once
+            # deferred: start-up (core.settings ~6 ms, loads jupyter_core, platformdirs;
+            #   providers.local.prewarm ~16 ms, loads psutil, subprocess)
             from ..core.settings import default_settings
             from ..providers.local.prewarm import prewarm_launcher
 

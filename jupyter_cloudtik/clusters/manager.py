@@ -28,6 +28,7 @@ import logging
 from typing import Any
 
 from ..core import config as cfgmod
+from ..core import plugins
 from ..core.identity import ActsForUser, os_user
 from ..core.operations import Operations
 from ..core.runner import OperationRunner
@@ -87,8 +88,6 @@ class ClusterManager(ClusterOperations, ClusterReconciler, ClusterTeardown,
         A provider that is not allowed here (``c.CloudTik.allowed_providers``) or cannot be
         imported is listed with ``available: false`` and the reason, so a UI can say why.
         """
-        from ..core import plugins
-
         out: list[dict[str, Any]] = []
         for name in plugins.installed(plugins.PROVIDERS):
             try:

@@ -175,6 +175,7 @@ class ClusterPlacement:
 
 def _provider_options(cfg: dict[str, Any], node_type: dict[str, Any]) -> dict[str, Any]:
     """The provider's default placement options for a node type (its flavor, ...)."""
+    # deferred: start-up (core.config ~24 ms, loads yaml, importlib.metadata)
     from ..core.config import provider_class
 
     provider = cfg.get("provider") or {}

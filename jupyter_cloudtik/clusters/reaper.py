@@ -24,10 +24,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..core.env import scrub_environment
 from ..core.errors import ProviderError
 from ..core.locks import try_flock
 from ..core.operations import Target
-from ..core.settings import CloudTik
+from ..core.settings import CloudTik, load_user_config
 from ..core.store import Store, loads
 from ..runtime import base as runtimes
 from . import adaptive, table, usage
@@ -152,7 +153,6 @@ def ensure_reaper(settings: CloudTik, store: Store | None = None) -> bool:
         return False
     if reaper_running(settings.state_dir):
         return False
-    from ..core.env import scrub_environment
 
     with open(Path(settings.state_dir) / "reaper.log", "ab") as logf:
         subprocess.Popen(
@@ -180,7 +180,6 @@ def main(argv: list[str] | None = None) -> None:
         setproctitle.setproctitle(f"cloudtik reaper {args.state_dir}")
     except Exception:
         pass
-    from ..core.settings import load_user_config
 
     settings = CloudTik(config=load_user_config(), state_dir=args.state_dir)
     manager = ClusterManager(settings=settings, user="reaper")

@@ -19,6 +19,8 @@ import time
 import urllib.request
 from typing import Any
 
+from ..core.errors import CloudTikError
+
 log = logging.getLogger("jupyter_cloudtik.usage")
 
 SCHEMA = """
@@ -91,8 +93,6 @@ def worker_load(manager: Any, name: str, timeout: float = METRICS_TIMEOUT) -> di
     """The workers' load now (``load_from_identity``), or None when the scheduler has no
     HTTP server here or does not answer in ``timeout`` seconds (logged, never raised: a
     chart's gap, not a failed sample)."""
-    from ..core.errors import CloudTikError
-
     try:
         _, info = manager.connect_info(name)
     except CloudTikError:

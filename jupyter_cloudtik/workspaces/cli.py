@@ -47,6 +47,7 @@ def add_commands(sub) -> None:
 
 
 def _config(args: argparse.Namespace) -> dict[str, Any]:
+    # deferred: start-up (core.config ~39 ms, loads importlib.metadata, yaml)
     from ..core.config import read_config_file
 
     cfg = read_config_file(args.config) if args.config else {}
@@ -72,6 +73,8 @@ def _info_text(info) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    # deferred: start-up (progress ~50 ms, loads asyncio, psutil; workspaces.api ~97 ms, loads
+    #   asyncio, yaml)
     from ..progress import TextProgress, follow
     from .api import workspace_backend
 
