@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ConflictError, NotFoundError, PermissionDeniedError
-from ..core.grants import Grant
+from ..core.grants import Grant, policy_for
+from ..core.identity import current_caller
 from ..core.locations import contained
 from ..core.secrets import REDACTED, SecretStore
 from ..core.store import Store, dumps, loads
@@ -344,9 +345,6 @@ class StorageCatalog:
         row = self.store.query_one("SELECT * FROM storages WHERE name = ?", (name,))
         if row is None:
             # the hint names only what the caller may use (a hub serves many groups)
-            from ..core.grants import policy_for
-            from ..core.identity import current_caller
-
             known = policy_for(self.store).visible(current_caller(self.user or ""),
                                                    "storage")
             hint = f"; storages: {', '.join(known)}" if known else "; there are no storages"

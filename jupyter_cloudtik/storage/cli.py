@@ -9,15 +9,16 @@ from __future__ import annotations
 import json
 import sys
 
-from ..core.errors import CloudTikError, OperationCancelled, PermissionDeniedError
+from ..core.arguments import Parser
+from ..core.errors import USER_ERRORS, CloudTikError, OperationCancelled, PermissionDeniedError
+from ..progress import RichProgress, TextProgress, follow
+from .client import get_storage_client
 from .commands import add_storage_commands, as_json, describe, run_command
 
 COMMANDS = {"storage"}
 
 
 def add_commands(sub) -> None:
-    from ..core.arguments import Parser
-
     p = sub.add_parser("storage", help="storages: add, browse, copy, mount (rclone)",
                        description="Storages (rclone remotes): the same ones %storage and "
                                    "the JupyterLab panel show.")
@@ -27,10 +28,6 @@ def add_commands(sub) -> None:
 
 
 def run(args) -> int:
-    from ..core.errors import USER_ERRORS
-    from ..progress import RichProgress, TextProgress, follow
-    from .client import get_storage_client
-
     json_out = getattr(args, "json", False)
 
     def view(title: str):

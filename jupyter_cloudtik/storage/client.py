@@ -87,6 +87,7 @@ def get_storage_client(settings=None) -> StorageClient:
     for this state folder (cached)."""
 
     def rest():
+        # deferred: start-up (storage.rest ~37 ms, loads requests, urllib3)
         from .rest import RestStorageClient
 
         return RestStorageClient.from_environment()

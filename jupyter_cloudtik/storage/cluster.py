@@ -20,7 +20,11 @@ from __future__ import annotations
 from typing import Any
 
 from ..core import env as envnames
-from ..core.errors import ConfigError, NotFoundError
+from ..core.errors import ConfigError, NotFoundError, PermissionDeniedError
+from ..core.features import feature_service
+from ..core.grants import policy_for
+from ..core.secrets import open_secret_store
+from .manager import StorageManager
 from .rclone import Remote, render_config
 
 CONFIG_FILE = "rclone.conf"
@@ -32,7 +36,7 @@ def node_runtime(manager: Any, cfg: dict[str, Any], role: str) -> dict[str, Any]
     names = list((cfg.get("storage") or {}).get("remotes") or [])
     if not names:
         return {}
-    from ..core.config import provider_class
+    from ..core.config import provider_class  # deferred: start-up (core.config ~10 ms, loads yaml)
 
     ptype = cfg["provider"]["type"]
     cls = provider_class(ptype, manager.settings)
@@ -58,9 +62,6 @@ def node_grants(manager: Any, cfg: dict[str, Any]) -> list[tuple[Any, dict[str, 
     """For each storage the config names: the owner's grant and what a node may receive
     for it (the policy's ``node_secrets``).  Writable if the owner may write it, else
     read-only (its read-only credential, or a refusal)."""
-    from ..core.errors import PermissionDeniedError
-    from ..core.grants import policy_for
-
     names = list((cfg.get("storage") or {}).get("remotes") or [])
     policy = policy_for(manager.store)
     owner = _owner(manager, cfg)
@@ -86,17 +87,12 @@ def node_grants(manager: Any, cfg: dict[str, Any]) -> list[tuple[Any, dict[str, 
 def _owner(manager: Any, cfg: dict[str, Any]) -> Any:
     """Whom the cluster's nodes act for: its recorded owner (a scale by the reaper), or
     the caller starting it."""
-    from ..core.features import feature_service
-    from ..core.grants import policy_for
-
     recorded = feature_service("cluster_owner")(manager.store, cfg.get("cluster_name"))
     owner = recorded[0] if recorded is not None and recorded[1] != "stopped" else None
     return policy_for(manager.store).caller(owner or manager.user)
 
 
 def _secrets(manager: Any) -> Any:
-    from ..core.secrets import open_secret_store
-
     return open_secret_store(manager.settings, manager.store)
 
 
@@ -104,8 +100,6 @@ def rclone_config(manager: Any, names: list[str], cfg: dict[str, Any] | None = N
                   ) -> tuple[str, str]:
     """(rclone config text with one remote per storage, the rclone binary here), with
     only what the owner's grants let a node hold."""
-    from .manager import StorageManager
-
     storage = StorageManager(settings=manager.settings, store=manager.store,
                              user=getattr(manager, "user", None), supervise=False)
     granted = node_grants(manager, {**(cfg or {}), "storage": {"remotes": names}})
@@ -141,7 +135,7 @@ async def attach_to_workers(manager: Any, cfg: dict[str, Any], info: Any) -> boo
     names = list((cfg.get("storage") or {}).get("remotes") or [])
     if not names:
         return False
-    from ..core.config import provider_class
+    from ..core.config import provider_class  # deferred: start-up (core.config ~10 ms, loads yaml)
 
     cls = provider_class(cfg["provider"]["type"], manager.settings)
     if not getattr(cls, "delivers_secrets_at_runtime", False):
@@ -150,6 +144,7 @@ async def attach_to_workers(manager: Any, cfg: dict[str, Any], info: Any) -> boo
 
     import cloudpickle
 
+    # deferred: start-up (storage.node_plugin ~264 ms, loads distributed)
     from . import node_plugin
 
     content, binary = await asyncio.to_thread(rclone_config, manager, names, cfg)

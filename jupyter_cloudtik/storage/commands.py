@@ -202,6 +202,7 @@ def run_command(args: argparse.Namespace, client: Any, follow: Callable[[str, st
             # answered now (and a kernel, which may not add, is answered at all)
             checked = client.check_add(args.name, args.backend, options, ask=args.ask, **kw)
         if add_by_user is not None:
+            # deferred: start-up (storage.rest ~38 ms, loads requests, urllib3)
             from .rest import add_body
 
             given = {k: v for k, v in options.items() if k not in args.ask}

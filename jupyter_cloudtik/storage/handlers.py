@@ -18,14 +18,14 @@ from ..api.base import CloudTikHandler
 from ..core.errors import ConfigError
 from ..core.locations import check_text
 from ..core.operations import OperationInfo
+from .manager import Location, StorageManager
+from .rclone import StorageError
 
 NAME = r"(?P<name>[^/]+)"
 BACKEND = r"(?P<backend>[^/]+)"
 
 
 def _manager(ctx) -> Any:
-    from .manager import StorageManager
-
     app = ctx.serverapp
     storage_config = getattr(getattr(app, "config", None), "Storage", {})
     manager = StorageManager(settings=ctx.settings, store=ctx.store)
@@ -132,8 +132,6 @@ class StorageTestHandler(_StorageHandler):
     async def post(self, name: str) -> None:
         """Connect with the credentials and list the source once.  A storage that does not
         answer is a result (``ok: false`` with the reason), not a server error."""
-        from .rclone import StorageError
-
         self.storage.catalog.get(name)  # 404 for an unknown name
         try:
             self.write_json(await self.storage.test(name))
@@ -149,7 +147,6 @@ class StorageListHandler(_StorageHandler):
         path = self.get_argument("path", "")
         if path:
             check_text(path, "path", what="path")
-        from .manager import Location
 
         self.storage.catalog.get(name)
         self.write_json(await self.storage.ls(

@@ -18,7 +18,10 @@ from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..core.errors import CloudTikError, OperationCancelled
 from ..magic_line import parse_magic_line
+from ..progress import follow, make_view
+from .client import get_storage_client
 from .commands import describe, run_command, storage_parser
+from .notebook_add import add_in_notebook
 
 
 @magics_class
@@ -44,9 +47,6 @@ class StorageMagics(Magics):
         `%storage` alone lists the commands; `%storage <command> --help` gives the options
         of one.  A trailing `# comment` is ignored, as in a shell.
         """
-        from ..progress import follow, make_view
-        from .client import get_storage_client
-
         args = parse_magic_line("%storage", storage_parser("%storage"), line)
         if args is None:  # help was printed
             return None
@@ -72,6 +72,5 @@ def _add_by_user(client: Any) -> Any:
     """A kernel of a Jupyter server (the REST client) adds through the user's browser."""
     if getattr(client, "kind", None) != "rest":
         return None
-    from .notebook_add import add_in_notebook
 
     return add_in_notebook

@@ -34,12 +34,13 @@ from typing import Any
 
 import psutil
 
+from ..core.env import scrub_environment
 from ..core.errors import ConfigError
 from ..core.fuse import fusermount, mount_entry, unmount_path
 from ..core.locks import try_flock
 from ..core.process_groups import GroupRef, terminate_group
 from ..core.store import Store
-from .rclone import Rclone, write_config
+from .rclone import Rclone, log_messages, write_config
 
 log = logging.getLogger("jupyter_cloudtik.storage.mounts")
 
@@ -250,8 +251,6 @@ class MountSupervisor:
         log.info("mount %s at %s unmounted", row["name"], row["mount_path"])
 
     def _log_tail(self, name: str) -> str:
-        from .rclone import log_messages
-
         try:
             text = (self.manager.log_dir / f"mount-{name}.log").read_text(errors="replace")
         except OSError:
@@ -331,7 +330,6 @@ def ensure_supervisor(state_dir: str | Path, settings_json: str,
     """Start the supervisor daemon unless one runs already; True if started."""
     if supervisor_pid(state_dir) is not None:
         return False
-    from ..core.env import scrub_environment
 
     env = scrub_environment(dict(os.environ))
     env.update(extra_env or {})

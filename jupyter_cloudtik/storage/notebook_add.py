@@ -24,6 +24,7 @@ from typing import Any
 
 from ..core.errors import CloudTikError, NotFoundError, OperationCancelled
 from .catalog import StorageInfo
+from .commands import describe
 
 MIME_TYPE = "application/vnd.cloudtik.storage-add+json"
 WAIT_TIMEOUT = 900.0  # seconds the kernel waits for the user to press Add
@@ -93,8 +94,6 @@ def add_in_notebook(client: Any, args: argparse.Namespace, request: dict[str, An
                     poll: float = POLL_INTERVAL) -> StorageInfo:
     """Show the form, wait for the storage, replace the form with the result line."""
     from IPython.display import display, update_display
-
-    from .commands import describe
 
     name = args.name
     before = None

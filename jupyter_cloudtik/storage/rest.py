@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..api.client import RestClient, _seg
-from ..core.errors import error_from_dict
+from ..core.errors import ConfigError, error_from_dict
 from .catalog import NAME_RE, StorageInfo, check_name
 from .manager import Location
 
@@ -86,8 +86,6 @@ class RestStorageClient(RestClient):
         text = str(where)
         name, sep, path = text.partition(":")
         if not sep:
-            from ..core.errors import ConfigError
-
             raise ConfigError(f"ls: {text!r} is not a storage path; use NAME:path",
                               field="location")
         return self._json("GET", f"storages/{_seg(name)}/ls",
