@@ -11,7 +11,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import CloudTikError, ConfigError, ConflictError
 from ..core.units import format_duration
+from . import provenance
 from .base import FINAL_STATES
 from .client import JobsClient, get_jobs_client
 from .commands import build_spec, job_text, jobs_table, sweep_text
@@ -154,16 +156,12 @@ class Job:
         A crate this state folder did not make (or one changed since) is someone else's
         description of a run: it is refused, with what it would run, unless ``trust``
         (read it first)."""
-        from . import provenance
-
         client = client or get_jobs_client()
         if isinstance(crate, str) and not Path(crate).expanduser().exists():
             crate = _job_or_none(crate, client) or crate  # a job id: its crate
         if isinstance(crate, Job):
             found = crate.crate
             if found is None:
-                from ..core.errors import ConflictError
-
                 raise ConflictError(f"crate: job {crate.id} has no provenance crate (it has "
                                     "not ended, or its crate could not be written)",
                                     field="crate")
@@ -171,8 +169,6 @@ class Job:
         recorded = provenance.read(crate)
         spec, recorded_backend = provenance.rerun_spec(recorded)
         if not trust and not provenance.made_here(crate, recorded, client):
-            from ..core.errors import ConfigError
-
             raise ConfigError(
                 f"crate: job {recorded.get('id')} was not run from this state folder as its "
                 "crate records it (a crate from elsewhere, or changed since); a rerun would "
@@ -332,8 +328,6 @@ def _html_rows(jobs: list[JobInfo], detail: bool = False) -> str:
 
 
 def _job_or_none(text: str, client: JobsClient) -> Job | None:
-    from ..core.errors import CloudTikError
-
     try:
         return Job(text, client)
     except CloudTikError:

@@ -83,6 +83,7 @@ from .base import (
     Submission,
 )
 from .oidc import ClientCredentials
+from .x509proxy import make_proxy, proxy_expiry, sign_request
 
 LIMITS_TTL = 60.0
 INPUTS_FILE = ".cloudtik-inputs"
@@ -187,8 +188,6 @@ class ArcBackend(HPCBackend):
     def _proxy(self) -> Path:
         """The proxy file the TLS client presents: made from the user certificate when
         the last one has less than an hour left, or the configured one (checked)."""
-        from .x509proxy import make_proxy, proxy_expiry
-
         with self._lock:
             if self.config.get("proxy"):
                 path = Path(self.config["proxy"]).expanduser()
@@ -232,8 +231,6 @@ class ArcBackend(HPCBackend):
     def _expired(self) -> str | None:
         """Why the credentials no longer work, if they expired (checked when the CE
         refuses them): the configured proxy's notAfter, the fixed token's exp."""
-        from .x509proxy import proxy_expiry
-
         now = time.time()
         if self.config.get("proxy"):
             path = Path(self.config["proxy"]).expanduser()
@@ -405,8 +402,6 @@ class ArcBackend(HPCBackend):
 
     def _new_delegation(self, rest: _Rest) -> str:
         if self.uses_x509:
-            from .x509proxy import sign_request
-
             _, resp, data = rest.call("POST", "/delegations", ok=(201,),
                                       params={"action": "new"}, headers={"Accept": "*/*"})
             did = (resp.getheader("Location") or "").rstrip("/").split("/")[-1]
@@ -433,11 +428,13 @@ class ArcBackend(HPCBackend):
         return True
 
     def environment_root(self) -> str:
+        # deferred: start-up (hpc.environment ~13 ms, loads importlib.metadata, subprocess)
         from .environment import ENVS_DIR
 
         return (self.config.get("envs_folder") or ENVS_DIR).rstrip("/")
 
     def environment_shell(self) -> Any:
+        # deferred: start-up (hpc.job_shell ~28 ms, loads asyncio, importlib.metadata)
         from .job_shell import JobShell
 
         return JobShell(self)  # asks the system's Python with a job (once a day)
@@ -452,6 +449,7 @@ class ArcBackend(HPCBackend):
         """Nothing to do before the job: its environment's files are its inputs."""
 
     def _environment_files(self, sub: Submission) -> list[tuple[str, bytes | Path]]:
+        # deferred: start-up (hpc.environment ~12 ms, loads importlib.metadata, subprocess)
         from . import environment as envs
 
         build = sub.environment.build or {}

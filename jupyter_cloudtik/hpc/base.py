@@ -30,6 +30,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..core.errors import BackendUnavailable, CapacityError, ConfigError
+from ..core.grants import policy_for
+from ..core.lazy_jsonschema import jsonschema as _jsonschema
 from ..core.units import format_bytes, format_duration, parse_bytes, parse_duration
 
 # the common states; "submitting" is ours only: recorded, not yet accepted by the backend
@@ -307,7 +309,6 @@ class BackendContext:
         to talk to the system, never handed to a job."""
         if self.secrets is None or not self.secrets.has(self.secret_scope, key):
             return default
-        from ..core.grants import policy_for
 
         grant = policy_for(self.secrets.store).service(
             "hpc", self.name, "the backend talks to its system with its own credentials")
@@ -346,8 +347,6 @@ class HPCBackend:
 
     # configuration ------------------------------------------------------------------------
     def validate_config(self) -> None:
-        from ..core.lazy_jsonschema import jsonschema as _jsonschema
-
         jsonschema = _jsonschema()
         try:
             jsonschema.validate(self.config, self.config_schema)
@@ -401,12 +400,14 @@ class HPCBackend:
                             given: Environment | None = None) -> Environment:
         """Decide how the job gets its environment and check, before anything is
         recorded, that the system can have it (``hpc/environment.py``)."""
+        # deferred: start-up (hpc.environment ~32 ms, loads importlib.metadata)
         from . import environment as envs
 
         return envs.prepare(self, merged, given)
 
     def stage_environment(self, sub: Submission) -> None:
         """Put a built environment's wheels and build script on the system (submit)."""
+        # deferred: start-up (hpc.environment ~32 ms, loads importlib.metadata)
         from . import environment as envs
 
         build = sub.environment.build or {}

@@ -11,15 +11,24 @@ import json
 import sys
 from typing import Any
 
+from ..core.arguments import Parser
 from ..core.errors import ConfigError
-from .commands import add_job_commands, backends_table, job_text, jobs_table, spec_from_args
+from .commands import (
+    add_job_commands,
+    backends_table,
+    job_text,
+    jobs_table,
+    results_text,
+    spec_from_args,
+    sweep_from_args,
+    sweep_text,
+    sweeps_table,
+)
 
 COMMANDS = {"jobs"}
 
 
 def add_commands(sub) -> None:
-    from ..core.arguments import Parser
-
     p = sub.add_parser("jobs", help="HPC jobs: submit notebooks, watch, fetch results",
                        description="HPC jobs: the same jobs %hpc shows.")
     s = p.add_subparsers(dest="jobs_command", metavar="COMMAND", parser_class=Parser)
@@ -44,7 +53,7 @@ def _emit(args, data: Any, text: str) -> None:
 
 
 def run(args) -> int:
-    from .client import JobsClient
+    from .client import JobsClient  # deferred: start-up (hpc.client ~94 ms, loads asyncio, psutil)
 
     client = JobsClient()
     try:
@@ -114,7 +123,7 @@ def _run(args, client) -> int:
         _emit(args, info.to_dict(), job_text(info))
         return 0 if info.state == "succeeded" else 1
     if cmd == "rerun":
-        from .api import Job
+        from .api import Job  # deferred: start-up (hpc.api ~102 ms, loads asyncio, psutil)
 
         job = Job.rerun(args.crate, backend=args.backend, client=client, quiet=True,
                         trust=args.trust)
@@ -128,8 +137,6 @@ def _run(args, client) -> int:
 
 
 def _sweep(args, client) -> int:
-    from .commands import results_text, sweep_from_args, sweep_text, sweeps_table
-
     cmd = args.jobs_command
     if cmd == "sweep":
         spec, how = sweep_from_args(args)
@@ -167,6 +174,7 @@ def _sweep(args, client) -> int:
 
 
 def _secret(args, client) -> int:
+    # deferred: start-up (hpc.settings ~40 ms, loads importlib.metadata, traitlets)
     from .settings import BackendRegistry
 
     name = BackendRegistry.resolve(client.manager.registry, args.backend)

@@ -18,7 +18,7 @@ from ..core.operations import Event
 from .base import JobSpec, LogChunk, follow_logs
 from .jobs import JobManager
 from .models import JobInfo
-from .sweeps import SweepInfo
+from .sweeps import SweepInfo, sweeps_of
 
 
 class JobsClient:
@@ -87,8 +87,6 @@ class JobsClient:
     # sweeps --------------------------------------------------------------------------------
     @property
     def sweeps(self):
-        from .sweeps import sweeps_of
-
         return sweeps_of(self.manager)
 
     def sweep(self, spec: JobSpec, backend: str | None = None, *,
@@ -130,6 +128,7 @@ def get_jobs_client(settings=None) -> JobsClient:
     configured state folder."""
 
     def rest():
+        # deferred: start-up (hpc.rest ~48 ms, loads requests, urllib3)
         from .rest import RestJobsClient
 
         return RestJobsClient.from_environment()

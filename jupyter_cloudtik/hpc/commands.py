@@ -13,6 +13,7 @@ from ..core.arguments import Parser
 from ..core.errors import ConfigError
 from ..core.units import format_bytes, format_duration, parse_bytes, parse_duration
 from .base import Environment, JobAttributes, JobSpec, ResourceSpec
+from .env_requirements import parse
 from .models import JobInfo
 
 
@@ -21,6 +22,7 @@ def parse_value(text: str) -> Any:
     papermill's own ``-y`` would; anything else stays text."""
     import yaml
 
+    # deferred: start-up (core.config ~40 ms, loads importlib.metadata, yaml)
     from ..core.config import load_yaml
 
     try:
@@ -95,13 +97,10 @@ def build_spec(
                           value=requirements)
     if requirements:  # this process's folder, whichever process reads it
         requirements = str(Path(requirements).expanduser().absolute())
-    if requirements_text is not None:
-        from .env_requirements import parse
-
-        if not parse(requirements_text, "requirements"):
-            raise ConfigError("requirements: no requirement in the text; send the contents "
-                              "of a requirements or lock file (name==version lines)",
-                              field="requirements")
+    if requirements_text is not None and not parse(requirements_text, "requirements"):
+        raise ConfigError("requirements: no requirement in the text; send the contents "
+                          "of a requirements or lock file (name==version lines)",
+                          field="requirements")
     if container or python or env or packages is not None or requirements or \
             requirements_text:
         environment = Environment(python=python, container=container,

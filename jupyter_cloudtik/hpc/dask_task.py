@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.process_groups import signal_child
+from . import papermill_runner  # the job script's papermill run, kernel on IPC
 
 PREFIX = "cloudtik-job-"
 CANCEL_PREFIX = "cloudtik-cancel-"
@@ -67,8 +68,6 @@ def run_job(job_id: str, files: dict[str, bytes], direct: list[tuple[str, str]],
         before = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
         emit({"state": "running", "worker": worker.address, "time": time.time()})
         if notebook:
-            from . import papermill_runner  # the job script's papermill run, kernel on IPC
-
             argv = papermill_runner.argv(sys.executable, notebook, output_notebook,
                                          "parameters.json", kernel, str(folder))
         else:

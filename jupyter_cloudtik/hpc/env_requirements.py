@@ -154,6 +154,7 @@ def name_of(entry: str) -> str:
 def check_hashes(lines: list[Line], wheels: list[Path], field: str) -> None:
     """Every wheel of a package whose line has hashes must match one of them (the job
     runs with exactly the lock's files); refused in one line naming the line."""
+    # deferred: start-up (runtime.environment ~23 ms, loads importlib.metadata, subprocess)
     from ..runtime import environment as rtenv
 
     wanted = {name_of(ln.entry): ln for ln in lines if ln.hashes and not ln.wheel}

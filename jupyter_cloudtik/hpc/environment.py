@@ -38,7 +38,9 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ConfigError, ProviderError
+from ..core.grants import policy_for
 from ..runtime import environment as rtenv
+from . import env_requirements as reqs
 
 log = logging.getLogger(__name__)
 
@@ -251,8 +253,6 @@ def _digest(path: Path) -> str:
 def build_permit(backend: Any) -> Any:
     """The state folder's leave to build what a job names (core/grants.py decides): a
     backend with no secret store knows no policy, so it builds nothing (fail closed)."""
-    from ..core.grants import policy_for
-
     secrets = getattr(backend.context, "secrets", None)
     if secrets is None:
         return None
@@ -270,8 +270,6 @@ def lock(packages: Any, requirements: str | None, cache: Path,
     The hash covers the Python major.minor, the system's platform and every wheel's
     content.  ``permit``: the policy's leave to build source distributions here
     (``build_permit``); without it, binary wheels only."""
-    from . import env_requirements as reqs
-
     entries: list[str] = []
     whl: list[Path] = []
     if isinstance(packages, (list, tuple)):

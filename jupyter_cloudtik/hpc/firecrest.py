@@ -62,6 +62,7 @@ from .base import (
 )
 from .files import INPUTS_LIST, input_names
 from .firecrest_array import FirecrestArrays, expand_listing, never_ran
+from .firecrest_env import FirecrestEnvShell
 from .firecrest_files import DEFAULT_OPS_LIMIT, FirecrestFiles, _int
 from .slurm import FAILURE_TEXT, common_state, first_word, slurm_time
 from .slurm_reasons import NEVER_STARTS, PROVISIONAL, SETTLE_TIME, SETTLES, TIME_REASONS
@@ -379,13 +380,12 @@ class FirecrestBackend(FirecrestArrays, FirecrestFiles, HPCBackend):
         return True
 
     def environment_root(self) -> str:
+        # deferred: start-up (hpc.environment ~14 ms, loads importlib.metadata)
         from .environment import ENVS_DIR
 
         return f"{self.workdir}/{ENVS_DIR}"
 
     def environment_shell(self):
-        from .firecrest_env import FirecrestEnvShell
-
         return FirecrestEnvShell(self)
 
     def describe(self) -> dict[str, Any]:

@@ -24,6 +24,7 @@ class FirecrestEnvShell:
     runs_by_job = True
 
     def __init__(self, backend: FirecrestBackend) -> None:
+        # deferred: start-up (hpc.job_shell ~41 ms, loads asyncio, importlib.metadata)
         from .job_shell import JobShell
 
         self.backend = backend

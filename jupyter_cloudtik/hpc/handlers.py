@@ -29,6 +29,7 @@ MAX_FILE_BYTES = 256 * 1024 * 1024
 
 def _manager(ctx):
     def make(ctx):
+        # deferred: start-up (hpc.jobs ~38 ms, loads psutil, cryptography; hpc.settings ~6 ms)
         from .jobs import JobManager
         from .settings import HPC
 
@@ -95,6 +96,7 @@ class KernelsHandler(CloudTikHandler):
         queued with Slurm's pending reason, running (node, wall time end), dead (why).
         From memory, no backend call: JupyterLab shows such a kernel as "starting" while
         its job waits, and this is where the reason is."""
+        # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
         from .kernels import kernel_status
 
         kernels = kernel_status()
@@ -128,7 +130,7 @@ class JobsHandler(_JobsHandler):
 
 
 def _spec_of(body: dict[str, Any]):
-    from .commands import build_spec
+    from .commands import build_spec  # deferred: start-up (hpc.commands ~8 ms)
 
     return build_spec(
         body.get("notebook"), body.get("command"),
@@ -149,6 +151,8 @@ def _spec_of(body: dict[str, Any]):
 class _SweepsHandler(_JobsHandler):
     @property
     def sweeps(self):
+        # deferred: start-up (hpc.jobs ~38 ms, loads psutil, cryptography; hpc.sweeps ~21 ms, loads
+        #   psutil, sqlite3)
         from .jobs import JobManager
         from .sweeps import sweeps_of
 

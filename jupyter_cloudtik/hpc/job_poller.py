@@ -19,7 +19,7 @@ from ..core.errors import (
     NotFoundError,
     ProviderError,
 )
-from ..core.operations import owner_alive
+from ..core.operations import _process_start_time, owner_alive
 from .base import (
     ACTIVE_STATES,
     FAILED,
@@ -137,7 +137,6 @@ class JobPoller:
                         and not stale:
                     self._holding_lease = False
                     return False
-            from ..core.operations import _process_start_time
 
             conn.execute(
                 "INSERT INTO hpc_poller (id, owner_pid, owner_host, owner_started, heartbeat)"

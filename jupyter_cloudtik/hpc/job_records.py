@@ -13,6 +13,7 @@ from ..core.errors import CloudTikError
 from ..core.ids import resolve_row
 from ..core.operations import Target
 from ..core.store import loads
+from . import provenance
 from .base import (
     ACTIVE_STATES,
     CANCELLED,
@@ -158,8 +159,6 @@ class JobRecords:
         self._finishing.add(job_id)
         try:
             if state != SUCCEEDED:
-                from . import provenance
-
                 await provenance.record_unrun(self, row, state, reason,
                                               self._content_dir(job_id))
             await asyncio.to_thread(shutil.rmtree, self._content_dir(job_id),

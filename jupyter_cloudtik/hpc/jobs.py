@@ -62,6 +62,8 @@ from .staging import (
     LocalStager,
     Stagers,
 )
+from .storage_stager import storage_stager
+from .sweeps import advance_sweeps  # sweeps sit on top of jobs
 
 log = logging.getLogger("jupyter_cloudtik.hpc")
 
@@ -71,8 +73,6 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
     """Jobs of one state folder; one per process is typical (faces share it)."""
 
     async def _after_round(self) -> None:
-        from .sweeps import advance_sweeps  # sweeps sit on top of jobs
-
         await advance_sweeps(self)
 
     def __init__(self, settings: CloudTik | None = None, hpc: HPC | None = None,
@@ -92,8 +92,6 @@ class JobManager(JobSubmit, JobContent, JobStaging, JobResults, JobCancel, JobPo
         self.ops = Operations(self.store, redact=self.redact)
         self.user = user or os_user()
         if stagers is None:
-            from .storage_stager import storage_stager
-
             stagers = Stagers([LocalStager()])
             storage = storage_stager(self.settings, self.store)
             if storage is not None:

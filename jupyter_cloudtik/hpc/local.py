@@ -65,11 +65,13 @@ class LocalBackend(HPCBackend):
         return files.inside(self.workdir, job_id)
 
     def environment_root(self) -> str:
+        # deferred: start-up (hpc.environment ~20 ms, loads importlib.metadata)
         from .environment import ENVS_DIR
 
         return str(self.workdir / ENVS_DIR)
 
     def environment_shell(self):
+        # deferred: start-up (transport.shell ~29 ms, loads asyncio, ssl)
         from ..transport.shell import LocalShell
 
         return LocalShell()

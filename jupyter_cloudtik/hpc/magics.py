@@ -23,7 +23,10 @@ from .commands import (
     job_parser,
     parse_value,
     spec_from_args,
+    sweep_from_args,
+    sweeps_table,
 )
+from .notebook import cell_outputs_text, notebook_from_cell
 
 
 def _cell_parser() -> Parser:
@@ -74,6 +77,8 @@ class HPCMagics(Magics):
         `%hpc <command> --help` gives the options of one.  A trailing `# comment` is
         ignored, as in a shell (on the `%%hpc` line too).
         """
+        # deferred: start-up (hpc.api ~110 ms, loads asyncio, psutil; hpc.client ~78 ms, loads
+        #   asyncio, psutil)
         from .api import Job, JobList
         from .client import get_jobs_client
 
@@ -152,10 +157,11 @@ class HPCMagics(Magics):
         raise UsageError(job_parser("%hpc").format_help())  # pragma: no cover
 
     def _cell(self, line: str, cell: str) -> Any:
+        # deferred: start-up (core.settings ~7 ms, loads jupyter_core, platformdirs; hpc.api ~83
+        #   ms, loads asyncio, psutil; hpc.client ~78 ms, loads asyncio, psutil)
         from ..core.settings import default_settings
         from .api import Job
         from .client import get_jobs_client
-        from .notebook import cell_outputs_text, notebook_from_cell
 
         args = parse_magic_line("%%hpc", _cell_parser(), line, commands=False)
         if args is None:  # --help was printed
@@ -186,8 +192,7 @@ class HPCMagics(Magics):
 
 
 def _sweep_command(client, args) -> Any:
-    from .api import Sweep
-    from .commands import sweep_from_args, sweeps_table
+    from .api import Sweep  # deferred: start-up (hpc.api ~79 ms, loads asyncio, psutil)
 
     cmd = args.command
     if cmd == "sweep":
@@ -249,7 +254,7 @@ def _warn(info) -> None:
 
 def _follow(client, job_id: str) -> None:
     """Show the job's events until it ends; Ctrl-C stops watching, not the job."""
-    from ..progress import make_view
+    from ..progress import make_view  # deferred: start-up (progress ~71 ms, loads asyncio, psutil)
 
     view = make_view(f"job {job_id}")
     try:

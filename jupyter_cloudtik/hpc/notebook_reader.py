@@ -21,6 +21,7 @@ from typing import Any
 
 from ..core.errors import CloudTikError, ConfigError, NotFoundError
 from . import notebook as nbtools
+from .job_content import _notebook_json
 from .recording import read_recorded
 
 __all__ = ["READ_APART_BYTES", "RECORDED_APART_BYTES", "notebook_view", "recorded_values"]
@@ -37,8 +38,6 @@ _ERRORS: dict[str, type[CloudTikError]] = {"NotFoundError": NotFoundError,
 
 
 def _view_here(source: str | bytes) -> dict[str, Any]:
-    from .job_content import _notebook_json
-
     nb = _notebook_json(source) if isinstance(source, bytes) else nbtools.check_notebook(source)
     return nbtools.parameters_view(nb)
 

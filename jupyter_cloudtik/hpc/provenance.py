@@ -30,8 +30,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from ..core.errors import ConfigError, NotFoundError
+from ..core.errors import BackendUnavailable, ConfigError, NotFoundError
+from ..core.store import loads
 from . import script
+from .base import JobRef, JobSpec
 from .provenance_crate import (
     CRATE_FILE,
     JOB_FILE,
@@ -54,10 +56,6 @@ async def record(
     fetched into, and say where in an event (``provenance``).  A crate that cannot be
     written is a warning event, never the job's failure."""
     import asyncio
-
-    from ..core.errors import BackendUnavailable
-    from ..core.store import loads
-    from .base import JobRef
 
     if not getattr(manager.hpc, "provenance", True):
         return None
@@ -172,8 +170,6 @@ async def record_unrun(manager: Any, row: Any, state: str, reason: str | None,
     kernel call would wait for it); the caller awaits it, so the crate exists before the
     job is recorded final."""
     import asyncio
-
-    from ..core.store import loads
 
     if not getattr(manager.hpc, "provenance", True) or not row["op_id"]:
         return None
@@ -319,8 +315,6 @@ def differences(
 def rerun_spec(recorded: dict[str, Any]):
     """The JobSpec that runs the recorded job again (its notebook from where it came
     from, or the crate's copy if that is gone) and its backend."""
-    from .base import JobSpec
-
     job = dict(recorded["job"])
     backend = job.pop("backend", None)
     spec = JobSpec.from_dict(job)

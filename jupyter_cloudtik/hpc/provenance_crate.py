@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit, urlunsplit
 
 from ..core.errors import ConfigError
+from ..core.locations import split_named
 from . import script
 from .provenance_snapshot import session_packages
 
@@ -73,8 +74,6 @@ def local_digest(path: Path) -> str | None:
 def redact(location: str) -> str:
     """A location without credentials: ``user:password@`` and secret-looking query
     parameters (``token``, ``sig``, ``key``, ...) are replaced by ``REDACTED``."""
-    from ..core.locations import split_named
-
     name, rest = split_named(location)
     if name is not None:  # NAME=LOCATION
         return f"{name}={redact(rest)}"

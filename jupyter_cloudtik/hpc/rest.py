@@ -19,6 +19,7 @@ from ..api.client import RestClient, _seg
 from ..core.errors import ConfigError
 from ..core.operations import Event
 from .base import JobSpec, LogChunk, OutputFile, follow_logs
+from .env_requirements import parse
 from .models import JobInfo
 from .staging import is_local, local_path, split_named
 from .sweeps import SweepInfo
@@ -36,6 +37,7 @@ def _cell_notebook(notebook: str | None) -> Path | None:
     """The notebook ``%%hpc`` wrote for a cell (in this session's state folder), if it is."""
     if not notebook:
         return None
+    # deferred: start-up (core.settings ~17 ms, loads traitlets, jupyter_core)
     from ..core.settings import default_settings
 
     cells = (default_settings().state_path / "hpc" / "cells").resolve()
@@ -142,8 +144,6 @@ class RestJobsClient:
             # the file is this kernel's, which the server never reads for a request: its
             # contents travel, checked here as the server will (no file lines: a wheel
             # or folder named in it is this kernel's too)
-            from .env_requirements import parse
-
             path = Path(env.requirements).expanduser()
             try:
                 requirements = path.read_text()
@@ -220,8 +220,6 @@ class RestJobsClient:
         for name in names:
             path = (target / name).resolve()
             if target.resolve() not in path.parents:
-                from ..core.errors import ConfigError
-
                 raise ConfigError(f"name: {name!r} is outside the job's folder", field="name")
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(self.read_file(info.id, name))

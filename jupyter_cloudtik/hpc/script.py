@@ -26,6 +26,7 @@ from ..core.errors import ConfigError
 from . import papermill_runner
 from .base import MARKER_DIR, Environment, Submission, shell_quote
 from .environment import CONTAINER_RUNTIMES
+from .provenance_snapshot import snapshot_line
 
 SCRIPT_NAME = "job.sh"
 LOG_NAME = "job.log"
@@ -146,7 +147,6 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 lines.append(f"echo 'jupyter_cloudtik: staging in {item.name}' >&2")
                 lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
                              f"|| ct_fail 'cannot copy input {item.name}'")
-    from .provenance_snapshot import snapshot_line
 
     lines.append(snapshot_line(run, "before"))  # checksums and environment (provenance)
     if spec.notebook:

@@ -29,6 +29,7 @@ from traitlets.config import Configurable
 
 from ..core import env, plugins
 from ..core.errors import ConfigError
+from ..core.settings import load_user_config
 from .base import ENTRY_POINT_GROUP, BackendContext, HPCBackend
 
 CONFIG_ENV = env.HPC_CONFIG
@@ -140,7 +141,7 @@ def parse_backends_text(text: str, path: str) -> dict[str, dict[str, Any]]:
     """The ``backends:`` mapping of an HPC config file's text (``path`` names it in errors)."""
     import yaml
 
-    from ..core.config import load_yaml
+    from ..core.config import load_yaml  # deferred: start-up (core.config ~13 ms, loads yaml)
 
     try:
         data = load_yaml(text) or {}
@@ -168,7 +169,6 @@ def hpc_settings(parent=None) -> HPC:
     """HPC settings for a face outside a Jupyter server (CLI, plain IPython, kernels)."""
     if parent is not None:
         return HPC(parent=parent)
-    from ..core.settings import load_user_config
 
     return HPC(config=load_user_config())
 

@@ -34,6 +34,7 @@ from .base import (
     RUNNING,
     SUCCEEDED,
     UNKNOWN,
+    BackendContext,
     HPCBackend,
     JobRef,
     JobStatus,
@@ -220,6 +221,7 @@ class SlurmBackend(HPCBackend):
         return self.remote or not self.shares_local_filesystem
 
     def environment_root(self) -> str:
+        # deferred: start-up (hpc.environment ~13 ms, loads importlib.metadata)
         from .environment import ENVS_DIR
 
         return f"{self.workdir}/{ENVS_DIR}"
@@ -548,6 +550,7 @@ def slurm_backend_config(context: Any, backend: str | None,
     """The login node's config for a Slurm node provider: the configured HPC backend
     ``backend`` (of type slurm) with ``config["env"]`` laid over its own, or without
     ``backend`` the provider's inline fields in ``config``."""
+    # deferred: start-up (hpc.settings ~25 ms, loads importlib.metadata, traitlets)
     from .settings import hpc_settings
 
     if not backend:
@@ -570,8 +573,8 @@ def slurm_login(context: Any, backend: str | None, config: dict[str, Any]) -> Sl
     ``config["env"]`` laid over the backend's; without, ``config`` holds the provider's
     inline fields.  Either way the SSH key is a backend credential, of scope
     ``hpc:<backend>`` (``hpc:slurm`` inline), revealed under hpc's grant."""
+    # deferred: start-up (core.secrets ~24 ms, loads traitlets, cryptography)
     from ..core.secrets import SecretStore
-    from .base import BackendContext
 
     name = backend or "slurm"
     cfg = slurm_backend_config(context, backend, config)

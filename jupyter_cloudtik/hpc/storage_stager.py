@@ -30,6 +30,7 @@ class StorageStager:
     def manager(self):
         with self._lock:
             if self._manager is None:
+                # deferred: start-up (core.features ~27 ms, loads importlib.metadata)
                 from ..core.features import feature_service
 
                 # storage's manager decides who may read which storage (one decision
@@ -113,6 +114,7 @@ class StorageStager:
 
 def storage_stager(settings: Any, store: Any) -> StorageStager | None:
     """A stager for the storage feature, if it is installed here."""
+    # deferred: start-up (core.features ~27 ms, loads importlib.metadata)
     from ..core.features import features
 
     # only "nobody offers storage" means paths only: a storage feature that is installed

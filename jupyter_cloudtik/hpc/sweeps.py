@@ -590,6 +590,7 @@ class SweepManager(SweepResults):
             except BackendUnavailable:
                 arrayed = []  # each element's cancel below records it for later
             else:
+                # deferred: start-up (hpc.job_records ~14 ms, loads importlib.metadata)
                 from .job_records import CANCEL_SENT
 
                 for r in arrayed:

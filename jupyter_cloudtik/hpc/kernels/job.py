@@ -31,6 +31,7 @@ from ...core.errors import ConfigError, ProviderError
 from ...transport.slurm import parse_kv
 from .. import script
 from ..base import JobRef, JobStatus, Submission
+from ..environment import summary
 from ..slurm import SlurmBackend
 from .profiles import Profile
 
@@ -98,7 +99,6 @@ class KernelJob:
         env = be.prepare_environment(be.default_environment())
         sub = Submission(job_id=self.job_id, token=self.job_id, spec=spec, environment=env)
         be.stage_environment(sub)  # a built environment's wheels and build script
-        from ..environment import summary
 
         self.environment = summary({"python": env.python, "container": env.container,
                                     "setup": env.setup, "build": env.build})

@@ -17,7 +17,7 @@ from traitlets import Float, List
 from traitlets.config import Configurable
 
 from ...core.errors import ConfigError
-from ...core.units import format_duration, parse_duration
+from ...core.units import format_duration, parse_bytes, parse_duration
 from ..base import JobAttributes, JobSpec, ResourceSpec
 
 #: backend types whose jobs a kernel can run in, and why the others cannot
@@ -135,8 +135,6 @@ def parse_profile(raw: Any, index: int) -> Profile:
         raise ConfigError(f"{where}.gpus: {gpus!r} is not a GPU count", field=f"{where}.gpus")
     memory = raw.get("memory")
     if memory is not None:
-        from ...core.units import parse_bytes
-
         memory = parse_bytes(memory, f"{where}.memory")
     seconds = parse_duration(raw.get("time", "1h"), f"{where}.time")
     return Profile(name=name, backend=backend, cores=cores, memory=memory,

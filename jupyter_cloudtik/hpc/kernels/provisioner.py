@@ -36,7 +36,10 @@ from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Unicode
 
 from ...core.errors import CloudTikError
+from ...core.settings import CloudTik, load_user_config
+from ...core.store import Store
 from ..base import CANCELLED, RUNNING, SUCCEEDED
+from ..settings import HPC, BackendRegistry
 from .job import KernelJob
 from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
 
@@ -85,9 +88,6 @@ def said_to_server(error: Exception, status: int) -> Exception:
 def settings_of(parent: Any) -> tuple[Any, HPCKernels, Any]:
     """The HPC settings, kernel settings and CloudTik settings a kernel's manager sees:
     the server's config (its parent chain), over the user's config file."""
-    from ...core.settings import CloudTik, load_user_config
-    from ..settings import HPC
-
     config = load_user_config()
     if parent is not None and getattr(parent, "config", None) is not None:
         config.merge(parent.config)
@@ -96,9 +96,8 @@ def settings_of(parent: Any) -> tuple[Any, HPCKernels, Any]:
 
 def backend_registry(hpc: Any, settings: Any) -> Any:
     """One registry (and so one kept SSH connection per backend) per configuration."""
+    # deferred: start-up (core.secrets ~11 ms, loads cryptography, sqlite3)
     from ...core.secrets import SecretStore
-    from ...core.store import Store
-    from ..settings import BackendRegistry
 
     key = json.dumps([settings.state_dir, hpc.backend_configs()], sort_keys=True, default=str)
     with _registries_lock:
