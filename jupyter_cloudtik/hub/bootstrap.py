@@ -19,8 +19,8 @@ from typing import Any
 import yaml
 
 from ..core.config import load_yaml
-from ..core.errors import ConfigError
-from .catalog import Caller
+from ..core.errors import ConfigError, NotFoundError
+from .catalog import KINDS, NAME_RE, SECRET, Caller, validate_spec
 
 log = logging.getLogger("jupyter_cloudtik.hub")
 
@@ -81,8 +81,6 @@ def apply_resource(ctx: Any, admin: Caller, kind: Any, name: Any,
                    body: dict[str, Any]) -> Any:
     """An admin's catalogue change (API PUT or the catalogue file): checked as a whole —
     local execution, a storage's options against rclone's schema — before it is kept."""
-    from .catalog import KINDS, NAME_RE
-
     if kind not in KINDS:
         raise ConfigError(f"kind: {kind!r} is not one of {', '.join(KINDS)}", field="kind",
                           value=kind)
@@ -129,7 +127,7 @@ def local_backend_type(ctx: Any, name: str) -> str | None:
     """What HPC backend ``name`` is if it runs users' jobs on this machine or as the
     service's own account here (``local``, ``dask``, a Slurm of this machine: its jobs run
     through Slurm as the account that submits them), else None."""
-    from ..hpc.settings import HPC
+    from ..hpc.settings import HPC  # deferred: start-up (hpc.settings ~6 ms)
 
     if name.startswith("dask:"):
         return "dask"
@@ -162,9 +160,6 @@ def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> N
     in the secret store.  Done first: a storage rclone refuses never reaches the
     catalogue, and a refused change leaves the previous one in place.  Secrets the
     admin did not send again are kept (read against the admin's grant)."""
-    from ..core.errors import NotFoundError
-    from .catalog import SECRET, validate_spec
-
     spec = body.get("spec") or {}
     validate_spec("storage", name, spec)
     storage = ctx.storage_manager()
@@ -197,6 +192,7 @@ def egress_limit_args(hub: Any) -> list[str]:
     """The proxy's command-line flags for the hub's ``egress_*`` limits, checked here
     (``Limits`` is the proxy's own check): a bad value is a ConfigError naming the
     setting, the value and what is allowed."""
+    # deferred: start-up (hub.egress.proxy ~25 ms, loads cryptography)
     from .egress.proxy import Limits
 
     values = {name: getattr(hub, f"egress_{name}") for name in EGRESS_LIMITS}
@@ -218,6 +214,7 @@ def egress_limit_args(hub: Any) -> list[str]:
 
 def start_services(ctx: Any) -> None:
     """Start the egress proxy and the side-kick supervisor on the server's loop."""
+    # deferred: start-up (hub.sidekick_supervisor ~19 ms, loads psutil)
     from .sidekick_supervisor import SidekickSupervisor
 
     # a bad limit is a config error now (one line naming the setting), not a proxy that
@@ -233,6 +230,7 @@ def start_services(ctx: Any) -> None:
     async def start() -> None:
         ctx.sidekicks.start_background()  # stops side-kicks orphaned by a previous run
         if ctx.hub.egress_enabled:
+            # deferred: start-up (hub.egress.supervisor ~52 ms, loads cryptography, psutil)
             from .egress.supervisor import EgressSupervisor
 
             ctx.egress = EgressSupervisor(

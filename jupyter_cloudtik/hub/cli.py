@@ -5,6 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..core.arguments import UsageProblem
+from ..core.errors import CloudTikError
+from .commands import run_sidekick, sidekick_parser
+
 COMMANDS = {"hub-service", "sidekick"}
 
 
@@ -14,8 +18,6 @@ def add_commands(sub: Any) -> None:
     p.add_argument("--config", help="a Python config file (c.CloudTikHub.*, c.CloudTik.*, "
                                     "c.HPC.*, c.Storage.*)")
 
-
-    from .commands import sidekick_parser
 
     template = sidekick_parser("jupyter cloudtik sidekick")
     p = sub.add_parser("sidekick", help="start and stop the hub's side-kick services",
@@ -28,10 +30,8 @@ def run(args: Any) -> int:
     if args.command == "sidekick":
         import sys
 
-        from ..core.arguments import UsageProblem
-        from ..core.errors import CloudTikError
+        # deferred: start-up (hub.client ~184 ms, loads requests, urllib3)
         from .client import HubClient
-        from .commands import run_sidekick
 
         try:
             text, _ = run_sidekick(HubClient.from_environment(), args)
@@ -43,6 +43,7 @@ def run(args: Any) -> int:
             return 1
         print(text)
         return 0
+    # deferred: start-up (hub.service ~2199 ms, loads jupyter_server, jupyter_events)
     from .service import main
 
     return main(["--config", args.config] if args.config else [])

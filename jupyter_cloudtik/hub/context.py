@@ -15,14 +15,19 @@ import time
 from typing import Any
 
 from ..api.settings import CloudTikServer
+from ..clusters import usage
 from ..clusters.manager import ClusterManager
+from ..clusters.reaper import ensure_reaper
+from ..clusters.table import clusters_of
 from ..core import sandbox
-from ..core.config import cluster_cores, provisioned_cores, worker_types
+from ..core.config import cluster_cores, provider_class, provisioned_cores, worker_types
+from ..core.config_names import named_values
 from ..core.errors import PermissionDeniedError
 from ..core.grants import Grant, declare_shared, default_mode, install_policy
 from ..core.secrets import open_secret_store
 from ..core.settings import CloudTik
 from ..core.store import loads
+from ..runtime.environment import is_local
 from .catalog import Caller, Catalog, Resource
 from .egress_rules import EgressRules
 from .policy import CatalogPolicy
@@ -140,6 +145,7 @@ class HubContext:
     # shared managers, made on first use ---------------------------------------------------
     def storage_manager(self) -> Any:
         if self._storage is None:
+            # deferred: start-up (storage.manager ~16 ms)
             from ..storage.manager import StorageManager
 
             self._storage = StorageManager(settings=self.settings, store=self.store,
@@ -148,6 +154,7 @@ class HubContext:
 
     def job_manager(self) -> Any:
         if self._jobs is None:
+            # deferred: start-up (hpc.jobs ~13 ms; hpc.settings ~7 ms)
             from ..hpc.jobs import JobManager
             from ..hpc.settings import HPC
 
@@ -171,6 +178,7 @@ class HubContext:
         values = self.secrets.reveal(grant)
         if not values:
             return
+        # deferred: optional extra (huaweicloud: huaweicloudsdkcore)
         from ..providers.huaweicloud.credentials import store_workspace_credentials
 
         workspace = cfg["provider"].get("workspace_name")
@@ -183,10 +191,6 @@ class HubContext:
         them: core/config_names.py) passes the access policy: storages and images they
         may use (the same 404 for unknown and not theirs), no folder or path of this
         machine."""
-        from ..core.config import provider_class
-        from ..core.config_names import named_values
-        from ..runtime.environment import is_local
-
         ptype = cfg["provider"]["type"]
         for path, kind, value in named_values(cfg, provider_class(ptype, self.settings)):
             if kind == "storage":
@@ -223,8 +227,6 @@ class HubContext:
         samples say (``clusters.usage``); one on unpriced offers (local, a gateway) costs the
         catalogue's ``price_per_core_hour`` times its cores, integrated over the same
         samples, as ``spend_today`` counts it."""
-        from ..clusters import usage
-
         prices = self._core_prices()
         now = time.time()
         users: dict[str, dict[str, Any]] = {}
@@ -276,7 +278,6 @@ class HubContext:
             prices[ptype] = max(prices.get(ptype, 0.0),
                                 float(r.spec.get("price_per_core_hour") or 0))
         total = 0.0
-        from ..clusters.table import clusters_of
 
         for r in clusters_of(self.store, user, stopped_since=start):
             price = prices.get(r["provider"], 0.0)
@@ -342,8 +343,6 @@ class UserContext:
         return {}
 
     def after_up(self, op_id: str) -> None:
-        from ..clusters.reaper import ensure_reaper
-
         try:
             ensure_reaper(self.settings, self.store)
         except Exception as e:

@@ -240,6 +240,7 @@ class EgressRules:
 
     def applies_to(self, caller: Caller) -> dict[str, Any]:
         """Every rule that acts (or may, once accepted) on the caller's sessions."""
+        # deferred: start-up (hub.egress.rules ~68 ms, loads cryptography, ssl)
         from .egress.rules import Rule
 
         own = [self.public(r) for r in self._rows(f"user:{caller.name}")]
@@ -262,6 +263,7 @@ class EgressRules:
         """Create or replace a rule in the caller's namespace (an admin's: the admin one,
         or ``owner``'s rule when named); (its public form, an audit detail without
         secrets)."""
+        # deferred: start-up (hub.egress.rules ~68 ms, loads cryptography, ssl)
         from .egress.rules import Rule
 
         _check_id(rule_id)

@@ -22,6 +22,8 @@ from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionD
 from . import bootstrap
 from .catalog import KINDS, Caller
 from .context import caller_of
+from .sidekick_specs import SidekickSpec
+from .sidekick_supervisor import sidekick_prefix
 
 KIND = r"(?P<kind>[a-z]+)"
 NAME = r"(?P<name>[^/]+)"
@@ -256,8 +258,6 @@ class EgressSessionHandler(HubHandler):
 def _spec_for(hub: Any, caller: Caller, name: str) -> tuple[Any, Any]:
     """The side-kick's spec and the caller's grant to run it (its secrets are read against
     that grant, at this start and at every restart)."""
-    from .sidekick_specs import SidekickSpec
-
     grant = hub.grant(caller, "sidekick", name, "run", field="name")
     res = hub.catalog.get("sidekick", name)
     spec = dict(res.spec)
@@ -291,8 +291,6 @@ class SidekicksHandler(HubHandler):
 
 class SidekickHandler(HubHandler):
     def prefix(self, user: str, name: str) -> str:
-        from .sidekick_supervisor import sidekick_prefix
-
         return sidekick_prefix(user, name, url_path_join(self.base_url, "sidekicks"))
 
     @web.authenticated

@@ -71,7 +71,7 @@ ALLOWED_FIELDS = ("command", "script", "notebook", "parameters", "allow_unknown_
 
 def parse_submission(body: Any, default_backend: str, root: Path) -> tuple[Any, str]:
     """A ``JobSpec`` and backend name from a request body; ConfigError names the field."""
-    from ..hpc.commands import build_spec
+    from ..hpc.commands import build_spec  # deferred: start-up (hpc.commands ~11 ms)
 
     if not isinstance(body, dict):
         raise ConfigError("body: expected a JSON object", field="body")
@@ -132,7 +132,7 @@ def parse_submission(body: Any, default_backend: str, root: Path) -> tuple[Any, 
         raise ConfigError("env: expected a JSON object of strings NAME: value", field="env")
 
     def local(path: str) -> str:
-        from ..hpc.staging import is_local
+        from ..hpc.staging import is_local  # deferred: start-up (hpc.staging ~5 ms)
 
         if not is_local(path):
             return path
@@ -260,6 +260,8 @@ class JobGateway:
                  allow_local: bool = True) -> None:
         """``allow_local``: whether the ``local``/``dask`` backends may run jobs here
         (False on a hub that does not allow local execution)."""
+        # deferred: start-up (core.settings ~22 ms, loads jupyter_core, traitlets; hpc.jobs ~82 ms,
+        #   loads cryptography, psutil; hpc.settings ~28 ms, loads importlib.metadata, traitlets)
         from ..core.settings import CloudTik, load_user_config
         from ..hpc.jobs import JobManager
         from ..hpc.settings import hpc_settings

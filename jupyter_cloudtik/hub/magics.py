@@ -31,6 +31,7 @@ class SidekickMagics(Magics):
                                       sidekick's page {hub}/services/cloudtik/egress, in
                                       your own browser: no token may give your consent)
         """
+        # deferred: start-up (hub.client ~102 ms, loads requests, urllib3)
         from .client import HubClient
 
         args = parse_magic_line("%sidekick", sidekick_parser("%sidekick"), line)

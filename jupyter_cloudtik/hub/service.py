@@ -32,7 +32,9 @@ from jupyter_server.extension.application import ExtensionApp
 from ..api.routes import build_routes, lifecycle_hooks
 from ..core import env as envnames
 from ..core.errors import ConfigError
+from . import bootstrap
 from .context import HubContext
+from .handlers import hub_routes
 
 log = logging.getLogger("jupyter_cloudtik.hub")
 SETTINGS_KEY = "cloudtik"
@@ -52,6 +54,8 @@ class HubSidekickExtension(ExtensionApp):
         self.ctx = ctx
         web_app = self.serverapp.web_app
         web_app.settings[SETTINGS_KEY] = ctx
+        # deferred: start-up (api.dashboard ~121 ms, loads jupyter_server_proxy; api.spark_ui ~118
+        #   ms, loads jupyter_server_proxy)
         from ..api.dashboard import dashboard_prefix
         from ..api.spark_ui import spark_ui_prefix
 
@@ -61,9 +65,6 @@ class HubSidekickExtension(ExtensionApp):
 
     def initialize_handlers(self) -> None:
         """The routes relative to the root (``_prepare_handlers`` adds the base URL)."""
-        from . import bootstrap
-        from .handlers import hub_routes
-
         ctx = self.ctx
         assert ctx is not None
         self.handlers.extend(hub_routes("/") + build_routes("/"))
@@ -84,8 +85,6 @@ class HubSidekickExtension(ExtensionApp):
                       self.serverapp.base_url, ctx.settings.state_dir)
 
     async def stop_extension(self) -> None:
-        from . import bootstrap
-
         if self.ctx is None:
             return
         try:

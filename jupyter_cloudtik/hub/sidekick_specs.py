@@ -267,6 +267,7 @@ class SidekickCatalog:
     def from_file(cls, path: str | Path) -> SidekickCatalog:
         import yaml
 
+        # deferred: start-up (core.config ~56 ms, loads importlib.metadata, yaml)
         from ..core.config import load_yaml
 
         path = Path(path).expanduser()

@@ -240,6 +240,7 @@ class ClustersView(_Denied):
             base.pop("provider", None)
             limits = {}
         prov_res = hub.catalog.get("provider", prov_grant.name)
+        # deferred: start-up (hub.bootstrap ~19 ms, loads asyncio, ssl)
         from .bootstrap import local_provider_type
 
         here = local_provider_type(hub, prov_res.spec)
@@ -406,7 +407,7 @@ class StorageView(_Denied):
         return hub_locations(self.hub, self.caller)
 
     def location(self, where: Any, field: str = "location", *, write: bool = False) -> Any:
-        from ..storage.manager import Location
+        from ..storage.manager import Location  # deferred: start-up (storage.manager ~53 ms)
 
         if isinstance(where, Location):
             where = str(where) if where.storage else where.path
@@ -462,6 +463,7 @@ class JobsView(_Denied):
         self._j.ensure_poller()  # one poller for everybody's jobs, as in a server
 
     def _may_backend(self, name: str | None) -> None:
+        # deferred: start-up (hub.bootstrap ~22 ms, loads asyncio, ssl)
         from .bootstrap import local_backend_type
 
         name = name or self.hpc.default_backend
@@ -546,6 +548,7 @@ class SweepsView(_Denied):
     _what = "sweeps"
 
     def __init__(self, jobs: JobsView) -> None:
+        # deferred: start-up (hpc.sweeps ~49 ms, loads asyncio, psutil)
         from ..hpc.sweeps import sweeps_of
 
         self._jobs = jobs

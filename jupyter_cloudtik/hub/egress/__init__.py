@@ -17,6 +17,7 @@ __all__ = ["DeploymentCA", "EgressSupervisor", "Rule", "RuleSet"]
 def __getattr__(name: str):
     # the supervisor pulls in asyncio subprocess machinery: only when asked for
     if name == "EgressSupervisor":
+        # deferred: start-up (hub.egress.supervisor ~58 ms, loads asyncio, psutil)
         from .supervisor import EgressSupervisor
 
         return EgressSupervisor

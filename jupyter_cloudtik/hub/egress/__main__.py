@@ -83,6 +83,8 @@ async def _main(args: argparse.Namespace) -> int:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY
                                                         else max(soft, 65536), hard))
+    # deferred: optional (mitmproxy, installed only in the egress proxy's own environment:
+    #   docs/hub-egress.md)
     from .mitm import MitmEgressProxy
 
     proxy = MitmEgressProxy(ca, host=args.host, port=args.port,

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from ...core import env as envnames  # pure names; hub/egress imports nothing else above
 from ...core.process_groups import signal_child
 from .ca import DeploymentCA
 from .proxy import DEFAULT_DENY_NETWORKS, Client
@@ -41,8 +42,6 @@ def egress_python() -> str:
     ``egress-proxy`` environment inside this one (``make install`` makes it), else this
     interpreter if mitmproxy is importable here."""
     import importlib.util
-
-    from ...core import env as envnames  # pure names; hub/egress imports nothing else above
 
     env = os.environ.get(envnames.EGRESS_PYTHON)
     if env:
