@@ -21,12 +21,18 @@ from typing import Any
 from jupyter_server.extension.application import ExtensionApp
 from jupyter_server.utils import url_path_join
 
-from ..api.routes import build_routes, lifecycle_hooks
+from ..api.routes import API_PREFIX, build_routes, lifecycle_hooks
 from ..api.settings import CloudTikServer
 from ..clusters.client import API_URL_ENV
 from ..clusters.manager import ClusterManager
+from ..clusters.reaper import ensure_reaper
 from ..core import env
+from ..core.features import ensure_schemas
+from ..core.locations import ServerRoot
 from ..core.settings import CloudTik
+from ..providers.local.prewarm import prewarm_in_background
+from .delegate import delegated_routes, egress_session_env, hub_service_url, stop_my_sidekicks
+from .kernels import use_cloudtik_provisioner
 
 API_TOKEN_ENV = env.API_TOKEN
 SETTINGS_KEY = "cloudtik"
@@ -58,8 +64,6 @@ class ServerContext:
         """The location policy of this server (``core.locations.ServerRoot``): every
         feature resolves the local paths it is given through it."""
         if self._locations is None:
-            from ..core.locations import ServerRoot
-
             self._locations = ServerRoot(
                 self.serverapp.root_dir,
                 allow_hidden=bool(getattr(getattr(self.serverapp, "contents_manager", None),
@@ -116,8 +120,6 @@ class ServerContext:
 
     async def egress_env(self) -> dict[str, str]:
         """The hub's egress proxy settings for kernels (asked once, then cached)."""
-        from .delegate import egress_session_env, hub_service_url
-
         target = hub_service_url(self.server.hub_service_url)
         if not target or not self.server.hub_egress:
             return {}
@@ -127,8 +129,6 @@ class ServerContext:
 
     def after_up(self, op_id: str) -> None:
         """Start the idle reaper when a cluster asks for idle shutdown."""
-        from ..clusters.reaper import ensure_reaper
-
         try:
             ensure_reaper(self.settings, self.store)
         except Exception as e:  # the cluster still works; only idle shutdown is missing
@@ -165,25 +165,21 @@ class CloudTikExtension(ExtensionApp):
         self.ctx = ctx
         web_app = serverapp.web_app
         web_app.settings[SETTINGS_KEY] = ctx
+        # deferred: start-up (api.dashboard ~114 ms, loads jupyter_server_proxy; api.spark_ui ~115
+        #   ms, loads jupyter_server_proxy)
         from ..api.dashboard import dashboard_prefix
         from ..api.spark_ui import spark_ui_prefix
 
         ctx.manager.dashboard_prefix = dashboard_prefix(web_app.settings["base_url"])
         ctx.manager.spark_ui_prefix = spark_ui_prefix(web_app.settings["base_url"])
-        from ..core.features import ensure_schemas
 
         ensure_schemas(ctx.store)  # every feature's tables, before any request reads them
         if ctx.server.kernel_access:
-            from .kernels import use_cloudtik_provisioner
-
             use_cloudtik_provisioner(serverapp)
 
     def initialize_handlers(self) -> None:
         """The routes relative to the server's root: ``_prepare_handlers`` puts the
         base URL in front of each."""
-        from ..api.routes import API_PREFIX
-        from .delegate import delegated_routes, hub_service_url
-
         assert self.ctx is not None
         target = hub_service_url(self.ctx.server.hub_service_url)
         delegated = delegated_routes(url_path_join("/", API_PREFIX), target) if target else []
@@ -199,7 +195,6 @@ class CloudTikExtension(ExtensionApp):
         if not target:
             _tell_terminals(self.ctx, self.serverapp.base_url)
         if not target:  # clusters live here: the first `%cluster up` finds Dask imported
-            from ..providers.local.prewarm import prewarm_in_background
 
             prewarm_in_background(self.ctx.settings)
         self.log.info("jupyter_cloudtik: REST API at %scloudtik/api/ (state: %s)",
@@ -208,8 +203,6 @@ class CloudTikExtension(ExtensionApp):
     async def stop_extension(self) -> None:
         """The features' shutdown hooks (unmount storages, ...) and this user's
         sidekicks on the hub: awaited by the server on every orderly stop."""
-        from .delegate import hub_service_url, stop_my_sidekicks
-
         ctx = self.ctx
         if ctx is None:
             return
@@ -229,9 +222,10 @@ def _tell_terminals(ctx: ServerContext, base_url: str) -> None:
     """The CLI in a terminal of this server (its processes inherit the server's
     environment) shows dashboards and Spark UIs through this server, as the magics do: a
     browser of a remote JupyterLab reaches only the server, not a node's own port."""
+    # deferred: start-up (api.dashboard ~114 ms, loads jupyter_server_proxy; api.spark_ui ~115 ms,
+    #   loads jupyter_server_proxy)
     from ..api.dashboard import dashboard_prefix
     from ..api.spark_ui import spark_ui_prefix
-    from ..core import env
 
     os.environ[env.SERVER_LINKS] = json.dumps({
         "state_dir": str(ctx.settings.state_dir), "dashboard": dashboard_prefix(base_url),
