@@ -8,10 +8,12 @@ __all__ = ["Cluster", "Workspace", "__version__", "load_ipython_extension"]
 def __getattr__(name: str):
     # keep `import jupyter_cloudtik` light: Dask and IPython load only when used
     if name == "Cluster":
+        # deferred: start-up (`import jupyter_cloudtik` light: clusters.api ~100 ms, asyncio)
         from .clusters.api import Cluster
 
         return Cluster
     if name == "Workspace":
+        # deferred: start-up (`import jupyter_cloudtik` light: workspaces.api ~120 ms, traitlets)
         from .workspaces.api import Workspace
 
         return Workspace
@@ -20,6 +22,7 @@ def __getattr__(name: str):
 
 def load_ipython_extension(ipython) -> None:
     """`%load_ext jupyter_cloudtik`: register the %cluster magics."""
+    # deferred: start-up (`import jupyter_cloudtik` light: clusters.magics ~100 ms, IPython)
     from .clusters.magics import register
 
     register(ipython)
@@ -28,6 +31,7 @@ def load_ipython_extension(ipython) -> None:
 def _jupyter_server_extension_points() -> list[dict[str, object]]:
     """The Jupyter server extension (REST API, an ``ExtensionApp``): enabled by etc/jupyter
     on install."""
+    # deferred: start-up (`import jupyter_cloudtik` light: server.extension ~1.4 s)
     from .server.extension import CloudTikExtension
 
     return [{"module": "jupyter_cloudtik.server.extension", "app": CloudTikExtension}]

@@ -11,6 +11,7 @@ import json
 import os
 import sys
 
+from ._version import __version__
 from .clusters.commands import add_cluster_commands
 from .core.arguments import Parser, UsageProblem
 from .core.errors import (
@@ -24,6 +25,7 @@ def _feature_modules():
     """Features add their own sub-commands (``jupyter_cloudtik.features`` entry points): a
     module with COMMANDS (a set of top-level command names), add_commands(subparsers) and
     run(args) -> exit code."""
+    # deferred: start-up (`import jupyter_cloudtik.cli` light: core.features ~35 ms)
     from .core.features import cli_modules
 
     return cli_modules()
@@ -33,7 +35,6 @@ def build_parser() -> Parser:
     parser = Parser(prog="jupyter cloudtik",
                     description="Clusters from the command line; the same clusters the "
                                 "%cluster magics and the JupyterLab panel show.")
-    from ._version import __version__
 
     parser.add_argument("--version", action="version", version=__version__)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
@@ -51,6 +52,7 @@ def build_parser() -> Parser:
 
 
 def run(argv: list[str]) -> int:
+    # deferred: start-up (`import jupyter_cloudtik.cli` light: clusters.cli ~4 ms, +25%)
     from .clusters import cli as clusters_cli
 
     parser = build_parser()
