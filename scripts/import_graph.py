@@ -1,6 +1,7 @@
 """Figures of the import graph (issue 30): the largest modules, folder pairs that import
 each other, imports running up the layers of pyproject.toml's "layers" contract (named
-edges included), circles across files and deferred (function-level) imports.
+edges included), circles across files and deferred (function-level) imports, with those
+not marked ``# deferred: <reason>``.
 
     .venv/bin/python scripts/import_graph.py
 
@@ -79,21 +80,48 @@ def circles(graph: grimp.ImportGraph) -> list[set[str]]:
     return out
 
 
-def deferred_imports() -> tuple[int, int]:
-    """(imports inside functions, all first-party imports) in the package's files."""
+def deferred_imports() -> tuple[int, int, list[str]]:
+    """(imports inside functions, all first-party imports, the deferred ones not marked
+    why) in the package's files.  A deferred import says why it is not at the top with a
+    ``# deferred: <reason>`` comment (docs/architecture.md, "Layers") on its own lines or in
+    the contiguous block of comments and imports directly above it."""
     inner = total = 0
-    for path in (ROOT / PACKAGE).rglob("*.py"):
-        tree = ast.parse(path.read_text())
+    unmarked: list[tuple[str, int, str]] = []
+    for path in sorted((ROOT / PACKAGE).rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        tree = ast.parse(text)
         funcs = [n for n in ast.walk(tree)
                  if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
         nested = {id(n) for f in funcs for n in ast.walk(f)
                   if isinstance(n, ast.Import | ast.ImportFrom)}
+        import_lines = {i for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)
+                        for i in range(n.lineno, n.end_lineno + 1)}
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (
                     node.level or (node.module or "").startswith(PACKAGE)):
                 total += 1
-                inner += id(node) in nested
-    return inner, total
+                if id(node) not in nested:
+                    continue
+                inner += 1
+                if not marked(lines, import_lines, node):
+                    module = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+                    imported = "." * node.level + (node.module or "")
+                    unmarked.append((module.removesuffix(".__init__"), node.lineno, imported))
+    return inner, total, [f"{m}:{line} {imported}" for m, line, imported in sorted(unmarked)]
+
+
+def marked(lines: list[str], import_lines: set[int], node: ast.ImportFrom) -> bool:
+    """Whether the import's lines, or the comments and imports right above it, say
+    ``# deferred:``."""
+    if any("# deferred:" in lines[i - 1] for i in range(node.lineno, node.end_lineno + 1)):
+        return True
+    i = node.lineno - 1
+    while i >= 1 and (lines[i - 1].lstrip().startswith("#") or i in import_lines):
+        if "# deferred:" in lines[i - 1]:
+            return True
+        i -= 1
+    return False
 
 
 def main() -> int:
@@ -114,7 +142,7 @@ def main() -> int:
     sizes = sorted(((len(p.read_text().splitlines()), str(p.relative_to(ROOT)))
                     for p in (ROOT / PACKAGE).rglob("*.py")), reverse=True)[:5]
     rings = circles(graph)
-    inner, total = deferred_imports()
+    inner, total, unmarked = deferred_imports()
     print("largest modules: " + ", ".join(f"{path} {n}" for n, path in sizes))
     print(f"folder pairs importing each other: {len(mutual)} {mutual or ''}")
     print(f"imports running up or sideways across layers: {len(up)}")
@@ -124,6 +152,9 @@ def main() -> int:
     for ring in rings:
         print("  " + " ".join(sorted(ring)))
     print(f"deferred first-party imports: {inner} of {total} ({100 * inner / total:.0f}%)")
+    print(f"deferred first-party imports without a reason: {len(unmarked)}")
+    for line in unmarked[:20]:
+        print("  " + line)
     return 0
 
 

@@ -1,6 +1,7 @@
 """The import graph's figures (scripts/import_graph.py, docs/architecture.md "Layers"):
 no two folders import each other, and nothing runs up the layers but the named edges the
-layers contract lists (a new one must be named there, with its reason, to pass)."""
+layers contract lists (a new one must be named there, with its reason, to pass); every
+deferred first-party import says why it is deferred (``# deferred: <reason>``)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,8 @@ def test_no_folder_pair_imports_each_other_and_only_named_edges_run_up():
     # issue 30's targets: at most 3 arrows up, no circle across files
     assert len(up) <= 3, out
     assert "circles across files: 0" in out, out
+    # issue 30: deferred imports only where they save start-up time (or break a cycle,
+    # or need an optional extra), each marked why
+    unmarked = re.search(r"^deferred first-party imports without a reason: (\d+)$", out, re.M)
+    assert unmarked, out
+    assert int(unmarked.group(1)) == 0, out
