@@ -112,7 +112,7 @@ class SlurmPartition:
             f"cores on {part['nodes']} node(s) ({part['nodelist']}; sinfo)"))
 
     def offers(self, query=None) -> OfferSet:
-        # deferred: start-up (offers ~7 ms); start-up (transport.slurm ~23 ms, loads asyncio)
+        # deferred: start-up (offers ~7 ms; transport.slurm ~23 ms, loads asyncio)
         from ..offers import Offer, OfferSet
         from ..transport.slurm import slurm_int
 
