@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 import toolz
@@ -213,6 +215,63 @@ def test_the_sessions_environment_is_built_by_the_ces_mapped_account(arex6, make
     prefix = text.split(" in ", 1)[1].split(" uid ", 1)[0]
     assert info.environment["hash"] in prefix, (prefix, info.environment)
     assert " uid 0 " not in text  # the CE's mapped account, not the session's root
+
+
+def test_a_sweep_on_the_real_ce_partial_failure_retry_results_and_crates(
+        arex6, make_client, tmp_path):
+    """A sweep on a CE (ARC has no arrays: a bounded set of jobs): three elements, at most
+    two at once; the one whose flag file is missing fails; the results table has the
+    others' recorded values; ``retry`` resubmits only the failed one, which then
+    succeeds; every element's provenance crate validates.  The notebook records with
+    IPython's display (the documented way without jupyter_cloudtik on the system), and
+    its flag is where the CE's mapped account can read it."""
+    from jupyter_cloudtik.hpc.api import Job
+
+    from .test_hpc_provenance import validate
+
+    _site, config, secrets = arex6
+    client = make_client({"arc": config}, secrets)
+    shared = Path(tempfile.mkdtemp(prefix="cloudtik-arex-flag-", dir="/tmp"))
+    shared.chmod(0o755)
+    flag = shared / "allow3"
+    scrap = "application/scrapbook.scrap.json+json"
+    nb = tmp_path / "sweep.ipynb"
+    nb.write_text(json.dumps(_nb(
+        ("alpha = 1\nn = 2", ["parameters"]),
+        ("import os\nfrom IPython.display import display\n"
+         f"assert alpha != 3 or os.path.exists({str(flag)!r}), 'alpha 3 refused'\n"
+         f"display({{{scrap!r}: {{'name': 'score', 'data': alpha * n, 'encoder': 'json', "
+         "'version': 1}}, raw=True)\n"
+         "open('out.txt', 'w').write(str(alpha * n))", []))))
+    try:
+        sweep = Job.sweep(str(nb), backend="arc", grid={"alpha": [1, 3, 5]},
+                          parameters={"n": 2}, max_concurrent=2, client=client)
+        assert sweep.info.mode == "bounded"
+        info = sweep.wait(timeout=600)
+        states = {e["index"]: e["state"] for e in info.elements}
+        assert states == {0: "succeeded", 1: "failed", 2: "succeeded"}, (
+            states, [_why(client, client.get(e["job"])) for e in info.elements
+                     if e["state"] != "succeeded"])
+        rows = client.sweep_results(sweep.id)
+        assert [(r["alpha"], r["state"], r.get("score")) for r in rows] == [
+            (1, "succeeded", 2), (3, "failed", None), (5, "succeeded", 10)], rows
+        assert all("out.txt" in r["outputs"] for r in rows if r["state"] == "succeeded")
+        first = {e["index"]: e["job"] for e in info.elements}
+        flag.write_text("yes")
+        flag.chmod(0o644)
+        sweep.retry()
+        info = sweep.wait(timeout=600)
+        assert info.state == "succeeded", str(sweep)
+        again = {e["index"]: e["job"] for e in info.elements}
+        assert again[0] == first[0] and again[2] == first[2] and again[1] != first[1]
+        rows = client.sweep_results(sweep.id)
+        assert [(r["alpha"], r["score"]) for r in rows] == [(1, 2), (3, 6), (5, 10)], rows
+        for e in info.elements:
+            crate = Job(e["job"], client).crate
+            assert crate is not None, e
+            assert validate(crate, tmp_path / "rocv") == [], e
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
 
 
 def test_the_ces_refusal_is_shown_and_final(arc_client):
