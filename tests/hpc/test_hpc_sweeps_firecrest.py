@@ -187,3 +187,32 @@ def test_waiting_elements_are_queued_from_the_first_poll(make_client, backend_co
         s.cancel()
         wait_for(lambda: all(e["state"] == "cancelled" for e in s.info.elements), 60,
                  what="the sweep cancelled")
+
+
+def test_a_firecrest_sweep_builds_the_sessions_environment_once(make_client, backend_configs,
+                                                                tmp_path):
+    """A sweep's elements are jobs like any other: asked for a package the system's
+    Python lacks, the array's tasks run in the session's environment built on the system
+    (staged once with the first element, built under a lock by whichever task starts
+    first, reused by the others)."""
+    from .conftest import _nb
+
+    config, secrets = backend_configs["firecrest"]()
+    config = {k: v for k, v in config.items() if k != "environment"}
+    c = make_client({"firecrest": config}, secrets)
+    nb = tmp_path / "toolz_sweep.ipynb"
+    nb.write_text(__import__("json").dumps(_nb(
+        ("n = 1", ["parameters"]),
+        ("import sys, toolz\nprint('prefix', sys.prefix)\n"
+         "print('sum', sum(toolz.take(n, toolz.iterate(lambda x: x + 1, 1))))", []))))
+    s = Job.sweep(str(nb), backend="firecrest", grid={"n": [2, 3]}, packages=["toolz"],
+                  client=c)
+    assert s.info.mode == "array"
+    info = s.wait(timeout=300)
+    assert info.state == "succeeded", str(s)
+    logs = [Job(e["job"], c).logs() for e in info.elements]
+    env = Job(info.elements[0]["job"], c).info.environment
+    assert env["mode"] == "built", env
+    assert all(f".cloudtik-envs/{env['hash']}" in log for log in logs), logs[0][-1500:]
+    built = sum("building environment" in log for log in logs)
+    assert built == 1, [log[-800:] for log in logs]
