@@ -367,7 +367,7 @@ def test_job_gateway_without_a_hub(tmp_path, site):
 
 
 def test_sidekick_definitions_file(tmp_path):
-    from jupyter_cloudtik.hub.sidekick_specs import SidekickCatalog
+    from jupyter_cloudtik.hub.sidekicks.specs import SidekickCatalog
 
     path = tmp_path / "sidekicks.yaml"
     path.write_text(docs.block("docs/hub-sidekicks.md", "Defining side-kicks").text)

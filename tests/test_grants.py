@@ -27,7 +27,7 @@ SERVICE_USES = {
     ("hpc/base.py", "hpc"),                          # the backend talks to its system
     ("providers/dask_gateway.py", "gateway"),        # logs in to the gateway
     ("providers/huaweicloud/credentials.py", "workspace"),  # calls the cloud's API
-    ("hub/egress_rules.py", "egress"),               # feeds the egress proxy process
+    ("hub/egress_consent.py", "egress"),               # feeds the egress proxy process
     ("placement/zones.py", "zone"),                  # authenticates to a child zone
 }
 PRIVATE = {"_read", "_read_all", "_fernet", "_keys", "_file_keys", "_explicit_key",

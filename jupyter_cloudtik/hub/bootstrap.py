@@ -4,7 +4,7 @@
   admin can keep the catalogue in configuration management;
 * the egress proxy (``egress.supervisor.EgressSupervisor``), fed with the rules in the
   state DB and one proxy credential per user that asked for session settings;
-* the side-kick supervisor (``sidekick_supervisor.SidekickSupervisor``).
+* the side-kick supervisor (``sidekicks.supervisor.SidekickSupervisor``).
 """
 
 from __future__ import annotations
@@ -214,8 +214,8 @@ def egress_limit_args(hub: Any) -> list[str]:
 
 def start_services(ctx: Any) -> None:
     """Start the egress proxy and the side-kick supervisor on the server's loop."""
-    # deferred: start-up (hub.sidekick_supervisor ~19 ms, loads psutil)
-    from .sidekick_supervisor import SidekickSupervisor
+    # deferred: start-up (hub.sidekicks.supervisor ~19 ms, loads psutil)
+    from .sidekicks.supervisor import SidekickSupervisor
 
     # a bad limit is a config error now (one line naming the setting), not a proxy that
     # fails to start in the background
@@ -319,7 +319,7 @@ def sidekick_secrets(ctx: Any, grant: Any) -> Any:
 
 # egress --------------------------------------------------------------------------------
 def rules_for_proxy(ctx: Any) -> list[dict[str, Any]]:
-    """Each rule with the users it applies to now (consent resolved: egress_rules.py)."""
+    """Each rule with the users it applies to now (consent resolved: egress_consent.py)."""
     return ctx.egress_rules.for_proxy()
 
 

@@ -29,7 +29,7 @@ from ..core.settings import CloudTik
 from ..core.store import loads
 from ..runtime.environment import is_local
 from .catalog import Caller, Catalog, Resource
-from .egress_rules import EgressRules
+from .egress_consent import EgressRules
 from .policy import CatalogPolicy
 from .settings import CloudTikHub
 from .views import ClustersView, JobsView, StorageView, started_today

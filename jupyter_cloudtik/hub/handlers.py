@@ -22,8 +22,8 @@ from ..core.errors import CloudTikError, ConfigError, NotFoundError, PermissionD
 from . import bootstrap
 from .catalog import KINDS, Caller
 from .context import caller_of
-from .sidekick_specs import SidekickSpec
-from .sidekick_supervisor import sidekick_prefix
+from .sidekicks.specs import SidekickSpec
+from .sidekicks.supervisor import sidekick_prefix
 
 KIND = r"(?P<kind>[a-z]+)"
 NAME = r"(?P<name>[^/]+)"
@@ -153,7 +153,7 @@ class UsageHandler(HubHandler):
 
 
 # egress --------------------------------------------------------------------------------
-# who a rule acts for, and the consent behind it: hub/egress_rules.py
+# who a rule acts for, and the consent behind it: hub/egress_consent.py
 class EgressRulesHandler(HubHandler):
     @web.authenticated
     @authorized
@@ -165,7 +165,7 @@ class EgressRulesHandler(HubHandler):
 
 class EgressRuleHandler(HubHandler):
     """A rule of the caller's own namespace (admins: the admin namespace, or a user's
-    rule with ``?owner=NAME``): ids belong to their owner (hub/egress_rules.py)."""
+    rule with ``?owner=NAME``): ids belong to their owner (hub/egress_consent.py)."""
 
     @web.authenticated
     @authorized

@@ -23,8 +23,8 @@ import urllib.request
 import pytest
 
 from jupyter_cloudtik.core.errors import ConflictError
-from jupyter_cloudtik.hub.sidekick_supervisor import SidekickSupervisor
 from jupyter_cloudtik.hub.sidekicks import SidekickSpec
+from jupyter_cloudtik.hub.sidekicks.supervisor import SidekickSupervisor
 
 from .conftest import describe, rounds, seeded, wait_no_processes
 

@@ -1,5 +1,5 @@
 """Consent between users for egress rules, in-process on a real state database
-(``hub/egress_rules.py``); the same through a real hub is ``test_hub_ownership.py``."""
+(``hub/egress_consent.py``); the same through a real hub is ``test_hub_ownership.py``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from jupyter_cloudtik.core.errors import ConfigError, NotFoundError
 from jupyter_cloudtik.core.secrets import SecretStore
 from jupyter_cloudtik.core.store import Store, dumps
 from jupyter_cloudtik.hub.catalog import Caller, Catalog
-from jupyter_cloudtik.hub.egress_rules import EgressRules
+from jupyter_cloudtik.hub.egress_consent import EgressRules
 from jupyter_cloudtik.hub.policy import CatalogPolicy
 
 ALICE = Caller("alice", ("physics",))

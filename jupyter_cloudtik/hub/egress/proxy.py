@@ -12,7 +12,7 @@ A rule never replaces a header the client sent: when the request already carries
 header, the client's value goes out, the rule is not applied, and the response says so in
 ``X-CloudTik-Egress: not-applied rule=ID reason=client-sent-header`` (and the log line in
 ``not-applied=ID(client-sent-header)``).  Which users a rule reaches is decided before the
-proxy sees it (consent between users: ``hub/egress_rules.py``).
+proxy sees it (consent between users: ``hub/egress_consent.py``).
 
 Secrets (rule values, client tokens) appear in nothing but outbound request heads: not in
 logs, not in error responses, not in exceptions.

@@ -21,7 +21,7 @@ EVERYONE = "*"
 
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 # a rule's reference: its namespace and id (``admin/ID``, ``user/NAME/ID``, the user's name
-# percent-encoded: hub/egress_rules.py), or a plain id (a rules file of the proxy's own)
+# percent-encoded: hub/egress_consent.py), or a plain id (a rules file of the proxy's own)
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:%/-]{0,500}$")
 _LABEL = re.compile(r"^(?!-)[a-z0-9_-]{1,63}(?<!-)$")
 # headers the proxy owns: framing, routing and its own authentication

@@ -59,11 +59,11 @@ from urllib.parse import quote
 
 import psutil
 
-from ..core import env as envnames
-from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
-from ..core.process_groups import GroupRef, Owned, terminate_group, writes_under
-from ..core.sandbox import Sandbox
-from .sidekick_specs import SecretRef, SidekickSpec
+from ...core import env as envnames
+from ...core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
+from ...core.process_groups import GroupRef, Owned, terminate_group, writes_under
+from ...core.sandbox import Sandbox
+from .specs import SecretRef, SidekickSpec
 
 STARTING, RUNNING, RESTARTING, STOPPED, FAILED = (
     "starting", "running", "restarting", "stopped", "failed")

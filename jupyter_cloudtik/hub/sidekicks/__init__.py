@@ -1,19 +1,21 @@
-"""Side-kick services of the hub: specs (what an admin allows) and the supervisor (the
-processes).  Import from here; the two modules behind it are implementation detail.
+"""Side-kick services of the hub, one of its three products (beside the sidekick API in
+``hub/`` and the egress proxy in ``hub/egress/``): specs (what an admin allows) and the
+supervisor (the processes).  Import from here; the two modules behind it are
+implementation detail.
 
 See ``docs/hub-sidekicks.md`` for the spec format, the life cycle and the job gateway.
 """
 
 from __future__ import annotations
 
-from .sidekick_specs import (
+from .specs import (
     RESERVED_ENV,
     SecretRef,
     SidekickCatalog,
     SidekickSpec,
     load_specs,
 )
-from .sidekick_supervisor import (
+from .supervisor import (
     ACTIVE,
     DEFAULT_PROXY_BASE,
     FAILED,

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..core import env as envnames
-from ..core.errors import ConfigError, NotFoundError, PermissionDeniedError
+from ...core import env as envnames
+from ...core.errors import ConfigError, NotFoundError, PermissionDeniedError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9-]{0,39}$")
 ENTRY_POINT_RE = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*(:[A-Za-z_]\w*)?$")
@@ -268,7 +268,7 @@ class SidekickCatalog:
         import yaml
 
         # deferred: start-up (core.config ~56 ms, loads importlib.metadata, yaml)
-        from ..core.config import load_yaml
+        from ...core.config import load_yaml
 
         path = Path(path).expanduser()
         try:
