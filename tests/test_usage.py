@@ -75,12 +75,20 @@ def test_workers_cpu_and_memory_from_the_real_scheduler(manager):
         assert 0.0 <= figures["cpu"] <= 100.0, figures
         assert figures["memory"] > 10 * 2**20, figures  # a Python process holds > 10 MiB
         assert figures["memory_limit"] >= 0
+        # the scheduler is asked with METRICS_TIMEOUT (3 s): on a loaded machine (the CI's
+        # four workers on two cores) it once did not answer in time, which is a gap in
+        # the chart (cpu None), asked again a METRICS_PERIOD later — as here, a few times
         start = time.time()
-        usage._asked.clear()
-        assert usage.sample(manager, now=start) == 1
-        u = usage.usage(manager, "load", now=start + 1)
-        last = u["samples"][-1]
-        assert last["cpu"] is not None and last["memory"] > 0, u
+        for attempt in range(5):
+            usage._asked.clear()
+            # the first writes a row; a retry writes one only when it has a reading
+            assert usage.sample(manager, now=start) == 1 or attempt > 0
+            last = usage.usage(manager, "load", now=start + 1)["samples"][-1]
+            if last["cpu"] is not None:
+                break
+            assert last["memory"] is None, last  # a gap is a gap, not half a reading
+            start += usage.METRICS_PERIOD + 1
+        assert last["cpu"] is not None and last["memory"] > 0, last
         # within METRICS_PERIOD nothing new; after it, a new load sample
         assert usage.sample(manager, now=start + 1) == 0
         assert usage.sample(manager, now=start + usage.METRICS_PERIOD + 1) == 1
