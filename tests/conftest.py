@@ -16,16 +16,7 @@ from pathlib import Path
 
 import doc_examples  # imported (and assertion-rewritten) now, not at the session's end
 import pytest
-
-# schemathesis's xdist hook imports these at the session's end; assertion-rewriting them
-# there hits CPython 3.11.7's "AST constructor recursion depth mismatch" (gh-106905) and the
-# run ends in a traceback instead of its summary.  Imported now, they are parsed once here.
-try:
-    import schemathesis.reporting.allure  # needs allure, which we do not use
-except ImportError:
-    pass
-import schemathesis.reporting.html.writer
-import schemathesis.reporting.junitxml  # noqa: F401
+import schemathesis
 
 from cloudtik_emulators.processes import (
     cloudtik_processes,
@@ -34,6 +25,28 @@ from cloudtik_emulators.processes import (
     stop_launcher,
 )
 from jupyter_cloudtik.core.settings import CloudTik, load_user_config
+
+
+# pytest assertion-rewrites every module of a plugin's distribution when it is first
+# imported, parsing its source with ``ast`` in whichever thread imports it; next to other
+# threads compiling code (a server's templates, a hub), CPython 3.11.7 then fails with
+# "AST constructor recursion depth mismatch" (gh-106905).  schemathesis imports most of
+# itself lazily: its xdist hook at the session's end (the run ended in a traceback), and
+# loading an OpenAPI document inside a hub test (a CI run failed
+# test_stateful_workflows_through_the_sidekick_keep_users_apart so).  Every module of it
+# is imported now, at collection, before any test starts a thread (about 1.3 s).
+def _import_every_module(package) -> None:
+    import importlib
+    import pkgutil
+
+    for info in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        try:
+            importlib.import_module(info.name)
+        except ImportError:  # reporting.allure needs allure, which we do not use
+            pass
+
+
+_import_every_module(schemathesis)
 
 TEST_CONFIG = """
 c.LocalProvider.terminate_grace = 2.0
