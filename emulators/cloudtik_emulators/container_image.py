@@ -56,19 +56,20 @@ def site_containers_conf(dest: Path) -> Path:
     return dest
 
 
-def _podman(args: list[str], conf: Path, timeout: float = 600, **kw) -> str:
+def _podman(args: list[str], conf: Path, timeout: float = 600, check: bool = True,
+            **kw) -> subprocess.CompletedProcess:
+    """``podman ARGS`` with this site's containers.conf; a failure (when ``check``)
+    raises with podman's last lines."""
     p = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout,
                        env={**os.environ, "CONTAINERS_CONF": str(conf)}, **kw)
-    if p.returncode != 0:
+    if check and p.returncode != 0:
         tail = "\n".join((p.stdout + p.stderr).strip().splitlines()[-10:])
         raise ContainerImageError(f"podman {' '.join(args[:2])} failed: {tail}")
-    return p.stdout
+    return p
 
 
 def _exists(tag: str, conf: Path) -> bool:
-    p = subprocess.run(["podman", "image", "exists", tag], capture_output=True,
-                       env={**os.environ, "CONTAINERS_CONF": str(conf)})
-    return p.returncode == 0
+    return _podman(["image", "exists", tag], conf, check=False).returncode == 0
 
 
 def ensure_runner_image(conf: Path, wheels: list[Path], tag: str = RUNNER_IMAGE) -> str:
@@ -97,6 +98,5 @@ def ensure_runner_image(conf: Path, wheels: list[Path], tag: str = RUNNER_IMAGE)
                  "--disable-pip-version-check", "papermill", "ipykernel"], conf)
         _podman(["commit", name, tag], conf)
     finally:
-        subprocess.run(["podman", "rm", "-f", name], capture_output=True,
-                       env={**os.environ, "CONTAINERS_CONF": str(conf)})
+        _podman(["rm", "-f", name], conf, check=False)
     return tag
