@@ -8,6 +8,7 @@ each rule is applied.
 from __future__ import annotations
 
 import asyncio
+import functools
 import grp
 import hashlib
 import os
@@ -32,24 +33,26 @@ from .firecrest_model import (
 )
 
 
-def _owner(st: os.stat_result) -> tuple[str, str]:
+@functools.lru_cache(maxsize=256)
+def _owner(uid: int, gid: int) -> tuple[str, str]:
     """``ls -l``'s owner and group names (the Unix user's on the real server, not fixed
-    words: seen beside it); a number when the id has no name, as ls prints it."""
+    words: seen beside it); a number when the id has no name, as ls prints it.  Cached:
+    a listing of thousands of files has a handful of owners (ls caches them too)."""
     try:
-        user = pwd.getpwuid(st.st_uid).pw_name
+        user = pwd.getpwuid(uid).pw_name
     except KeyError:
-        user = str(st.st_uid)
+        user = str(uid)
     try:
-        group = grp.getgrgid(st.st_gid).gr_name
+        group = grp.getgrgid(gid).gr_name
     except KeyError:
-        group = str(st.st_gid)
+        group = str(gid)
     return user, group
 
 
 def _file_entry(p: Path, name: str) -> dict[str, Any]:
     st = p.lstat()
     kind = "d" if statmod.S_ISDIR(st.st_mode) else "l" if statmod.S_ISLNK(st.st_mode) else "-"
-    user, group = _owner(st)
+    user, group = _owner(st.st_uid, st.st_gid)
     return {"name": name, "type": kind,
             "linkTarget": os.readlink(p) if kind == "l" else None, "user": user,
             "group": group, "permissions": statmod.filemode(st.st_mode)[1:],
