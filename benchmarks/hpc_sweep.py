@@ -73,7 +73,9 @@ def grid_for(n: int) -> tuple[dict[str, list], list[dict]]:
     return {"alpha": alphas, "n": ns}, elements
 
 
-def by_hand(env: dict[str, str], work: Path, nb: Path, elements: list[dict], limit: int) -> float:
+def by_hand(
+    env: dict[str, str], work: Path, nb: Path, elements: list[dict], limit: int
+) -> tuple[float, str]:
     """sbatch --array of a papermill script plus squeue polling every 0.5 s."""
     work.mkdir(parents=True)
     (work / "params.json").write_text(json.dumps(elements))
@@ -112,7 +114,7 @@ def by_hand(env: dict[str, str], work: Path, nb: Path, elements: list[dict], lim
     done = sum((work / f"out{i}.ipynb").exists() for i in range(len(elements)))
     if done != len(elements):
         raise RuntimeError(f"by hand: {done} of {len(elements)} notebooks were executed")
-    return took
+    return took, array
 
 
 def _run_notebook(nb: str, out: str, parameters: dict) -> str:
@@ -122,7 +124,9 @@ def _run_notebook(nb: str, out: str, parameters: dict) -> str:
     return out
 
 
-def with_submitit(work: Path, nb: Path, elements: list[dict], limit: int) -> float | str:
+def with_submitit(
+    work: Path, nb: Path, elements: list[dict], limit: int
+) -> tuple[float, str] | str:
     try:
         import submitit
     except ImportError as e:
@@ -146,7 +150,7 @@ def with_submitit(work: Path, nb: Path, elements: list[dict], limit: int) -> flo
             failed.append(f"element {i}: {lines[-1].strip() if lines else type(e).__name__}")
     if failed:
         return f"n/a ({len(failed)} of {len(jobs)} elements failed; {failed[0]})"
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, str(jobs[0].job_id).split("_")[0]
 
 
 def ours(
@@ -155,9 +159,7 @@ def ours(
     grid: dict,
     elements: list[dict],
     limit: int,
-    calls: collections.Counter,
-    ticks: list[int],
-) -> float:
+) -> tuple[float, str]:
     from jupyter_cloudtik.hpc.api import Job
 
     t0 = time.perf_counter()
@@ -175,8 +177,6 @@ def ours(
             time="10m",
         )
     submitted = time.perf_counter() - t0
-    calls.clear()
-    ticks.clear()
     info = sweep.wait()
     took = time.perf_counter() - t0
     if info.state != "succeeded":
@@ -186,7 +186,25 @@ def ours(
         f"  ours: {len(info.elements)} elements recorded and submitted as "
         f"{len(arrays)} array(s) in {submitted:.2f} s"
     )
-    return took
+    return took, sorted(arrays)[0]
+
+
+def span(env: dict[str, str], array: str) -> str:
+    """First start to last end of an array's tasks, as Slurm's accounting has them (whole
+    seconds): the elements' own time, apart from submitting and watching."""
+    from datetime import datetime
+
+    r = subprocess.run(
+        ["sacct", "-X", "-n", "-P", "-o", "Start,End", "-j", array],
+        capture_output=True, text=True, env=env,
+    )
+    try:
+        pairs = [line.split("|") for line in r.stdout.split()]
+        starts = [datetime.fromisoformat(a).timestamp() for a, _ in pairs]
+        ends = [datetime.fromisoformat(b).timestamp() for _, b in pairs]
+        return f"{max(ends) - min(starts):.0f} s"
+    except (ValueError, TypeError):
+        return f"n/a (sacct answered {r.stdout[:80]!r} {r.stderr[:80]!r})"
 
 
 def instrument(client, calls: collections.Counter, ticks: list[int]) -> None:
@@ -229,9 +247,12 @@ def main() -> None:
     )
     parser.add_argument("--cpus", type=int, default=2, help="CPUs of the Slurm node")
     parser.add_argument(
-        "--ours-first",
-        action="store_true",
-        help="run our sweep before the one by hand (default: after)",
+        "--rounds",
+        type=int,
+        default=2,
+        help="runs of each way, in alternating order (by hand, ours, submitit; then the "
+        "reverse): the machine's load drifts, and the mean over both orders cancels a "
+        "steady drift",
     )
     parser.add_argument(
         "--no-sites",
@@ -281,30 +302,46 @@ def main() -> None:
         )
         # warm the paths once (imports, slurmd's first launch, papermill's kernel)
         by_hand(env, base / "warm", nb, elements[:2], limit)
-        if args.ours_first:  # the machine's load drifts: the other order shows how much
-            t_ours = ours(client, nb, grid, elements, limit, calls, ticks)
-        t_hand = by_hand(env, base / "hand", nb, elements, limit)
-        print(f"  by hand (sbatch --array + squeue every 0.5 s): {t_hand:.1f} s")
-        if not args.ours_first:
-            t_ours = ours(client, nb, grid, elements, limit, calls, ticks)
+        ways = {
+            "by hand": lambda r: by_hand(env, base / f"hand{r}", nb, elements, limit),
+            "ours": lambda r: ours(client, nb, grid, elements, limit),
+            "submitit": lambda r: with_submitit(base / f"submitit{r}", nb, elements, limit),
+        }
+        times: dict[str, list[float]] = {k: [] for k in ways}
+        skipped: dict[str, str] = {}
+        calls.clear()
+        ticks.clear()
+        for r in range(max(1, args.rounds)):
+            order = list(ways) if r % 2 == 0 else list(reversed(ways))
+            for way in order:
+                if way in skipped:
+                    continue
+                got = ways[way](r)
+                if isinstance(got, str):  # submitit missing or failed: said once
+                    skipped[way] = got
+                    print(f"  {way}: {got}", flush=True)
+                    continue
+                took, array = got
+                times[way].append(took)
+                print(f"  round {r + 1}, {way}: {took:.1f} s (the array's own span, first "
+                      f"start to last end in sacct: {span(env, array)})", flush=True)
+        mean = {k: sum(v) / len(v) for k, v in times.items() if v}
         per_tick = collections.Counter(ticks)
         print(
-            f"  ours (Job.sweep + the poller): {t_ours:.1f} s; {len(ticks)} poll ticks, "
-            f"scheduler calls per tick: "
+            "  mean of " + ", ".join(f"{k} {v:.1f} s" for k, v in mean.items())
+            + f"; ours: {len(ticks)} poll ticks, scheduler calls per tick: "
             + ", ".join(f"{k} call(s) x{v}" for k, v in sorted(per_tick.items()))
             + f" ({dict(calls)})"
         )
-        t_sub = with_submitit(base / "submitit", nb, elements, limit)
-        if isinstance(t_sub, float):
-            print(f"  submitit (map_array + result()): {t_sub:.1f} s")
     finally:
         client.close()
         cluster.stop()
-    vs_sub = f"{t_ours / t_sub:.2f}" if isinstance(t_sub, float) else t_sub
-    mean = sum(ticks) / len(ticks) if ticks else 0.0
+    t_ours, t_hand = mean["ours"], mean["by hand"]
+    vs_sub = f"{t_ours / mean['submitit']:.2f}" if "submitit" in mean else skipped["submitit"]
+    avg = sum(ticks) / len(ticks) if ticks else 0.0
     print(f"sweep {n} ratio vs sbatch {t_ours / t_hand:.2f}, vs submitit {vs_sub}")
     print(
-        f"scheduler calls per poll tick: {mean:.2f} on average, at most "
+        f"scheduler calls per poll tick: {avg:.2f} on average, at most "
         f"{max(ticks, default=0)} (target 1)"
     )
     if args.sites:  # the same sweep through the FirecREST and real-ARC test set-ups

@@ -99,7 +99,7 @@ class KernelsHandler(CloudTikHandler):
         # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
         from .kernels import kernel_status
 
-        kernels = kernel_status()
+        kernels = await asyncio.to_thread(kernel_status, self.settings["cloudtik"].serverapp)
         self.write_json({"kernels": [{"id": k, **kernels[k]} for k in sorted(kernels)]})
 
 

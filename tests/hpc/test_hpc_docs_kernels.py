@@ -228,3 +228,76 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
     quoted = re.search(r"`(HPCKernels\.profiles\[1\]\.cores: [^`]*)`",
                        " ".join((doc_examples.ROOT / DOC).read_text().split()))
     assert quoted and any(quoted.group(1) in line for line in said), said
+
+
+@pytest.mark.slow
+def test_the_next_server_ends_and_reports_the_kernels_of_a_killed_one(slurm, tmp_path):
+    """A server killed (SIGKILL: no shutdown) while its HPC kernel runs: the kernel's job
+    would hold its allocation until the wall time, and no later server could reach it.
+    The next server on the same state folder cancels the job, removes the kernel's key
+    from the job folder, and says so in its log and in ``GET hpc/kernels``, as the doc
+    says; a kernel it starts itself is listed beside it and left alone."""
+    import signal
+
+    from tests.server.conftest import _start_server, _stop
+
+    workdir = tmp_path / "daint-jobs"
+    daint = {"type": "slurm", "env": slurm.env, "workdir": str(workdir)}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        f"c.HPC.backends = {{'daint': {daint!r}}}\n"
+        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
+        "c.HPCKernels.poll_interval = 0.5\n"
+        "c.ServerApp.kernel_spec_manager_class = "
+        "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")
+    args = ["--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"]
+    first = _start_server(tmp_path, "server", args, {})
+    try:
+        r = requests.post(first.url + "api/kernels", headers=first.headers(),
+                          json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+        assert r.status_code == 201, (r.status_code, r.text[:2000])
+        kid = r.json()["id"]
+        (k,) = first.get("hpc/kernels").json()["kernels"]
+        job = k["job"]
+        assert k["state"] == "running" and job in _job_ids(slurm.env), k
+        keys = list(workdir.glob("*/kernel.json"))
+        assert len(keys) == 1, keys
+        os.killpg(first.proc.pid, signal.SIGKILL)  # the server and anything it started
+        first.proc.wait(30)
+    finally:
+        _stop(first)
+    time.sleep(2)
+    assert job in _job_ids(slurm.env), "the job should outlive its killed server"
+
+    second = _start_server(tmp_path, "server", args, {})
+    try:
+        # the server's start alone (its kernel spec manager) looks for such jobs
+        wait_for(lambda: job not in _job_ids(slurm.env), 60,
+                 what="the killed server's kernel job to be cancelled by the next server")
+        listed = wait_for(lambda: [x for x in second.get("hpc/kernels").json()["kernels"]
+                                   if x["id"] == kid and x["state"] == "dead"], 30,
+                          what="GET hpc/kernels to report the killed server's kernel")
+        (gone,) = listed
+        assert gone["orphaned"] is True and gone["job"] == job, gone
+        assert re.fullmatch(rf"its server \(pid {first.proc.pid} on \S+\) stopped without "
+                            rf"shutting it down; job {job} on daint was cancelled",
+                            gone["reason"]), gone
+        assert f"HPC kernel {kid}: {gone['reason']}" in second.log_text()
+        assert not keys[0].exists(), "the kernel's key stays in its job folder"
+        # the doc says the same
+        doc = " ".join((doc_examples.ROOT / DOC).read_text().split())
+        assert "stopped without shutting it down; job 1234 on daint was cancelled" in doc
+
+        # a kernel of this server: listed beside it, and not taken for an orphan
+        r = requests.post(second.url + "api/kernels", headers=second.headers(),
+                          json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
+        assert r.status_code == 201, (r.status_code, r.text[:2000])
+        states = {x["id"]: x["state"] for x in second.get("hpc/kernels").json()["kernels"]}
+        assert states == {kid: "dead", r.json()["id"]: "running"}, states
+        (mine,) = [x["job"] for x in second.get("hpc/kernels").json()["kernels"]
+                   if x["state"] == "running"]
+        assert mine in _job_ids(slurm.env)
+    finally:
+        problems = _stop(second)
+    assert not problems, problems
+    wait_for(lambda: mine not in _job_ids(slurm.env), 60, what="the second kernel's job to end")

@@ -42,6 +42,7 @@ from ..base import CANCELLED, RUNNING, SUCCEEDED
 from ..settings import HPC, BackendRegistry
 from .job import KernelJob
 from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
+from .records import KernelRecords, end_orphans
 
 PROVISIONER_NAME = "cloudtik-hpc"
 PORTS_EVERY = 0.1  # s between two reads of a running kernel's connection file
@@ -52,9 +53,19 @@ _registries_lock = threading.Lock()
 _status: dict[str, dict[str, Any]] = {}  # kernel id -> status (kernel_status())
 
 
-def kernel_status() -> dict[str, dict[str, Any]]:
-    """What every HPC kernel of this process is doing (queued, running, dead, why)."""
-    return {k: dict(v) for k, v in _status.items()}
+def kernel_status(parent: Any = None) -> dict[str, dict[str, Any]]:
+    """What every HPC kernel of this process is doing (queued, running, dead, why); with
+    ``parent`` (the server's config), also the kernels of a server that was killed whose
+    jobs were ended for them (``records``), marked ``orphaned``."""
+    mine = {k: dict(v) for k, v in _status.items()}
+    if parent is None:
+        return mine
+    hpc, _kernels, settings = settings_of(parent)
+    if not hpc.backend_configs():
+        return mine
+    end_orphans_soon(parent)
+    gone = {r["id"]: r for r in kernel_records(settings).reported() if r["id"] not in mine}
+    return {**gone, **mine}
 
 
 def ended_because(st: Any) -> str:
@@ -109,6 +120,44 @@ def backend_registry(hpc: Any, settings: Any) -> Any:
         return reg
 
 
+_records_by_folder: dict[str, KernelRecords] = {}
+_orphans_looked: set[str] = set()
+
+
+def kernel_records(settings: Any) -> KernelRecords:
+    """The kernels' records of a state folder (one store per folder and process)."""
+    with _registries_lock:
+        rec = _records_by_folder.get(settings.state_dir)
+        if rec is None:
+            rec = KernelRecords(Store(settings.state_dir))
+            _records_by_folder[settings.state_dir] = rec
+        return rec
+
+
+def end_orphans_soon(parent: Any, logger: logging.Logger | None = None) -> None:
+    """Once per process and state folder, in a thread: end the jobs of kernels whose
+    server was killed (``records.end_orphans``).  Called when a server lists kernel specs
+    (at start-up and when JupyterLab loads), starts an HPC kernel, or is asked for its HPC
+    kernels."""
+    hpc, _kernels, settings = settings_of(parent)
+    if not hpc.backend_configs():  # no backend: no kernel's job could have been started
+        return
+    with _registries_lock:
+        if settings.state_dir in _orphans_looked:
+            return
+        _orphans_looked.add(settings.state_dir)
+
+    def run() -> None:
+        try:
+            end_orphans(kernel_records(settings), backend_registry(hpc, settings),
+                        logger or log)
+        except Exception:  # a bug: said, and looked at again by the next server
+            (logger or log).exception("jupyter_cloudtik: cannot look for the jobs of HPC "
+                                      "kernels whose server is gone")
+
+    threading.Thread(target=run, name="cloudtik-hpc-kernel-orphans", daemon=True).start()
+
+
 def close_registries() -> None:
     with _registries_lock:
         for reg in _registries.values():
@@ -128,6 +177,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._profile: Profile | None = None
         self._be: Any = None
         self._kernels: HPCKernels | None = None
+        self._records: KernelRecords | None = None
         self._tunnels: Any = None
         self._watcher: asyncio.Task | None = None
         self._exit: int | None = None
@@ -144,6 +194,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         check_interactive(name, be.kind)
         profile = find_profile(parse_profiles(kernels.profiles), name, self.profile)
         self._profile, self._be, self._kernels = profile, be, kernels
+        self._records = kernel_records(settings)
 
     def _set(self, **values: Any) -> None:
         self.status.update(values, time=time.time())
@@ -155,6 +206,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return self.job is not None and self.job.native_id is not None
 
     async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
+        end_orphans_soon(self.parent, self.log)
         try:
             self._resolve()
             assert self._profile is not None
@@ -178,6 +230,11 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._set(backend=self._be.name, profile=self._profile.name, state="submitting",
                   reason=None, job=None)
         native = await asyncio.to_thread(job.submit)
+        records = self._records
+        assert records is not None
+        await asyncio.to_thread(records.started, self.kernel_id, backend=self._be.name,
+                                profile=self._profile.name, job_id=job.job_id,
+                                native_id=native)
         self._set(state="queued", job=native, native_state="PENDING")
         self.log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
                  self._be.name, self._profile.title())
@@ -187,8 +244,11 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         except BaseException:
             await asyncio.to_thread(job.cancel)
             await asyncio.to_thread(job.forget_key)
+            await asyncio.to_thread(records.forget, self.kernel_id)
             raise
         self._set(state="running", node=job.node)
+        await asyncio.to_thread(records.update, self.kernel_id, state="running",
+                                node=job.node)
         self.log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s", self.kernel_id,
                  native, job.node, "SSH" if self._tunnels is not None else "this machine")
         self._watcher = asyncio.ensure_future(self._watch())
@@ -277,6 +337,8 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                                                 else 1)
                 self._ended = True
                 self._set(state="dead", native_state=st.native_state, reason=why)
+                await asyncio.to_thread(self._records.update, self.kernel_id, state="dead",
+                                        reason=why)
                 level = logging.INFO if st.state == "succeeded" else logging.WARNING
                 self.log.log(level, "HPC kernel %s: job %s ended (%s): %s", self.kernel_id,
                         job.native_id, st.native_state, why)
@@ -348,6 +410,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             if not st.final:
                 await asyncio.to_thread(job.cancel)
             await asyncio.to_thread(job.forget_key)
+            await asyncio.to_thread(self._records.forget, self.kernel_id)
             if self.status.get("state") != "dead":
                 self._set(state="dead", reason=st.message or "shut down")
         if not restart:

@@ -24,7 +24,7 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKerne
 
 from ...core.errors import ConfigError
 from .profiles import Profile, check_interactive, parse_profile, parse_profiles
-from .provisioner import PROVISIONER_NAME, backend_registry, settings_of
+from .provisioner import PROVISIONER_NAME, backend_registry, end_orphans_soon, settings_of
 
 
 def spec_dict(profile: Profile) -> dict[str, Any]:
@@ -89,6 +89,14 @@ def _resources() -> str:
 
 class HPCKernelSpecManager(KernelSpecManager):
     """The installed kernel specs, plus one per HPC kernel profile."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        # the server starts: the jobs of kernels a killed server left running are ended
+        try:
+            end_orphans_soon(self, self.log)
+        except ConfigError:  # the HPC settings themselves: said when specs are listed
+            pass
 
     def _hpc(self) -> dict[str, dict[str, Any]]:
         told = self.__dict__.setdefault("_told", set())

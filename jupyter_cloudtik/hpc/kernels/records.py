@@ -1,0 +1,173 @@
+"""Which server process owns which HPC kernel's batch job, kept in the state store.
+
+Why: jupyter_server keeps its kernels in memory.  A server that is killed (SIGKILL, the
+OOM killer, a lost login node) rather than stopped leaves its kernels' jobs running
+until their wall time, holding an allocation nobody can reach: a new server knows
+neither the kernels nor their keys.  So each kernel's job is recorded here with the
+process that owns it (pid, host and start time, judged as operations' owners are,
+``core.operations.owner_alive``).  The next server on the same state folder ends the
+jobs whose owner is gone (``end_orphans``) and keeps why, which ``GET hpc/kernels`` and
+the server's log report.
+
+Reconnecting is not attempted: jupyter_server cannot adopt a running kernel into a new
+server's kernels and sessions, so the notebook could not reach it; what the user loses is
+said, and the allocation is given back.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.errors import CloudTikError
+from ...core.operations import _process_start_time, owner_alive
+from ...core.store import Store
+from ..base import JobRef
+from .job import CONNECTION_FILE
+
+AREA = "hpc_kernels"
+MIGRATIONS = [
+    """
+    CREATE TABLE hpc_kernels (
+        id TEXT PRIMARY KEY,
+        backend TEXT NOT NULL,
+        profile TEXT NOT NULL,
+        job_id TEXT NOT NULL,
+        native_id TEXT,
+        node TEXT,
+        state TEXT NOT NULL,
+        reason TEXT,
+        orphaned INTEGER NOT NULL DEFAULT 0,
+        owner_pid INTEGER NOT NULL,
+        owner_host TEXT NOT NULL,
+        owner_started REAL,
+        created_at REAL NOT NULL,
+        updated_at REAL NOT NULL
+    );
+    """,
+]
+# how long a kernel whose server was gone stays listed (GET hpc/kernels) after its job was
+# ended for it
+REPORTED_SECONDS = 7 * 24 * 3600.0
+
+
+@dataclass
+class Owner:
+    pid: int
+    host: str
+    started: float | None
+
+    @classmethod
+    def this_process(cls) -> Owner:
+        pid = os.getpid()
+        return cls(pid, socket.gethostname(), _process_start_time(pid))
+
+
+class KernelRecords:
+    """The ``hpc_kernels`` rows of one state folder."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        store.ensure_schema(AREA, MIGRATIONS)
+
+    def started(self, kernel_id: str, *, backend: str, profile: str, job_id: str,
+                native_id: str) -> None:
+        """The kernel's job was submitted by this process (a restart's new job replaces
+        the old one's row)."""
+        me, now = Owner.this_process(), time.time()
+        self.store.execute(
+            "INSERT OR REPLACE INTO hpc_kernels (id, backend, profile, job_id, native_id,"
+            " state, owner_pid, owner_host, owner_started, created_at, updated_at)"
+            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+            (kernel_id, backend, profile, job_id, native_id, me.pid, me.host, me.started,
+             now, now))
+
+    def update(self, kernel_id: str, **fields: Any) -> None:
+        allowed = {"state", "reason", "node"}
+        assert set(fields) <= allowed, fields
+        sets = ", ".join(f"{k} = ?" for k in fields)
+        self.store.execute(f"UPDATE hpc_kernels SET {sets}, updated_at = ? WHERE id = ?",
+                           (*fields.values(), time.time(), kernel_id))
+
+    def forget(self, kernel_id: str) -> None:
+        """The kernel was shut down by its server: nothing is left to end or report."""
+        self.store.execute("DELETE FROM hpc_kernels WHERE id = ? AND orphaned = 0",
+                           (kernel_id,))
+
+    def orphans(self) -> list[Any]:
+        """Rows whose owning process is gone: a job left to end, or a dead kernel's row
+        nobody forgot.  Rows of other hosts are trusted (their processes cannot be
+        checked from here)."""
+        rows = self.store.query("SELECT * FROM hpc_kernels WHERE orphaned = 0")
+        return [r for r in rows
+                if not owner_alive(r["owner_pid"], r["owner_host"], r["owner_started"])]
+
+    def reported(self) -> list[dict[str, Any]]:
+        """Kernels whose server was gone, as ``kernel_status()`` lists a kernel."""
+        rows = self.store.query(
+            "SELECT * FROM hpc_kernels WHERE orphaned = 1 AND updated_at > ?"
+            " ORDER BY updated_at", (time.time() - REPORTED_SECONDS,))
+        return [{"id": r["id"], "backend": r["backend"], "profile": r["profile"],
+                 "job": r["native_id"], "node": r["node"], "state": r["state"],
+                 "reason": r["reason"], "orphaned": True, "time": r["updated_at"]}
+                for r in rows]
+
+    def _report(self, row: Any, state: str, reason: str) -> bool:
+        """Mark an orphan as handled, unless another server did meanwhile."""
+        cur = self.store.execute(
+            "UPDATE hpc_kernels SET state = ?, reason = ?, orphaned = 1, updated_at = ?"
+            " WHERE id = ? AND orphaned = 0 AND owner_pid = ? AND owner_host = ?",
+            (state, reason, time.time(), row["id"], row["owner_pid"], row["owner_host"]))
+        return cur.rowcount == 1
+
+    def purge(self) -> None:
+        self.store.execute("DELETE FROM hpc_kernels WHERE orphaned = 1 AND updated_at < ?",
+                           (time.time() - REPORTED_SECONDS,))
+
+
+def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger) -> list[str]:
+    """End the jobs of kernels whose server is gone; one line per kernel, as logged.
+
+    A job whose backend cannot be asked now (it does not answer, or is no longer
+    configured) is said so and tried again by the next server (or the next call): an
+    orphan is reported as ended only once its job is known to have ended."""
+    said = []
+    for row in records.orphans():
+        kid, backend, native = row["id"], row["backend"], row["native_id"]
+        owner = f"pid {row['owner_pid']} on {row['owner_host']}"
+        if row["state"] == "dead":  # its server saw it end, then was killed: nothing left
+            records._report(row, "dead", row["reason"] or "ended")
+            continue
+        try:
+            be = registry.get(backend)
+            ref = JobRef(row["job_id"], native or "")
+            st = be.poll([ref])[ref.native_id] if native else None
+            if st is not None and not st.final:
+                be.cancel(ref)
+                ended = "was cancelled"
+            else:
+                ended = "had already ended" if st is not None else "was never submitted"
+            try:  # the connection file holds the key that signed the kernel's messages
+                be.shell.run(["rm", "-f", "--", f"{be.folder(row['job_id'])}/"
+                              f"{CONNECTION_FILE}"])
+            except Exception:  # the job is ended: the key is useless now
+                pass
+        except (CloudTikError, OSError) as e:
+            line = (f"HPC kernel {kid}: the server that started it ({owner}) is gone, and "
+                    f"its job {native} on {backend} cannot be ended now: {e}; it may run "
+                    "until its wall time (tried again when a server starts)")
+            log.warning("%s", line)
+            said.append(line)
+            continue
+        reason = (f"its server ({owner}) stopped without shutting it down; job {native} on "
+                  f"{backend} {ended}")
+        if records._report(row, "dead", reason):
+            line = f"HPC kernel {kid}: {reason}"
+            log.warning("%s", line)
+            said.append(line)
+    records.purge()
+    return said
