@@ -93,9 +93,10 @@ class KernelsHandler(CloudTikHandler):
     @authorized
     async def get(self) -> None:
         """This server's interactive kernels on HPC backends (hpc/kernels/) and their jobs:
-        queued with Slurm's pending reason, running (node, wall time end), dead (why).
-        From memory, no backend call: JupyterLab shows such a kernel as "starting" while
-        its job waits, and this is where the reason is."""
+        queued with Slurm's pending reason, running (node, wall time end), dead (why); and
+        a killed server's kernels whose jobs this one ended.  No backend call (memory and
+        the state store): JupyterLab shows such a kernel as "starting" while its job waits,
+        and this is where the reason is."""
         # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
         from .kernels import kernel_status
 
