@@ -102,7 +102,8 @@ test: install lint labextension js-test
 # check what they show, in Chromium
 doc-images: install labextension
 	CLOUDTIK_DOC_IMAGES=1 $(BIN)/python -m pytest -p no:randomly \
-	  tests/server/test_panel_charts_browser.py tests/server/test_readme_in_lab.py
+	  tests/server/test_panel_charts_browser.py tests/server/test_readme_in_lab.py \
+	  tests/hpc/test_hpc_kernel_lab.py
 
 bench: install
 	$(BIN)/python benchmarks/cluster_up.py

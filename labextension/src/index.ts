@@ -19,6 +19,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { serverApi } from './api';
 import { OPEN_DASHBOARD, setupDashboards } from './dashboards';
 import { JobsModel } from './jobs';
+import { addHpcKernelStatus } from './kernelQueue';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
 import { DEFAULT_PREFERENCES, Preferences } from './sections/props';
@@ -121,6 +122,8 @@ const plugin: JupyterFrontEndPlugin<void> = {
         console.warn('jupyter-cloudtik: settings not loaded', reason);
       }
     }
+    // an HPC kernel's batch job (queued and why, node, wall time) in its notebook's toolbar
+    notebooks?.widgetAdded.connect((_, nb) => addHpcKernelStatus(serverApi(), nb));
     void model.start(preferences.refreshInterval);
     void jobs.start(preferences.refreshInterval);
     void sidekicks.start();

@@ -178,6 +178,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._be: Any = None
         self._kernels: HPCKernels | None = None
         self._records: KernelRecords | None = None
+        self._session: str | None = None
         self._tunnels: Any = None
         self._watcher: asyncio.Task | None = None
         self._exit: int | None = None
@@ -215,6 +216,9 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             await asyncio.to_thread(job.check)  # sizes beyond the partition: refused here
         except CloudTikError as e:
             raise said_to_server(e, e.http_status) from None
+        # the notebook the kernel is for (jupyter_server's sessions set it): the notebook's
+        # toolbar finds its kernel's job by it while the kernel has no id the page knows
+        self._session = (kwargs.get("env") or {}).get("JPY_SESSION_NAME")
         kwargs = await super().pre_launch(**kwargs)
         kwargs["cmd"] = ["python", "-m", "ipykernel_launcher", "-f", "{connection_file}"]
         return kwargs
@@ -228,7 +232,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                    warn_before=self._kernels.warn_before)
         self.status = {}
         self._set(backend=self._be.name, profile=self._profile.name, state="submitting",
-                  reason=None, job=None)
+                  reason=None, job=None, session=self._session)
         native = await asyncio.to_thread(job.submit)
         records = self._records
         assert records is not None

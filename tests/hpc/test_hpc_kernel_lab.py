@@ -1,0 +1,140 @@
+"""An HPC kernel from a real JupyterLab in Chromium that reaches only the Jupyter port
+(issue 33): a notebook whose kernel is "Python 3 on daint — 1 core, 30 min" opens, its
+kernel's Slurm job waits behind another job and the notebook's toolbar says so with
+Slurm's reason (JupyterLab itself can only say "starting"); once the job runs, the toolbar
+names the node and the wall time left, a cell typed in the page runs in the job on the
+node, and shutting the kernel down from the page ends the job.  The screenshot of the
+queued notebook is docs/images/hpc-kernel-queued.png (``make doc-images``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from urllib.parse import urlsplit
+
+import pytest
+
+from .conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+NOTEBOOK = "on-daint.ipynb"
+LABEL = "Python 3 on daint — 1 core, 30 min"
+
+
+def _squeue(env: dict) -> dict[str, str]:
+    r = subprocess.run(["squeue", "-h", "-o", "%i %T %j"], capture_output=True, text=True,
+                       env={**os.environ, **env})
+    return {ln.split()[0]: ln for ln in r.stdout.splitlines()}
+
+
+def _toolbar(page) -> tuple[str, str, str]:
+    """The item's words, its state and its tooltip (the whole line)."""
+    item = page.locator(".jp-CloudTikHpcKernel")
+    if not item.count():
+        return "", "none", ""
+    first = item.first
+    return (first.inner_text(), first.get_attribute("data-state") or "",
+            first.get_attribute("title") or "")
+
+
+def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
+    from cloudtik_emulators.browser import chromium
+    from tests.server.conftest import ARTIFACTS, _start_server, _stop, doc_image
+
+    daint = {"type": "slurm", "env": slurm.env, "workdir": str(tmp_path / "daint-jobs")}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        f"c.HPC.backends = {{'daint': {daint!r}}}\n"
+        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
+        "c.HPCKernels.poll_interval = 0.5\n"
+        "c.ServerApp.kernel_spec_manager_class = "
+        "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")
+    lab = _start_server(tmp_path, "lab", [
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.news_url=",
+        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    blocker = None
+    try:
+        nb = {"cells": [{"cell_type": "code", "metadata": {}, "outputs": [],
+                         "execution_count": None,
+                         "source": "import os, socket\n"
+                                   "print(os.environ['SLURM_JOB_ID'], socket.gethostname())"}],
+              "nbformat": 4, "nbformat_minor": 5,
+              "metadata": {"kernelspec": {"name": "cloudtik-hpc-daint-debug",
+                                          "display_name": LABEL, "language": "python"}}}
+        lab.session.put(lab.url + f"api/contents/{NOTEBOOK}", headers=lab.headers(),
+                        json={"type": "notebook", "content": nb}).raise_for_status()
+        # the node's 2 CPUs are taken: the kernel's job waits for resources
+        r = subprocess.run(["sbatch", "--parsable", "-c", "2", "-t", "10", "-o", "/dev/null",
+                            "--chdir", str(tmp_path), "--wrap", "sleep 600"],
+                           capture_output=True, text=True, env={**os.environ, **slurm.env},
+                           check=True)
+        blocker = r.stdout.strip().split(";")[0]
+        ARTIFACTS.mkdir(exist_ok=True)
+        with chromium(reach_only=urlsplit(lab.url).netloc) as browser:
+            page = browser.new_context(viewport={"width": 1200, "height": 700}).new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{lab.url}lab/workspaces/hpc-kernel/tree/{NOTEBOOK}?token={lab.token}")
+            page.wait_for_selector(".jp-NotebookPanel", timeout=90_000)
+
+            # queued: the toolbar says so, with Slurm's reason, while JupyterLab says starting
+            # (the job's first look may come before Slurm has given it a reason)
+            text, _, title = wait_for(lambda: (lambda t: t if t[1] == "queued" and "(" in t[0]
+                                               else None)(_toolbar(page)), 90, interval=0.5,
+                                      what="the toolbar to show the queued job and why")
+            assert re.fullmatch(r"daint: queued \((Resources|Priority)\)", text), text
+            m = re.fullmatch(r"HPC kernel \S+ \(profile debug of daint\): daint: job (\d+) "
+                             r"queued \((Resources|Priority)\)", title)
+            assert m, title
+            job = m.group(1)
+            assert page.locator(".jp-CloudTikHpcKernel").first.is_visible()
+            assert "PENDING" in _squeue(slurm.env)[job]
+            assert "Python 3 on daint" in page.locator(".jp-KernelName").first.inner_text()
+            doc_image(page, "hpc-kernel-queued")  # docs/hpc.md shows it
+
+            # the node frees: the job runs, the toolbar says where and how long is left
+            subprocess.run(["scancel", blocker], env={**os.environ, **slurm.env}, check=True)
+            text, _, title = wait_for(lambda: (lambda t: t if t[1] == "running" else None)(
+                _toolbar(page)), 120, interval=0.5, what="the toolbar to show the running job")
+            assert re.fullmatch(r"daint: (\d+) min left", text), text
+            assert 25 <= int(text.split()[1]) <= 30, text
+            m = re.search(rf"daint: job {job} on (\S+) · (\d+) min left$", title)
+            assert m, title
+            node = m.group(1)
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=60_000)
+
+            # a cell typed in the page runs in the job, on the node
+            page.locator(".jp-Notebook .jp-Cell").nth(0).locator(
+                ".jp-InputArea-editor").click()
+            page.keyboard.press("Shift+Enter")
+            out = page.locator(".jp-Notebook .jp-Cell").nth(0).locator(".jp-OutputArea")
+            seen = wait_for(lambda: out.inner_text().strip() or None, 60, interval=0.25,
+                            what="the cell's output")
+            assert seen.split()[0] == job, seen
+            assert node in (seen.split()[1], "localhost"), (seen, node)
+
+            # the kernel shut down from the page: its job ends, the toolbar item goes
+            sessions = lab.session.get(lab.url + "api/sessions", headers=lab.headers(),
+                                       timeout=30).json()
+            (kid,) = [s["kernel"]["id"] for s in sessions if s["path"] == NOTEBOOK]
+            page.locator(".jp-KernelName").first.click()  # the kernel's dialog opens
+            dialog = page.locator(".jp-Dialog")
+            dialog.wait_for(timeout=20_000)
+            dialog.locator("select").select_option(label="No Kernel")
+            dialog.locator(".jp-Dialog-button.jp-mod-accept").click()
+            wait_for(lambda: job not in _squeue(slurm.env), 60,
+                     what="the kernel's job to end once the page shut its kernel down")
+            wait_for(lambda: _toolbar(page)[1] == "none", 30, interval=0.5,
+                     what="the toolbar item to go with the kernel")
+            listed = lab.get("hpc/kernels").json()["kernels"]
+            assert all(k["id"] != kid or k["state"] == "dead" for k in listed), listed
+            assert not errors, errors
+    finally:
+        if blocker:
+            subprocess.run(["scancel", blocker], env={**os.environ, **slurm.env})
+        problems = _stop(lab)
+    assert not problems, problems
