@@ -322,7 +322,8 @@ _OWN_UNITS = (
     "tests/hpc/test_hpc_arex.py", "tests/hpc/test_hpc_arc_emulator.py",
     "tests/hpc/test_hpc_checks_fail_closed.py", "tests/hpc/test_hpc_container.py",
     "tests/hpc/test_hpc_dask.py",
-    "tests/hpc/test_hpc_kernel_transport.py", "tests/hpc/test_hpc_notebook_reader.py",
+    "tests/hpc/test_hpc_kernel_records.py", "tests/hpc/test_hpc_kernel_transport.py",
+    "tests/hpc/test_hpc_notebook_reader.py",
     "tests/hpc/test_hpc_notebook_shapes.py", "tests/hpc/test_hpc_provenance_loop.py",
     "tests/hpc/test_hpc_staging.py", "tests/hpc/test_ssh_tunnel_nodelay.py",
 )

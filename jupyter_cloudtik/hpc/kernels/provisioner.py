@@ -121,7 +121,9 @@ def backend_registry(hpc: Any, settings: Any) -> Any:
 
 
 _records_by_folder: dict[str, KernelRecords] = {}
-_orphans_looked: set[str] = set()
+# state folder -> when its orphans may be looked for again (never, once all were ended)
+_orphans_next: dict[str, float] = {}
+ORPHANS_RETRY = 60.0  # s before a job that could not be ended is tried again
 
 
 def kernel_records(settings: Any) -> KernelRecords:
@@ -135,25 +137,31 @@ def kernel_records(settings: Any) -> KernelRecords:
 
 
 def end_orphans_soon(parent: Any, logger: logging.Logger | None = None) -> None:
-    """Once per process and state folder, in a thread: end the jobs of kernels whose
-    server was killed (``records.end_orphans``).  Called when a server lists kernel specs
-    (at start-up and when JupyterLab loads), starts an HPC kernel, or is asked for its HPC
-    kernels."""
+    """In a thread, once per process and state folder (again after ``ORPHANS_RETRY`` s
+    while a job could not be ended): end the jobs of kernels whose server was killed
+    (``records.end_orphans``).  Called when a server lists kernel specs (at start-up and
+    when JupyterLab loads), starts an HPC kernel, or is asked for its HPC kernels."""
     hpc, _kernels, settings = settings_of(parent)
     if not hpc.backend_configs():  # no backend: no kernel's job could have been started
         return
+    folder = settings.state_dir
     with _registries_lock:
-        if settings.state_dir in _orphans_looked:
+        if time.monotonic() < _orphans_next.get(folder, 0.0):
             return
-        _orphans_looked.add(settings.state_dir)
+        _orphans_next[folder] = float("inf")  # one look at a time
 
     def run() -> None:
+        left = True
         try:
-            end_orphans(kernel_records(settings), backend_registry(hpc, settings),
-                        logger or log)
-        except Exception:  # a bug: said, and looked at again by the next server
+            left = bool(end_orphans(kernel_records(settings), backend_registry(hpc, settings),
+                                    logger or log, unresolved_only=True))
+        except Exception:  # a bug: said, and looked at again later
             (logger or log).exception("jupyter_cloudtik: cannot look for the jobs of HPC "
                                       "kernels whose server is gone")
+        finally:
+            with _registries_lock:
+                _orphans_next[folder] = (time.monotonic() + ORPHANS_RETRY if left
+                                         else float("inf"))
 
     threading.Thread(target=run, name="cloudtik-hpc-kernel-orphans", daemon=True).start()
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from ...core.errors import CloudTikError
+from ...core.errors import CloudTikError, ConfigError
 from ...core.operations import _process_start_time, owner_alive
 from ...core.store import Store
 from ..base import JobRef
@@ -116,7 +116,7 @@ class KernelRecords:
                  "reason": r["reason"], "orphaned": True, "time": r["updated_at"]}
                 for r in rows]
 
-    def _report(self, row: Any, state: str, reason: str) -> bool:
+    def report(self, row: Any, state: str, reason: str) -> bool:
         """Mark an orphan as handled, unless another server did meanwhile."""
         cur = self.store.execute(
             "UPDATE hpc_kernels SET state = ?, reason = ?, orphaned = 1, updated_at = ?"
@@ -129,18 +129,20 @@ class KernelRecords:
                            (time.time() - REPORTED_SECONDS,))
 
 
-def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger) -> list[str]:
-    """End the jobs of kernels whose server is gone; one line per kernel, as logged.
+def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger,
+                unresolved_only: bool = False) -> list[str]:
+    """End the jobs of kernels whose server is gone; one line per kernel, as logged (with
+    ``unresolved_only``, only the lines of jobs that could not be ended).
 
     A job whose backend cannot be asked now (it does not answer, or is no longer
-    configured) is said so and tried again by the next server (or the next call): an
-    orphan is reported as ended only once its job is known to have ended."""
-    said = []
+    configured) is said so and tried again later: an orphan is reported as ended only once
+    its job is known to have ended."""
+    said, unresolved = [], []
     for row in records.orphans():
         kid, backend, native = row["id"], row["backend"], row["native_id"]
         owner = f"pid {row['owner_pid']} on {row['owner_host']}"
         if row["state"] == "dead":  # its server saw it end, then was killed: nothing left
-            records._report(row, "dead", row["reason"] or "ended")
+            records.report(row, "dead", row["reason"] or "ended")
             continue
         try:
             be = registry.get(backend)
@@ -157,17 +159,23 @@ def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger) -> l
             except Exception:  # the job is ended: the key is useless now
                 pass
         except (CloudTikError, OSError) as e:
+            # a backend no longer configured is tried by the next server (with its
+            # config), one that does not answer again a minute later too
+            again = ("when a server starts" if isinstance(e, ConfigError)
+                     else "in a minute and when a server starts")
             line = (f"HPC kernel {kid}: the server that started it ({owner}) is gone, and "
                     f"its job {native} on {backend} cannot be ended now: {e}; it may run "
-                    "until its wall time (tried again when a server starts)")
+                    f"until its wall time (tried again {again})")
             log.warning("%s", line)
             said.append(line)
+            if not isinstance(e, ConfigError):
+                unresolved.append(line)
             continue
         reason = (f"its server ({owner}) stopped without shutting it down; job {native} on "
                   f"{backend} {ended}")
-        if records._report(row, "dead", reason):
+        if records.report(row, "dead", reason):
             line = f"HPC kernel {kid}: {reason}"
             log.warning("%s", line)
             said.append(line)
     records.purge()
-    return said
+    return unresolved if unresolved_only else said
