@@ -274,6 +274,44 @@ def test_a_sweep_on_the_real_ce_partial_failure_retry_results_and_crates(
         shutil.rmtree(shared, ignore_errors=True)
 
 
+def test_cancelling_a_sweep_on_the_real_ce(arex6, make_client, tmp_path):
+    """Issue 31: a sweep on a CE (a bounded set of jobs, one at a time) cancelled while its
+    first element runs: an element cancelled alone before it is submitted never reaches
+    the CE; cancelling the sweep ends the running element through A-REX's kill (which
+    takes its wake-ups) and the element still waiting without submitting it; the sweep
+    ends cancelled, and its results table says so for every element."""
+    from jupyter_cloudtik.hpc.api import Job
+
+    _site, config, secrets = arex6
+    client = make_client({"arc": config}, secrets)
+    nb = tmp_path / "long.ipynb"
+    nb.write_text(json.dumps(_nb(("alpha = 1", ["parameters"]),
+                                 ("import time\ntime.sleep(600)", []))))
+    sweep = Job.sweep(str(nb), backend="arc", grid={"alpha": [1, 2, 3]}, max_concurrent=1,
+                      client=client)
+    assert sweep.info.mode == "bounded"
+    jobs = {e["index"]: e["job"] for e in sweep.info.elements}
+    wait_for(lambda: client.get(jobs[0]).state == "running", 300, 1,
+             "the first element to run on the CE")
+    # the third, alone: it was never submitted, so nothing reaches the CE
+    info = sweep.cancel(element=2)
+    third = client.get(jobs[2])
+    assert third.state == "cancelled" and third.native_id is None, third
+    t0 = time.monotonic()
+    info = sweep.cancel()
+    info = sweep.wait(timeout=300)
+    _log(f"sweep cancel on the CE: {time.monotonic() - t0:.0f}s")
+    assert info.state == "cancelled", str(sweep)
+    states = {e["index"]: e["state"] for e in info.elements}
+    assert states == {0: "cancelled", 1: "cancelled", 2: "cancelled"}, states
+    first, second = client.get(jobs[0]), client.get(jobs[1])
+    assert first.native_id, first  # it ran on the CE, and the CE killed it
+    assert second.native_id is None, second  # it never reached the CE
+    rows = client.sweep_results(sweep.id)
+    assert [(r["alpha"], r["state"]) for r in rows] == [
+        (1, "cancelled"), (2, "cancelled"), (3, "cancelled")], rows
+
+
 def test_the_ces_refusal_is_shown_and_final(arc_client):
     """A queue the CE does not serve: its own words, a failed job, no retry loop."""
     from jupyter_cloudtik.core.errors import ProviderError
