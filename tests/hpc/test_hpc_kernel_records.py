@@ -75,3 +75,22 @@ def test_a_live_servers_kernels_are_not_orphans(tmp_path):
     assert records.orphans() == []
     records.forget("mine")
     assert store.query("SELECT id FROM hpc_kernels") == []
+
+
+def test_a_server_killed_while_submitting_is_reported_with_the_jobs_folder(tmp_path):
+    """The row is written before sbatch; a server killed before sbatch's answer leaves no
+    job id: the report says so and names the folder a job of it would run in."""
+    registry, store = _registry(tmp_path, {"daint": {
+        "type": "slurm", "env": {"SLURM_CONF": _controller_gone(tmp_path)},
+        "workdir": str(tmp_path / "jobs")}})
+    records = KernelRecords(store)
+    records.started("k-mid", backend="daint", profile="debug", job_id="kernel-mid",
+                    native_id=None)
+    store.execute("UPDATE hpc_kernels SET owner_pid = ?, owner_started = 1.0", (_gone_pid(),))
+    said = end_orphans(records, registry, logging.getLogger("test"))
+    (line,) = said
+    folder = registry.get("daint").folder("kernel-mid")
+    assert "stopped while submitting its job to daint; no job id was recorded" in line, line
+    assert f"(a job running in {folder} would be it)" in line, line
+    (reported,) = records.reported()
+    assert reported["id"] == "k-mid" and reported["job"] is None and reported["orphaned"]

@@ -60,8 +60,12 @@ def kernel_status(parent: Any = None) -> dict[str, dict[str, Any]]:
     mine = {k: dict(v) for k, v in _status.items()}
     if parent is None:
         return mine
-    hpc, _kernels, settings = settings_of(parent)
-    if not hpc.backend_configs():
+    try:
+        hpc, _kernels, settings = settings_of(parent)
+        configured = bool(hpc.backend_configs())
+    except CloudTikError:  # the HPC settings themselves: the spec listing says why
+        return mine
+    if not configured:
         return mine
     end_orphans_soon(parent)
     gone = {r["id"]: r for r in kernel_records(settings).reported() if r["id"] not in mine}
@@ -241,12 +245,19 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self.status = {}
         self._set(backend=self._be.name, profile=self._profile.name, state="submitting",
                   reason=None, job=None, session=self._session)
-        native = await asyncio.to_thread(job.submit)
         records = self._records
         assert records is not None
+        # recorded before sbatch: a server killed while it waits for the answer leaves a
+        # row the next server can look into (the job's folder), not a job nobody knows of
         await asyncio.to_thread(records.started, self.kernel_id, backend=self._be.name,
                                 profile=self._profile.name, job_id=job.job_id,
-                                native_id=native)
+                                native_id=None)
+        try:
+            native = await asyncio.to_thread(job.submit)
+        except BaseException:
+            await asyncio.to_thread(records.forget, self.kernel_id)
+            raise
+        await asyncio.to_thread(records.update, self.kernel_id, native_id=native)
         self._set(state="queued", job=native, native_state="PENDING")
         self.log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
                  self._be.name, self._profile.title())

@@ -75,9 +75,9 @@ class KernelRecords:
         store.ensure_schema(AREA, MIGRATIONS)
 
     def started(self, kernel_id: str, *, backend: str, profile: str, job_id: str,
-                native_id: str) -> None:
-        """The kernel's job was submitted by this process (a restart's new job replaces
-        the old one's row)."""
+                native_id: str | None) -> None:
+        """The kernel's job is being submitted by this process (``native_id`` None until
+        sbatch answers; a restart's new job replaces the old one's row)."""
         me, now = Owner.this_process(), time.time()
         self.store.execute(
             "INSERT OR REPLACE INTO hpc_kernels (id, backend, profile, job_id, native_id,"
@@ -87,7 +87,7 @@ class KernelRecords:
              now, now))
 
     def update(self, kernel_id: str, **fields: Any) -> None:
-        allowed = {"state", "reason", "node"}
+        allowed = {"state", "reason", "node", "native_id"}
         assert set(fields) <= allowed, fields
         sets = ", ".join(f"{k} = ?" for k in fields)
         self.store.execute(f"UPDATE hpc_kernels SET {sets}, updated_at = ? WHERE id = ?",
@@ -152,7 +152,7 @@ def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger,
                 be.cancel(ref)
                 ended = "was cancelled"
             else:
-                ended = "had already ended" if st is not None else "was never submitted"
+                ended = "had already ended"
             try:  # the connection file holds the key that signed the kernel's messages
                 be.shell.run(["rm", "-f", "--", f"{be.folder(row['job_id'])}/"
                               f"{CONNECTION_FILE}"])
@@ -171,8 +171,13 @@ def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger,
             if not isinstance(e, ConfigError):
                 unresolved.append(line)
             continue
-        reason = (f"its server ({owner}) stopped without shutting it down; job {native} on "
-                  f"{backend} {ended}")
+        if native:
+            reason = (f"its server ({owner}) stopped without shutting it down; job {native} "
+                      f"on {backend} {ended}")
+        else:  # killed between recording the kernel and sbatch's answer
+            reason = (f"its server ({owner}) stopped while submitting its job to {backend}; "
+                      f"no job id was recorded (a job running in {be.folder(row['job_id'])} "
+                      "would be it)")
         if records.report(row, "dead", reason):
             line = f"HPC kernel {kid}: {reason}"
             log.warning("%s", line)
