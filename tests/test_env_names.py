@@ -14,6 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ast_parse import parse
+
 import jupyter_cloudtik
 from jupyter_cloudtik.core import env
 
@@ -31,7 +33,7 @@ SPELLED_ON_PURPOSE = {
 
 def _code_strings(path: Path) -> list[tuple[int, str]]:
     """String constants of ``path`` that are not docstrings."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     docs = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):

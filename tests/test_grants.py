@@ -11,6 +11,7 @@ import ast
 from pathlib import Path
 
 import pytest
+from ast_parse import parse
 
 import jupyter_cloudtik
 from jupyter_cloudtik.core.errors import NotFoundError, PermissionDeniedError
@@ -47,7 +48,7 @@ def _names(node: ast.AST) -> str:
 def _modules():
     for path in sorted(PACKAGE.rglob("*.py")):
         rel = path.relative_to(PACKAGE).as_posix()
-        yield rel, ast.parse(path.read_text(), rel)
+        yield rel, parse(path.read_text(), rel)
 
 
 def test_no_module_reads_a_secret_but_through_a_grant():

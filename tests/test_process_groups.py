@@ -20,6 +20,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from ast_parse import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 DECIDER = Path("jupyter_cloudtik/core/process_groups.py")
@@ -112,7 +113,7 @@ def test_killpg_is_called_only_by_the_decider():
             rel = path.relative_to(ROOT)
             if rel == DECIDER:
                 continue
-            tree = ast.parse(path.read_text(), str(rel))
+            tree = parse(path.read_text(), str(rel))
             for node in ast.walk(tree):
                 named = isinstance(node, ast.Attribute) and node.attr == "killpg"
                 imported = isinstance(node, ast.ImportFrom) and node.module == "os" and any(
