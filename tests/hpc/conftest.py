@@ -342,3 +342,18 @@ def ip(hpc_state):
     yield shell
     shell.user_ns.clear()
 
+
+
+def write_hpc_kernel_config(tmp_path, slurm) -> Path:
+    """A Jupyter server config (``tmp_path/config``) with the test Slurm as ``daint`` and
+    one kernel profile, ``debug`` (30 min); answers daint's job folder."""
+    workdir = tmp_path / "daint-jobs"
+    daint = {"type": "slurm", "env": slurm.env, "workdir": str(workdir)}
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "jupyter_server_config.py").write_text(
+        f"c.HPC.backends = {{'daint': {daint!r}}}\n"
+        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
+        "c.HPCKernels.poll_interval = 0.5\n"
+        "c.ServerApp.kernel_spec_manager_class = "
+        "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")
+    return workdir

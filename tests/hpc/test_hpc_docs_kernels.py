@@ -21,7 +21,7 @@ import doc_examples
 import pytest
 import requests
 
-from .conftest import wait_for
+from .conftest import wait_for, write_hpc_kernel_config
 
 DOC = "docs/hpc.md"
 HEADING = "Interactive kernels"
@@ -241,15 +241,7 @@ def test_the_next_server_ends_and_reports_the_kernels_of_a_killed_one(slurm, tmp
 
     from tests.server.conftest import _start_server, _stop
 
-    workdir = tmp_path / "daint-jobs"
-    daint = {"type": "slurm", "env": slurm.env, "workdir": str(workdir)}
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "jupyter_server_config.py").write_text(
-        f"c.HPC.backends = {{'daint': {daint!r}}}\n"
-        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
-        "c.HPCKernels.poll_interval = 0.5\n"
-        "c.ServerApp.kernel_spec_manager_class = "
-        "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")
+    workdir = write_hpc_kernel_config(tmp_path, slurm)
     args = ["--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"]
     first = _start_server(tmp_path, "server", args, {})
     try:

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from .conftest import wait_for
+from .conftest import wait_for, write_hpc_kernel_config
 
 pytestmark = pytest.mark.slow
 
@@ -43,14 +43,7 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
     from cloudtik_emulators.browser import chromium
     from tests.server.conftest import ARTIFACTS, _start_server, _stop, doc_image
 
-    daint = {"type": "slurm", "env": slurm.env, "workdir": str(tmp_path / "daint-jobs")}
-    (tmp_path / "config").mkdir()
-    (tmp_path / "config" / "jupyter_server_config.py").write_text(
-        f"c.HPC.backends = {{'daint': {daint!r}}}\n"
-        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
-        "c.HPCKernels.poll_interval = 0.5\n"
-        "c.ServerApp.kernel_spec_manager_class = "
-        "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")
+    write_hpc_kernel_config(tmp_path, slurm)
     lab = _start_server(tmp_path, "lab", [
         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
         "--LabApp.news_url=",
