@@ -22,7 +22,6 @@ import asyncio
 import os
 import secrets
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,15 +33,15 @@ import aiohttp
 import psutil
 import requests
 
+from jupyter_cloudtik.core import ports
+
 BIN = Path(sys.executable).parent
 TARGET_P99_RATIO = 1.2
 TARGET_THROUGHPUT_RATIO = 0.9
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def start_server(tmp: Path) -> tuple[subprocess.Popen, str, str]:

@@ -55,14 +55,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from jupyter_cloudtik.core import ports
+
 ROOT = Path(__file__).resolve().parents[1]
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 class ByHand:

@@ -50,15 +50,15 @@ from typing import Any
 
 import httpx
 
+from jupyter_cloudtik.core import ports
+
 SYS = "testsys"
 PARTITION = "normal"
 EMU_USER = "service-account-cloudtik"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None,

@@ -43,7 +43,9 @@ def _import_every_module(package) -> None:
         try:
             importlib.import_module(info.name)
         except ImportError:  # reporting.allure needs allure, which we do not use
-            pass
+            # remembered as missing: a later import fails at once instead of parsing the
+            # file again (the xdist hook imports reporting.allure at every session's end)
+            sys.modules[info.name] = None  # type: ignore[assignment]
 
 
 _import_every_module(schemathesis)

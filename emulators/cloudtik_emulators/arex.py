@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.process_groups import signal_child
 
 ARC_PACKAGES = ["nordugrid-arc-arex", "nordugrid-arc-client", "nordugrid-arc-plugins-needed",
@@ -167,9 +168,7 @@ def _make_host_job_python(py: Path, log) -> Path:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 CONF = """\

@@ -9,13 +9,13 @@ the unsafe local backend that runs schedulers and workers as this user) and star
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.process_groups import (
     GroupRef,
     signal_child,
@@ -49,9 +49,7 @@ c.Backend.cluster_options = Options(
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 class GatewayServer:

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import string
 import subprocess
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 import requests
 
 from jupyter_cloudtik.core import env as envnames
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.process_groups import (
     GroupRef,
     signal_child,
@@ -40,9 +40,7 @@ TESTER_TOKEN = "tester-" + "0123456789abcdef" * 2
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def chp_path() -> str:

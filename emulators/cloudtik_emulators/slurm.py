@@ -35,6 +35,8 @@ from pathlib import Path
 
 import psutil
 
+from jupyter_cloudtik.core import ports
+
 REQUIRED = ("munged", "mungekey", "slurmctld", "slurmd", "sbatch", "squeue", "scontrol")
 ACCOUNTING = ("slurmdbd", "sacct", "sacctmgr", "mariadbd", "mariadb-install-db", "mariadb")
 
@@ -50,9 +52,7 @@ def accounting_available() -> bool:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def _listening(port: int) -> bool:

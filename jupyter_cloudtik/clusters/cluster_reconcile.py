@@ -210,7 +210,8 @@ class ClusterReconciler:
             if extra:
                 ctx.progress("workers", f"retiring {len(extra)} worker(s) of type '{wtype}'",
                              0.35)
-                for rt in runtimes.runtimes_of(cfg):
+                for rt in ([] if prov.picks_workers_to_retire
+                           else runtimes.runtimes_of(cfg)):
                     try:
                         connected = await rt.connected_workers(info, prov, extra)
                         await rt.retire_workers(
@@ -221,9 +222,19 @@ class ClusterReconciler:
                 ctx.progress("workers", f"replacing {len(drop)} dead or outdated worker(s) "
                              f"of type '{wtype}'", 0.35)
             if drop or extra:
-                await asyncio.to_thread(prov.terminate_nodes, drop + extra)
-                await asyncio.to_thread(self.placement.release_nodes, name, drop + extra)
-                for n in drop + extra:
+                ended = drop + extra
+                await asyncio.to_thread(prov.terminate_nodes, ended)
+                if extra and prov.picks_workers_to_retire:
+                    # its scheduler chose which went: what still runs is what is kept
+                    left = set(await asyncio.to_thread(
+                        prov.non_terminated_nodes,
+                        {TAG_CLUSTER_NAME: name, TAG_NODE_KIND: NODE_KIND_WORKER,
+                         TAG_NODE_TYPE: wtype}))
+                    kept = alive + extra
+                    alive = [n for n in kept if n in left][:desired]
+                    ended = drop + [n for n in kept if n not in alive]
+                await asyncio.to_thread(self.placement.release_nodes, name, ended)
+                for n in ended:
                     self._forget_node(name, n)
             ctx.checkpoint()
             missing = desired - len(alive)

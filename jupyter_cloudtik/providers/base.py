@@ -96,6 +96,11 @@ class NodeProvider:
     #: it to come up?  Then ``up`` starts a new head's workers right after the head, before
     #: its scheduler answers (a Dask-only cluster), and cancels them if the head fails.
     workers_find_scheduler: ClassVar[bool] = False
+    #: does the provider's own scheduler pick which workers go on a scale-down?  Then
+    #: ``terminate_nodes`` of N workers ends *some* N of them, retired gracefully by that
+    #: scheduler, and the manager neither retires the ones it meant first (the scheduler
+    #: would read that as a failure and start a replacement) nor assumes which survived.
+    picks_workers_to_retire: ClassVar[bool] = False
     #: ``runtime.pip`` / ``runtime.sync_env``: True (the provider stages wheels its nodes
     #: install), "shared" (its nodes run this very Python), False (it cannot: refused)
     installs_packages: ClassVar[bool | str] = False

@@ -110,6 +110,9 @@ class DaskGatewayNodeProvider(NodeProvider):
     # storage.remotes: the rclone config goes to the workers as a worker plugin over the
     # gateway's TLS connection once they are up; the gateway's options carry nothing private
     delivers_secrets_at_runtime: ClassVar[bool] = True
+    # a scale-down is a new count for the gateway's scheduler, which chooses the workers to
+    # close (dask_gateway.scheduler_preload: heartbeat -> workers_to_close -> retire_workers)
+    picks_workers_to_retire: ClassVar[bool] = True
     config_schema: ClassVar[dict[str, Any]] = {
         "type": "object",
         "title": "Dask Gateway",
@@ -362,12 +365,15 @@ class DaskGatewayNodeProvider(NodeProvider):
             current = self._workers(report)
             keep = [n for n in current if n not in workers]
             if len(keep) < len(current):
+                # The scheduler retires len(current) - len(keep) workers of its choosing, not
+                # necessarily ``workers``: wait for the count, never for the names, or a
+                # survivor we meant to stop ends the wait while a replacement is on its way.
                 self._call("scaling down", lambda gw: gw.scale_cluster(row["gateway_name"],
                                                                        len(keep)))
                 deadline = time.monotonic() + self.timeout
                 while True:
                     now = self._workers(report)
-                    if not set(now) & set(workers) or len(now) <= len(keep):
+                    if len(now) <= len(keep):
                         return
                     if time.monotonic() > deadline:
                         raise OperationTimeout(

@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..core import env as envnames
+from ..core import ports
 from ..core.errors import ConfigError, ConflictError
 from ..core.fuse import unmount_path
 from .base import Runtime, RuntimeUnreachable, http_json
@@ -122,9 +123,7 @@ def scala_version(home: Path) -> str:
 
 
 def _free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
+    return ports.free_port(host)
 
 
 def _spark_time(value: str | None) -> float:

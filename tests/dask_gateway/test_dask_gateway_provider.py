@@ -52,14 +52,35 @@ def test_up_compute_scale_down(gateway, state):
         _, connect = mgr.connect_info("gw1")
         client = await asyncio.to_thread(DaskGatewayNodeProvider.make_client, connect,
                                          set_as_default=False)
+        def scheduler_workers() -> set[str]:
+            ident = client.sync(client.scheduler.identity)
+            return {str(w.get("name")) for w in ident["workers"].values()}
+
         try:
             assert await asyncio.to_thread(lambda: client.submit(sum, [1, 2]).result()) == 3
+            # The gateway's scheduler picks which worker retires: whichever it was, the
+            # manager's record must be the survivor, and no replacement may follow (a worker
+            # retired behind the scheduler's back reads as a failure it makes up for).
+            # Data on the worker the manager would retire (the last one it lists) makes the
+            # scheduler close the other (it closes the workers holding the least data).
+            ident = await asyncio.to_thread(client.sync, client.scheduler.identity)
+            last = list(ident["workers"])[-1]
+            held = await asyncio.to_thread(client.scatter, b"x" * 20_000_000, workers=[last])
+            info = await mgr.scale("gw1", 1)
+            assert info.running_workers == 1
+            assert await asyncio.to_thread(lambda: len(held.result())) == 20_000_000
+            assert {n.node_id for n in info.workers if n.status == "running"} == \
+                await asyncio.to_thread(scheduler_workers)
+            await asyncio.sleep(3)  # a few of the scheduler's heartbeats to the gateway
+            info = mgr.get("gw1")
+            assert info.running_workers == 1
+            assert len(await asyncio.to_thread(scheduler_workers)) == 1
+            info = await mgr.scale("gw1", 3)
+            assert info.running_workers == 3
+            assert {n.node_id for n in info.workers if n.status == "running"} == \
+                await asyncio.to_thread(scheduler_workers)
         finally:
             await asyncio.to_thread(client.close)
-        info = await mgr.scale("gw1", 1)
-        assert info.running_workers == 1
-        info = await mgr.scale("gw1", 3)
-        assert info.running_workers == 3
         await mgr.down("gw1")
         assert mgr.get("gw1").state == "stopped"
 

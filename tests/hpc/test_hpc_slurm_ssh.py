@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.errors import ProviderError
 from jupyter_cloudtik.hpc.commands import build_spec
 
@@ -21,9 +22,7 @@ SSHD = "/usr/sbin/sshd"
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 class Sshd:

@@ -16,7 +16,6 @@ import json
 import logging
 import os
 import secrets
-import socket
 import statistics
 import subprocess
 import sys
@@ -24,6 +23,7 @@ import time
 
 import pytest
 
+from jupyter_cloudtik.core import ports
 from tests.hpc.test_hpc_slurm_ssh import Sshd
 
 pytestmark = [pytest.mark.skipif(os.getuid() != 0 or not os.path.exists("/usr/sbin/sshd"),
@@ -34,9 +34,7 @@ PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 @pytest.fixture(scope="module")

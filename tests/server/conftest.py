@@ -17,7 +17,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,6 +28,8 @@ from urllib.parse import urlsplit
 
 import pytest
 import requests
+
+from jupyter_cloudtik.core import ports
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
@@ -49,9 +50,7 @@ class DenyCloudTikAuthorizer(Authorizer):
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 @dataclass
@@ -121,7 +120,6 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
         jupyter_path["JUPYTER_PATH"] = os.pathsep.join(
             p for p in (str(tmp / "jpath"), os.environ.get("JUPYTER_PATH")) if p)
     token = secrets.token_hex(24)
-    port = free_port()
     env = {
         **os.environ,
         "CLOUDTIK_STATE_DIR": str(tmp / "state"),
@@ -140,6 +138,12 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
     for var in ("CLOUDTIK_API_URL", "CLOUDTIK_API_TOKEN", "JUPYTER_TOKEN"):
         env.pop(var, None)
     log_path = tmp / "server.log"
+    return ports.start_with_free_port(
+        lambda port: _start_on(port, tmp, app, token, extra_args, env, log_path))
+
+
+def _start_on(port: int, tmp: Path, app: str, token: str, extra_args: list[str],
+              env: dict[str, str], log_path: Path) -> Server:
     args = [
         str(BIN / f"jupyter-{app}"), "--no-browser", "--allow-root", "--ip=127.0.0.1",
         f"--port={port}", "--ServerApp.port_retries=0",
@@ -158,7 +162,10 @@ def _start_server(tmp: Path, app: str, extra_args: list[str], extra_env: dict[st
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise RuntimeError(f"jupyter {app} exited:\n{server.log_text()[-3000:]}")
+            text = server.log_text()
+            if f"port {port} is not available" in text:  # taken between pick and bind
+                raise ports.PortInUse(port)
+            raise RuntimeError(f"jupyter {app} exited:\n{text[-3000:]}")
         try:
             if requests.get(server.url + "api/status", headers=server.headers(),
                             timeout=2).ok:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import socket
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,7 @@ import urllib.request
 import pytest
 from traitlets.config import Config
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.errors import PermissionDeniedError
 from jupyter_cloudtik.core.secrets import SecretStore, SecretStoreError, VaultBackend
 from jupyter_cloudtik.core.settings import CloudTik
@@ -34,9 +34,7 @@ def _bao_binary() -> str | None:
 
 
 def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 @pytest.fixture(scope="session")

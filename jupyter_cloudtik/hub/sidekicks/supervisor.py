@@ -46,7 +46,6 @@ import logging
 import os
 import re
 import secrets
-import socket
 import subprocess
 import sys
 import threading
@@ -60,6 +59,7 @@ from urllib.parse import quote
 import psutil
 
 from ...core import env as envnames
+from ...core import ports
 from ...core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
 from ...core.process_groups import GroupRef, Owned, terminate_group, writes_under
 from ...core.sandbox import Sandbox
@@ -705,14 +705,10 @@ def _tail(path: Path, lines: int) -> str:
 
 def _free_port(prefer: int | None = None) -> int:
     """A free loopback port, the previous one if it is still free (the proxy keeps it)."""
-    for port in ([prefer] if prefer else []) + [0]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return s.getsockname()[1]
-    raise SidekickError("sidekick: no free port on 127.0.0.1")
+    try:
+        return ports.free_port("127.0.0.1", prefer)
+    except OSError as e:
+        raise SidekickError(f"sidekick: no free port on 127.0.0.1 ({e})") from None
 
 
 async def _http_status(port: int | None, path: str, token: str) -> int:
