@@ -272,13 +272,14 @@ def test_readme_spark_example_runs_quietly_in_a_kernel_and_leaves_no_jvm(state_d
     folder's spark/driver-PID.log), and no Spark JVM left (issue 28.5)."""
     import ast
 
+    from ast_parse import parse
     from nbclient import NotebookClient
     from nbformat.v4 import new_code_cell, new_notebook
 
     example = doc_examples.block("README.md", "Spark").text
     same = doc_examples.block("docs/spark.md", "Spark clusters")  # the same example
     assert doc_examples.code(same.text) == doc_examples.code(example), same.id
-    statements = [ast.get_source_segment(example, s) for s in ast.parse(example).body]
+    statements = [ast.get_source_segment(example, s) for s in parse(example).body]
     client = NotebookClient(new_notebook(), kernel_name="python3", timeout=300)
     jvms: dict[int, str] = {}
     shown = []

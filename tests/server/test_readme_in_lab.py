@@ -27,6 +27,7 @@ import time
 
 import doc_examples
 import pytest
+from ast_parse import parse
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
 
 from jupyter_cloudtik.storage.servers import start_server
@@ -88,7 +89,7 @@ def _cells(s3_url: str) -> list[str]:
     api = doc_examples.block("README.md", "Python API", by=__name__).text
     storage = doc_examples.block("README.md", "Storage", by=__name__).text
     assert "s3://my-bucket/project " in storage
-    statements = [ast.get_source_segment(api, s) for s in ast.parse(api).body]
+    statements = [ast.get_source_segment(api, s) for s in parse(api).body]
     return [
         "%env CLOUDTIK_PROGRESS=auto",
         intro.strip(),
