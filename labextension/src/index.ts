@@ -11,7 +11,8 @@ import {
   JupyterFrontEnd,
   JupyterFrontEndPlugin
 } from '@jupyterlab/application';
-import { Dialog, showDialog } from '@jupyterlab/apputils';
+import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
+import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
@@ -19,6 +20,7 @@ import { LabIcon } from '@jupyterlab/ui-components';
 import { serverApi } from './api';
 import { OPEN_DASHBOARD, setupDashboards } from './dashboards';
 import { JobsModel } from './jobs';
+import { CUSTOM_SIZE_COMMAND, setupCustomSizes } from './hpcKernelSizeForm';
 import { addHpcKernelStatus } from './kernelQueue';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
@@ -43,12 +45,14 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Clusters side panel of jupyter_cloudtik',
   autoStart: true,
-  optional: [ILayoutRestorer, ISettingRegistry, INotebookTracker],
+  optional: [ILayoutRestorer, ISettingRegistry, INotebookTracker, ILauncher, ICommandPalette],
   activate: async (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     settingRegistry: ISettingRegistry | null,
-    notebooks: INotebookTracker | null
+    notebooks: INotebookTracker | null,
+    launcher: ILauncher | null,
+    palette: ICommandPalette | null
   ) => {
     const model = new ClustersModel(serverApi());
     const jobs = new JobsModel(serverApi());
@@ -122,6 +126,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
         console.warn('jupyter-cloudtik: settings not loaded', reason);
       }
     }
+    // a notebook whose HPC kernel has the size the user chooses (profiles that allow it)
+    setupCustomSizes(app, serverApi(), launcher);
+    palette?.addItem({ command: CUSTOM_SIZE_COMMAND, category: 'Notebook Operations', args: { isPalette: true } });
     // an HPC kernel's batch job (queued and why, node, wall time) in its notebook's toolbar
     notebooks?.widgetAdded.connect((_, nb) => addHpcKernelStatus(serverApi(), nb));
     void model.start(preferences.refreshInterval);

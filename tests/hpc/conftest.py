@@ -344,15 +344,18 @@ def ip(hpc_state):
 
 
 
-def write_hpc_kernel_config(tmp_path, slurm) -> Path:
+def write_hpc_kernel_config(tmp_path, slurm, custom: dict | None = None) -> Path:
     """A Jupyter server config (``tmp_path/config``) with the test Slurm as ``daint`` and
-    one kernel profile, ``debug`` (30 min); answers daint's job folder."""
+    one kernel profile, ``debug`` (30 min; ``custom``: its bounds of custom sizes);
+    answers daint's job folder."""
     workdir = tmp_path / "daint-jobs"
     daint = {"type": "slurm", "env": slurm.env, "workdir": str(workdir)}
+    profile = {"name": "debug", "backend": "daint", "time": "30m",
+               **({"custom": custom} if custom is not None else {})}
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / "jupyter_server_config.py").write_text(
         f"c.HPC.backends = {{'daint': {daint!r}}}\n"
-        "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'time': '30m'}]\n"
+        f"c.HPCKernels.profiles = [{profile!r}]\n"
         "c.HPCKernels.poll_interval = 0.5\n"
         "c.ServerApp.kernel_spec_manager_class = "
         "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'\n")

@@ -194,6 +194,8 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
         assert re.search(rf"HPC kernel {kid}: job {job} (ended \(COMPLETED\): the kernel "
                          "exited|cancelled)", server.log_text()), server.log_text()[-2000:]
 
+        _custom_sizes(server, slurm, cell_block.text)
+
         # a server stopped cleanly (SIGTERM) shuts its kernels down: their jobs end
         r = requests.post(server.url + "api/kernels", headers=server.headers(),
                           json={"name": "cloudtik-hpc-daint-debug"}, timeout=300)
@@ -228,6 +230,51 @@ def test_interactive_kernels_section_through_a_real_server(slurm, tmp_path):
     quoted = re.search(r"`(HPCKernels\.profiles\[1\]\.cores: [^`]*)`",
                        " ".join((doc_examples.ROOT / DOC).read_text().split()))
     assert quoted and any(quoted.group(1) in line for line in said), said
+
+
+def _custom_sizes(server, slurm, cell: str) -> None:
+    """docs/hpc.md "Interactive kernels: custom sizes": the form's request, its answer,
+    the kernel it names (a job of that size), the refusals; nothing else submitted."""
+    sub = "Interactive kernels: custom sizes"
+    asked = json.loads(doc_examples.block(DOC, sub, 0, lang="json").text)
+    answer_text, refusals_text = [b.text for b in doc_examples.parse(doc_examples.ROOT / DOC)
+                                  if b.heading == sub and b.lang == "text"]
+    before = _job_ids(slurm.env)
+    for body, line in zip(({**asked, "cores": 4}, {**asked, "profile": "large"},
+                           {**asked, "time": "2h"}),
+                          refusals_text.strip().splitlines(), strict=True):
+        r = server.request("POST", "hpc/kernel-sizes", json=body)
+        assert r.status_code == 400 and r.json()["message"] == line, (body, r.text[:500])
+    # a size the bounds allow but the partition has not (no bounds: custom true) is the
+    # partition's one line and a 409; not reached with the doc's bounds of 2 cores
+    r = server.request("POST", "hpc/kernel-sizes", json={**asked, "memory": "3GiB"})
+    assert r.status_code == 400 and r.json()["message"].startswith("memory: 3.0 GiB is more"), \
+        r.text[:500]
+    r = server.request("POST", "hpc/kernel-sizes", json=asked)
+    assert r.status_code == 200, r.text[:1000]
+    assert r.json() == json.loads(answer_text), r.text
+    name = r.json()["name"]
+    assert _job_ids(slurm.env) == before  # checking submits nothing
+    # the kernel picker lists the chosen size from now on
+    specs = requests.get(server.url + "api/kernelspecs", headers=server.headers(),
+                         timeout=60).json()["kernelspecs"]
+    assert specs[name]["spec"]["display_name"] == json.loads(answer_text)["display_name"]
+    r = requests.post(server.url + "api/kernels", headers=server.headers(),
+                      json={"name": name}, timeout=300)
+    assert r.status_code == 201, (r.text[:2000], server.log_text()[-3000:])
+    kid = r.json()["id"]
+    (k,) = [k for k in server.get("hpc/kernels").json()["kernels"] if k["id"] == kid]
+    status, out = asyncio.run(_execute(server, kid, cell))
+    assert status == "ok", out
+    _host, job, cpus = out.split()
+    assert job == k["job"] and cpus == "2", out
+    limit = subprocess.run(["squeue", "-h", "-j", job, "-o", "%l"], capture_output=True,
+                           text=True, env={**os.environ, **slurm.env}).stdout.strip()
+    assert limit == "45:00", limit
+    r = requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),
+                        timeout=120)
+    assert r.status_code == 204, r.text
+    wait_for(lambda: job not in _job_ids(slurm.env), 60, what="the custom kernel's job to end")
 
 
 @pytest.mark.slow

@@ -131,3 +131,79 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
             subprocess.run(["scancel", blocker], env={**os.environ, **slurm.env})
         problems = _stop(lab)
     assert not problems, problems
+
+
+def test_a_kernel_of_a_custom_size_from_the_launchers_form(slurm, tmp_path):
+    """The launcher's "HPC kernel…" card: the form says what the admin allows, a size
+    beyond it is refused above the form with what was typed kept, a size within opens a
+    new notebook whose kernel's job has that size (docs/hpc.md, "Interactive kernels:
+    custom sizes"; the form is docs/images/hpc-kernel-custom-size.png)."""
+    from cloudtik_emulators.browser import chromium
+    from tests.server.conftest import _start_server, _stop, doc_image
+
+    write_hpc_kernel_config(tmp_path, slurm, custom={"cores": 2, "time": "1h",
+                                                     "memory": "2GiB"})
+    lab = _start_server(tmp_path, "lab", [
+        "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        "--LabApp.news_url=",
+        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    try:
+        with chromium(reach_only=urlsplit(lab.url).netloc) as browser:
+            page = browser.new_context(viewport={"width": 1200, "height": 760}).new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{lab.url}lab/workspaces/hpc-size?token={lab.token}")
+            card = page.locator(".jp-LauncherCard", has_text="HPC kernel…")
+            card.wait_for(timeout=90_000)
+            card.click()
+            form = page.locator(".jp-Dialog .jp-CloudTikKernelSize")
+            form.wait_for(timeout=20_000)
+            assert form.locator(".jp-CloudTikKernelSize-bounds").inner_text() == (
+                "Allowed: at most 2 cores, 1 h of wall time, 2 GiB of memory, no GPU (and "
+                "what the partition has).")
+            form.locator("input[name='cores']").fill("4")
+            form.locator("input[name='time']").fill("45")
+            page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+            error = page.locator(".jp-Dialog .jp-CloudTikKernelSize-error")
+            error.wait_for(timeout=30_000)
+            assert error.inner_text() == ("cores: 4 is more than profile 'debug' allows (at "
+                                          "most 2)")
+            # what was typed is kept for the fix
+            assert form.locator("input[name='cores']").input_value() == "4"
+            assert form.locator("input[name='time']").input_value() == "45"
+            form.locator("input[name='cores']").fill("2")
+            doc_image(page, "hpc-kernel-custom-size")
+            page.locator(".jp-Dialog .jp-Dialog-button.jp-mod-accept").click()
+
+            # a new notebook with the kernel of that size; its job runs with 2 CPUs
+            page.wait_for_selector(".jp-NotebookPanel", timeout=60_000)
+            wait_for(lambda: "2 cores, 45 min" in page.locator(
+                ".jp-NotebookPanel .jp-KernelName").first.inner_text() or None, 60,
+                interval=0.5, what="the new notebook's kernel name")
+            page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
+                                   timeout=120_000)
+            cell = page.locator(".jp-Notebook .jp-Cell").nth(0)
+            cell.locator(".jp-InputArea-editor").click()
+            page.keyboard.type("import os; print(os.environ['SLURM_CPUS_PER_TASK'], "
+                               "os.environ['SLURM_JOB_ID'])")
+            page.keyboard.press("Shift+Enter")
+            out = cell.locator(".jp-OutputArea")
+            seen = wait_for(lambda: out.inner_text().strip() or None, 60, interval=0.25,
+                            what="the cell's output")
+            cpus, job = seen.split()
+            assert cpus == "2", seen
+            assert _squeue(slurm.env)[job].split()[1] == "RUNNING"
+            limit = subprocess.run(["squeue", "-h", "-j", job, "-o", "%l"],
+                                   capture_output=True, text=True,
+                                   env={**os.environ, **slurm.env}).stdout.strip()
+            assert limit == "45:00", limit
+            (kernel,) = [k for k in lab.get("hpc/kernels").json()["kernels"]
+                         if k["job"] == job]
+            lab.session.delete(lab.url + f"api/kernels/{kernel['id']}",
+                               headers=lab.headers(), timeout=120)
+            wait_for(lambda: job not in _squeue(slurm.env), 60,
+                     what="the custom kernel's job to end")
+            assert not errors, errors
+    finally:
+        problems = _stop(lab)
+    assert not problems, problems

@@ -96,7 +96,8 @@ def test_profiles_are_launcher_specs_and_bad_ones_are_refused(local_slurm, firec
                 "eiger": {"type": "firecrest", "url": firecrest_service.url,
                           "token_uri": firecrest_service.info["token_uri"],
                           "client_id": "cloudtik", "system": "testsys"}}
-    profiles = [{"name": "small", "backend": "here", "cores": 1, "time": "2h"},
+    profiles = [{"name": "small", "backend": "here", "cores": 1, "time": "2h",
+                 "custom": {"cores": 2, "time": "1h"}},
                 {"name": "big", "backend": "here", "cores": 8, "time": "30m"},
                 {"name": "long", "backend": "here", "cores": 1, "time": "3h"},
                 {"name": "cscs", "backend": "eiger", "cores": 4, "time": "1h"}]
@@ -140,6 +141,23 @@ def test_profiles_are_launcher_specs_and_bad_ones_are_refused(local_slurm, firec
         msg = await refused(km)
         assert msg == ("profile: unknown profile 'huge' for backend 'here'; configured: big, "
                        "long, small"), msg
+        # a custom size written into a spec by hand: checked against the admin's bounds
+        # at the start like the form's, and a malformed one is one line too
+        for custom, line in (({"cores": 64, "time": "1h"},
+                              "cores: 64 is more than profile 'small' allows (at most 2)"),
+                             ({"cores": 1, "time": "1h", "nodes": 9},
+                              "custom.nodes: not a size; allowed: cores, memory, time, gpus"),
+                             ("everything", "custom: expected a mapping of cores, memory, "
+                                            "time, gpus, got 'everything'")):
+            spec["metadata"]["kernel_provisioner"]["config"] = {
+                "backend": "here", "profile": "small", "custom": custom}
+            km = _manager(config, "cloudtik-hpc-here-small")
+            km._kernel_spec = KernelSpec(resource_dir=km.kernel_spec.resource_dir, **spec)
+            assert await refused(km) == line
+        # ... and so is a custom size's spec name (a notebook's metadata, edited)
+        with pytest.raises(CloudTikError) as e:
+            _manager(config, "cloudtik-hpc-here-small--c64-t60m").kernel_spec  # noqa: B018
+        assert str(e.value) == "cores: 64 is more than profile 'small' allows (at most 2)"
         # a backend without interactive support, asked for all the same
         spec["metadata"]["kernel_provisioner"]["config"] = {"backend": "eiger",
                                                              "profile": "cscs"}

@@ -17,10 +17,11 @@ from .profiles import (
                        parse_profile,
                        parse_profiles,
 )
-from .provisioner import PROVISIONER_NAME, HPCKernelProvisioner, kernel_status
-from .specs import HPCKernelSpecManager, kernel_specs, write_kernel_specs
+from .provisioner import PROVISIONER_NAME, HPCKernelProvisioner, kernel_status, size_check
+from .specs import HPCKernelSpecManager, kernel_specs, remember_custom, write_kernel_specs
 
 __all__ = ["PROVISIONER_NAME", "HPCKernelProvisioner", "HPCKernelSpecManager", "HPCKernels",
            "Profile", "check_interactive", "find_profile", "kernel_specs", "kernel_status",
-           "parse_profile", "parse_profiles", "write_kernel_specs"]
+           "parse_profile", "parse_profiles", "remember_custom", "size_check",
+           "write_kernel_specs"]
 

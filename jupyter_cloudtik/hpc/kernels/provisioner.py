@@ -33,6 +33,7 @@ import time
 from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
+from traitlets import Any as AnyTrait
 from traitlets import Unicode
 
 from ...core.errors import CloudTikError
@@ -41,7 +42,14 @@ from ...core.store import Store
 from ..base import CANCELLED, RUNNING, SUCCEEDED
 from ..settings import HPC, BackendRegistry
 from .job import KernelJob
-from .profiles import HPCKernels, Profile, check_interactive, find_profile, parse_profiles
+from .profiles import (
+    HPCKernels,
+    Profile,
+    check_interactive,
+    find_profile,
+    parse_profiles,
+    parse_size,
+)
 from .records import KernelRecords, end_orphans
 
 PROVISIONER_NAME = "cloudtik-hpc"
@@ -177,11 +185,40 @@ def close_registries() -> None:
         _registries.clear()
 
 
+def resolve_kernel(parent: Any, backend: str | None, profile: str, custom: Any = None
+                   ) -> tuple[Profile, Any, HPCKernels, Any]:
+    """What a kernel of (backend, profile[, custom size]) runs with: the profile, its
+    backend, the kernel settings and the CloudTik settings; refused in one line.  The one
+    decision for every start and for the launcher's size form (``size_check``)."""
+    hpc, kernels, settings = settings_of(parent)
+    registry = backend_registry(hpc, settings)
+    name = registry.resolve(backend or None)
+    be = registry.get(name)
+    check_interactive(name, be.kind)
+    # the size in the spec is the user's ask, checked again at every start against the
+    # admin's bounds: a kernel.json written by hand gets no more than the form would
+    size = parse_size(custom, "custom") if custom is not None else None
+    return (find_profile(parse_profiles(kernels.profiles), name, profile, size), be, kernels,
+            settings)
+
+
+def size_check(parent: Any, backend: str | None, profile: str, custom: Any) -> Profile:
+    """A custom size as the launcher's form asks for it, checked as a start would check it
+    (the admin's bounds, then the partition's limits on the backend) before any job."""
+    sized, be, kernels, _settings = resolve_kernel(parent, backend, profile, custom)
+    KernelJob(be, sized, key="", warn_before=kernels.warn_before).check()
+    return sized
+
+
 class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     """A kernel that runs as a batch job on an HPC backend, reached through SSH."""
 
     backend = Unicode("", config=True, help="The HPC backend the kernel runs on.")
     profile = Unicode("", config=True, help="The kernel profile (HPCKernels.profiles).")
+    # Any, not Dict: a malformed value is refused at the start in one line naming the field
+    custom = AnyTrait(None, config=True,
+                      help="A custom size of the profile ({cores, time, memory, gpus}), "
+                           "within the profile's custom bounds.")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -200,13 +237,8 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     # checking -------------------------------------------------------------------------------
     def _resolve(self) -> None:
         """The profile and its backend, checked in one-line refusals."""
-        hpc, kernels, settings = settings_of(self.parent)
-        registry = backend_registry(hpc, settings)
-        name = registry.resolve(self.backend or None)
-        be = registry.get(name)
-        check_interactive(name, be.kind)
-        profile = find_profile(parse_profiles(kernels.profiles), name, self.profile)
-        self._profile, self._be, self._kernels = profile, be, kernels
+        self._profile, self._be, self._kernels, settings = resolve_kernel(
+            self.parent, self.backend, self.profile, self.custom)
         self._records = kernel_records(settings)
 
     def _set(self, **values: Any) -> None:

@@ -22,13 +22,27 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 
-from ...core.errors import ConfigError
-from .profiles import Profile, check_interactive, parse_profile, parse_profiles
-from .provisioner import PROVISIONER_NAME, backend_registry, end_orphans_soon, settings_of
+from ...core.errors import ConfigError, ConflictError
+from .profiles import (
+    Profile,
+    check_interactive,
+    find_profile,
+    parse_profile,
+    parse_profiles,
+    parse_size,
+    split_spec_name,
+)
+from .provisioner import (
+    PROVISIONER_NAME,
+    backend_registry,
+    end_orphans_soon,
+    said_to_server,
+    settings_of,
+)
 
 
 def spec_dict(profile: Profile) -> dict[str, Any]:
-    """kernel.json of one profile."""
+    """kernel.json of one profile (at a custom size, when it has one)."""
     return {
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": profile.title(),
@@ -41,19 +55,24 @@ def spec_dict(profile: Profile) -> dict[str, Any]:
             "cloudtik": {"backend": profile.backend, "profile": profile.name,
                          "cores": profile.cores, "memory": profile.memory,
                          "time": profile.time, "partition": profile.partition,
-                         "gpus": profile.gpus},
+                         "gpus": profile.gpus,
+                         # the launcher's "custom size" form offers the profiles that have
+                         # bounds, and shows them
+                         "custom": (profile.custom.to_dict()
+                                    if profile.custom and not profile.size else None),
+                         "custom_size": profile.size is not None},
             "debugger": False,
         },
     }
 
 
-def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """name -> kernel.json for every profile whose backend can run kernels, and one line
-    per profile left out (its backend cannot, or is not configured)."""
+def usable_profiles(parent: Any = None) -> tuple[list[Profile], list[str]]:
+    """The profiles whose backend is configured and can run kernels, and one line per
+    profile left out (a mistake in it, its backend cannot, or is not configured)."""
     hpc, kernels, settings = settings_of(parent)
     registry = backend_registry(hpc, settings)
     configs = registry.configs()
-    specs, skipped = {}, []
+    skipped = []
     profiles, seen = [], set()
     for i, item in enumerate(kernels.profiles or []):
         # one profile's mistake leaves that profile out (said in the log), not every kernel
@@ -65,8 +84,6 @@ def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[st
             skipped.append(f"profiles[{i}] left out: {e.message}")
             continue
         seen.add((p.backend, p.name))
-        profiles.append(p)
-    for p in profiles:
         cfg = configs.get(p.backend)
         if cfg is None:
             skipped.append(f"profile '{p.name}': backend '{p.backend}' is not configured; "
@@ -77,8 +94,35 @@ def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[st
         except Exception as e:  # a ConfigError: one line
             skipped.append(f"profile '{p.name}': {e}")
             continue
-        specs[p.spec_name] = spec_dict(p)
-    return specs, skipped
+        profiles.append(p)
+    return profiles, skipped
+
+
+def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    """name -> kernel.json for every profile whose backend can run kernels, and one line
+    per profile left out."""
+    profiles, skipped = usable_profiles(parent)
+    return {p.spec_name: spec_dict(p) for p in profiles}, skipped
+
+
+def sized_profile(parent: Any, backend: str, profile: str, size: Any) -> Profile:
+    """A usable profile at a custom size (``size`` as a form or REST body gives it),
+    refused in one line: an unknown profile, one without custom sizes, beyond its bounds."""
+    profiles, _ = usable_profiles(parent)
+    return find_profile(profiles, backend, profile, parse_size(size))
+
+
+def custom_spec(parent: Any, name: str) -> dict[str, Any] | None:
+    """kernel.json of a custom-size spec name (``<profile's spec>--c4-t90m``); None when
+    the name is not one.  Beyond the profile's bounds: the ``ConfigError``."""
+    base, size = split_spec_name(name)
+    if size is None:
+        return None
+    profiles, _ = usable_profiles(parent)
+    for p in profiles:
+        if p.spec_name == base:
+            return spec_dict(p.with_size(size))
+    return None
 
 
 def _resources() -> str:
@@ -113,9 +157,35 @@ class HPCKernelSpecManager(KernelSpecManager):
                 self.log.warning("jupyter_cloudtik: HPC kernel %s", line)
         return specs
 
+    def _custom(self, name: str) -> dict[str, Any] | None:
+        """A custom size's spec, remembered so the kernel picker lists it while this
+        server runs (a spec beyond its profile's bounds: the one-line refusal)."""
+        try:
+            spec = custom_spec(self, name)
+        except ConfigError as e:
+            raise said_to_server(e, 400) from None
+        if spec is not None:
+            self.remember_custom(name)
+        return spec
+
+    def remember_custom(self, name: str) -> None:
+        """List this custom size's spec from now on (the launcher's form chose it)."""
+        self.__dict__.setdefault("_custom_names", set()).add(name)
+
+    def _used_custom(self) -> dict[str, dict[str, Any]]:
+        out = {}
+        for name in sorted(self.__dict__.get("_custom_names", ())):
+            try:
+                spec = custom_spec(self, name)
+            except ConfigError:  # the admin narrowed the bounds since: not offered again
+                spec = None
+            if spec is not None:
+                out[name] = spec
+        return out
+
     def find_kernel_specs(self) -> dict[str, str]:
         found = super().find_kernel_specs()
-        for name in self._hpc():
+        for name in {**self._hpc(), **self._used_custom()}:
             found.setdefault(name, _resources())
         return found
 
@@ -123,13 +193,30 @@ class HPCKernelSpecManager(KernelSpecManager):
         hpc = self._hpc()
         if kernel_name in hpc:
             return KernelSpec(resource_dir=_resources(), **hpc[kernel_name])
+        if kernel_name.startswith("cloudtik-hpc-"):
+            spec = self._custom(kernel_name)
+            if spec is not None:
+                return KernelSpec(resource_dir=_resources(), **spec)
         return super().get_kernel_spec(kernel_name)
 
     def get_all_specs(self) -> dict[str, Any]:
         out = super().get_all_specs()
-        for name, spec in self._hpc().items():
+        for name, spec in {**self._hpc(), **self._used_custom()}.items():
             out[name] = {"resource_dir": _resources(), "spec": spec}
         return out
+
+
+def remember_custom(serverapp: Any, name: str) -> None:
+    """The server's spec manager lists ``name`` from now on; a server whose spec manager is
+    not ours cannot start HPC kernels at all, which is said in one line."""
+    ksm = getattr(serverapp, "kernel_spec_manager", None)
+    if not isinstance(ksm, HPCKernelSpecManager):
+        raise ConflictError(
+            "kernel_spec_manager_class: this server does not offer HPC kernels; set "
+            "c.ServerApp.kernel_spec_manager_class = "
+            "'jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager'",
+            field="kernel_spec_manager_class")
+    ksm.remember_custom(name)
 
 
 def write_kernel_specs(folder: Path, parent: Any = None) -> list[Path]:
@@ -144,5 +231,5 @@ def write_kernel_specs(folder: Path, parent: Any = None) -> list[Path]:
     return out
 
 
-__all__ = ["HPCKernelSpecManager", "NoSuchKernel", "kernel_specs", "spec_dict",
-           "write_kernel_specs"]
+__all__ = ["HPCKernelSpecManager", "NoSuchKernel", "custom_spec", "kernel_specs",
+           "remember_custom", "sized_profile", "spec_dict", "usable_profiles", "write_kernel_specs"]
