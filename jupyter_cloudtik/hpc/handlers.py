@@ -88,6 +88,17 @@ class BackendsHandler(_JobsHandler):
                          "default_backend": self.jobs.hpc.default_backend})
 
 
+def _kernels(ctx):
+    """The HPC kernels' face the caller may use (a user's view in the hub sidekick)."""
+    def make(ctx):
+        # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
+        from .kernels.face import KernelsFace
+
+        return KernelsFace(ctx.serverapp)
+
+    return ctx.feature("hpc-kernels", make)
+
+
 class KernelsHandler(CloudTikHandler):
     @web.authenticated
     @authorized
@@ -97,10 +108,7 @@ class KernelsHandler(CloudTikHandler):
         a killed server's kernels whose jobs this one ended.  No backend call (memory and
         the state store): JupyterLab shows such a kernel as "starting" while its job waits,
         and this is where the reason is."""
-        # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
-        from .kernels import kernel_status
-
-        kernels = await asyncio.to_thread(kernel_status, self.settings["cloudtik"].serverapp)
+        kernels = await asyncio.to_thread(_kernels(self.ctx).status)
         self.write_json({"kernels": [{"id": k, **kernels[k]} for k in sorted(kernels)]})
 
 
@@ -111,17 +119,12 @@ class KernelSizesHandler(CloudTikHandler):
         """A custom size of a kernel profile, checked as a kernel's start checks it (the
         admin's bounds, then the partition's limits): the kernel spec to start, which the
         server's kernel picker lists from then on.  Nothing is submitted."""
-        # deferred: start-up (hpc.kernels ~51 ms, loads jupyter_client)
-        from .kernels import remember_custom, size_check
-
         body = self.json_body("HpcKernelSize")
         size = {k: body[k] for k in ("cores", "time", "memory", "gpus")
                 if body.get(k) is not None}
-        app = self.settings["cloudtik"].serverapp
-        sized = await asyncio.to_thread(size_check, app, body.get("backend"), body["profile"],
-                                        size)
-        remember_custom(app, sized.spec_name)
-        self.write_json({"name": sized.spec_name, "display_name": sized.title()})
+        face = _kernels(self.ctx)
+        self.write_json(await asyncio.to_thread(face.size, body.get("backend"),
+                                                body["profile"], size))
 
 
 class JobsHandler(_JobsHandler):

@@ -32,7 +32,7 @@ from .catalog import Caller, Catalog, Resource
 from .egress_consent import EgressRules
 from .policy import CatalogPolicy
 from .settings import CloudTikHub
-from .views import ClustersView, JobsView, StorageView, started_today
+from .views import ClustersView, JobsView, NoKernelsView, StorageView, started_today
 
 log = logging.getLogger("jupyter_cloudtik.hub")
 
@@ -309,6 +309,10 @@ class UserContext:
             return StorageView(self.hub, self.caller)
         if name == "hpc":
             return JobsView(self.hub, self.caller)
+        if name == "hpc-kernels":
+            # kernels run in each user's own server with its own backends; the sidekick's
+            # backends (and their credentials) are never sized or listed for them
+            return NoKernelsView()
         if not self.caller.admin:
             raise PermissionDeniedError(f"{name}: only hub admins may use this through the "
                                         "sidekick", field=name)

@@ -611,3 +611,18 @@ def _backend_name(b: Any) -> str:
 def started_today() -> float:
     t = time.localtime()
     return time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
+
+
+class NoKernelsView:
+    """The sidekick's answer about interactive HPC kernels: it runs none (each user's own
+    Jupyter server does, with its own backends), so it lists none and sizes none — never
+    with the sidekick's backends, whose use is for jobs under the caller's grants."""
+
+    def status(self) -> dict[str, dict[str, Any]]:
+        return {}
+
+    def size(self, backend: str | None, profile: str, size: dict[str, Any]) -> dict[str, str]:
+        raise ConflictError(
+            "profile: interactive HPC kernels run in your own Jupyter server, not through "
+            "the hub's sidekick; ask your server (its launcher's 'HPC kernel…' form)",
+            field="profile", value=profile)

@@ -100,6 +100,10 @@ OPENAPI_FIELDS = {
                           ".files.*": None, ".packages": "package", ".packages[]": "package",
                           ".requirements": "package"},
     "POST /jobs/sweeps/{sweep_id}/cancel": {},
+    # a custom size of an HPC kernel profile: kernels run in each user's own server; the
+    # sidekick sizes none (hub.views.NoKernelsView), never with its own backends
+    "POST /hpc/kernel-sizes": {".backend": "hpc", ".profile": None, ".time": None,
+                               ".memory": None},
 }
 #: what each marked field of the cluster config names (core/config_names.py): the
 #: schema's own marks, checked against this list
@@ -358,6 +362,7 @@ BASES = {
     "POST /storage-transfers": (lambda me: {
         "src": f"{OWN[me]}:in", "dst": f"{OWN[me]}:out"}),
     "POST /jobs": (lambda me: {"command": ["echo", "walk"], "backend": "local"}),
+    "POST /hpc/kernel-sizes": (lambda me: {"profile": "debug", "cores": 1, "time": "30m"}),
     # a sweep of one element of a notebook sent as content (as %%hpc sends a cell): each
     # field the walk changes is the only thing between it and a sweep that runs
     "POST /jobs/sweeps": (lambda me: {"notebook": "walk.ipynb", "files": {"walk.ipynb": WALK_NB},
@@ -428,6 +433,15 @@ def test_the_generated_walk_finds_nothing(hub, servers):
                             assert _same(r.text, r2.text, value, unk), (who, route, field,
                                                                         r.text, r2.text)
         assert walked == set(BASES), set(BASES) - walked
+        # HPC kernels: the sidekick runs none and sizes none, for anyone (its backends and
+        # their credentials are for jobs under the caller's grants, never a kernel's form)
+        for who in ("alice", "bob", "admin"):
+            r = callers[who].post(api + "hpc/kernel-sizes", json={
+                "backend": "local", "profile": "debug", "cores": 1, "time": "30m"})
+            assert r.status_code == 409 and "run in your own Jupyter server" in \
+                r.json()["message"], (who, r.status_code, r.text[:300])
+            r = callers[who].get(api + "hpc/kernels")
+            assert r.status_code == 200 and r.json() == {"kernels": []}, (who, r.text[:300])
         # 2. the cluster config: every marked field, every hostile value
         from jupyter_cloudtik.core.config_names import named_values  # noqa: F401 (the marks)
 
