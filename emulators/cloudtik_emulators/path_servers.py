@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jupyter_cloudtik.core import ports
+
 __all__ = ["PathServer", "Seen", "available", "start_all"]
 
 SECRET_HEADER = "X-Secret"
@@ -90,9 +92,7 @@ def available() -> dict[str, bool]:
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def _tree(www: Path) -> None:
