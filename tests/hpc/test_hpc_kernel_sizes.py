@@ -142,3 +142,47 @@ def test_no_spec_name_gets_a_size_beyond_the_bounds(token):
     # the name is the size's one spelling: read back, it is the same spec
     assert p.spec_name == f"cloudtik-hpc-daint-debug--{token}" or \
         split_spec_name(p.spec_name)[1] == size
+
+
+def test_a_chosen_size_is_listed_by_the_next_server_on_the_same_state_folder(tmp_path):
+    """JupyterLab finds a notebook's kernel only among the listed specs: a size chosen in
+    one server is listed by the next one on the same state folder, while it still fits the
+    admin's bounds; a name written into the file by hand gets no more than the form."""
+    import json
+
+    from traitlets.config import Config
+
+    from jupyter_cloudtik.hpc.kernels import HPCKernelSpecManager
+    from jupyter_cloudtik.hpc.kernels.provisioner import close_registries
+    from jupyter_cloudtik.hpc.kernels.specs import SIZES_FILE
+
+    def manager(bounds: dict) -> HPCKernelSpecManager:
+        return HPCKernelSpecManager(config=Config({
+            "CloudTik": {"state_dir": str(tmp_path / "state")},
+            "HPC": {"backends": {"daint": {"type": "slurm", "workdir": str(tmp_path / "j")}}},
+            "HPCKernels": {"profiles": [{"name": "debug", "backend": "daint",
+                                         "custom": bounds}]}}))
+
+    try:
+        first = manager({"cores": 4, "time": "2h"})
+        name = "cloudtik-hpc-daint-debug--c2-t45m"
+        assert name not in first.find_kernel_specs()
+        first.remember_custom(name)
+        assert first.get_all_specs()[name]["spec"]["display_name"] == \
+            "Python 3 on daint — 2 cores, 45 min"
+        # a name written by hand beside it: beyond the bounds, never listed
+        kept = tmp_path / "state" / SIZES_FILE
+        kept.write_text(json.dumps([*json.loads(kept.read_text()),
+                                    "cloudtik-hpc-daint-debug--c64-t60m", "python3", 7]))
+        second = manager({"cores": 4, "time": "2h"})
+        listed = second.find_kernel_specs()
+        assert name in listed and "cloudtik-hpc-daint-debug--c64-t60m" not in listed
+        assert second.get_kernel_spec(name).display_name == \
+            "Python 3 on daint — 2 cores, 45 min"
+        # the admin narrows the bounds: the size is no longer offered
+        third = manager({"cores": 1, "time": "2h"})
+        assert name not in third.find_kernel_specs()
+        kept.write_text("{not json")  # a broken file lists nothing of it, and breaks nothing
+        assert "cloudtik-hpc-daint-debug" in manager(True).find_kernel_specs()
+    finally:
+        close_registries()

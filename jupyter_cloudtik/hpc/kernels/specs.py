@@ -16,6 +16,7 @@ KernelSpecManager.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -169,18 +170,40 @@ class HPCKernelSpecManager(KernelSpecManager):
         return spec
 
     def remember_custom(self, name: str) -> None:
-        """List this custom size's spec from now on (the launcher's form chose it)."""
+        """List this custom size's spec from now on (the launcher's form chose it), in
+        this server and the next ones on the same state folder: JupyterLab finds a
+        notebook's kernel only among the listed specs (else it asks for another)."""
         self.__dict__.setdefault("_custom_names", set()).add(name)
+        try:
+            chosen_sizes(self, add=name)
+        except (OSError, ConfigError) as e:  # listed by this server still; said why not more
+            self.log.warning("jupyter_cloudtik: the custom kernel size %s is not kept for "
+                             "the next server: %s", name, e)
 
     def _used_custom(self) -> dict[str, dict[str, Any]]:
+        """The custom sizes chosen here and on this state folder that still fit their
+        profile's bounds (an admin who narrowed them has them no longer offered)."""
+        try:
+            kept = chosen_sizes(self)
+        except (OSError, ConfigError):
+            kept = []
+        names = set(self.__dict__.get("_custom_names", ())) | set(kept)
+        if not names:
+            return {}
+        try:
+            profiles = {p.spec_name: p for p in usable_profiles(self)[0]}
+        except ConfigError:
+            return {}
         out = {}
-        for name in sorted(self.__dict__.get("_custom_names", ())):
+        for name in sorted(names):
+            base, size = split_spec_name(name)
+            p = profiles.get(base)
+            if p is None or size is None:
+                continue
             try:
-                spec = custom_spec(self, name)
-            except ConfigError:  # the admin narrowed the bounds since: not offered again
-                spec = None
-            if spec is not None:
-                out[name] = spec
+                out[name] = spec_dict(p.with_size(size))
+            except ConfigError:
+                continue
         return out
 
     def find_kernel_specs(self) -> dict[str, str]:
@@ -204,6 +227,34 @@ class HPCKernelSpecManager(KernelSpecManager):
         for name, spec in {**self._hpc(), **self._used_custom()}.items():
             out[name] = {"resource_dir": _resources(), "spec": spec}
         return out
+
+
+SIZES_FILE = "hpc-kernel-sizes.json"
+MAX_KEPT_SIZES = 100  # the most recently chosen; older ones are no longer listed
+
+
+def chosen_sizes(parent: Any, add: str | None = None) -> list[str]:
+    """The custom sizes' spec names chosen on this state folder, newest last (``add``:
+    one more).  Names only: each is checked again against the bounds when listed and at
+    every start, so a name written here by hand gets no more than the form."""
+    _hpc, _kernels, settings = settings_of(parent)
+    path = Path(settings.state_dir) / SIZES_FILE
+    try:
+        names = json.loads(path.read_text())
+    except FileNotFoundError:
+        names = []
+    except ValueError:  # a broken file: start again rather than list nothing ever
+        names = []
+    if not isinstance(names, list):
+        names = []
+    names = [n for n in names if isinstance(n, str) and split_spec_name(n)[1] is not None]
+    if add is not None and (not names or names[-1] != add):
+        names = [n for n in names if n != add] + [add]
+        names = names[-MAX_KEPT_SIZES:]
+        tmp = path.with_name(f".{SIZES_FILE}.{os.getpid()}")
+        tmp.write_text(json.dumps(names))
+        os.replace(tmp, path)
+    return names
 
 
 def remember_custom(serverapp: Any, name: str) -> None:
