@@ -7,6 +7,7 @@
 import { JupyterFrontEnd } from '@jupyterlab/application';
 import { Dialog, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
+import { LabIcon } from '@jupyterlab/ui-components';
 import { Widget } from '@lumino/widgets';
 
 import {
@@ -167,9 +168,11 @@ async function chooseAndStart(app: JupyterFrontEnd, api: CloudTikApi, cwd: strin
 export function setupCustomSizes(
   app: JupyterFrontEnd,
   api: CloudTikApi,
-  launcher: ILauncher | null
+  launcher: ILauncher | null,
+  icon?: LabIcon
 ): void {
   app.commands.addCommand(CUSTOM_SIZE_COMMAND, {
+    icon: args => (args.isPalette ? undefined : icon),
     label: args => (args.isPalette ? 'New HPC kernel of a custom size…' : 'HPC kernel…'),
     caption: 'A notebook whose kernel runs as a batch job of the size you choose',
     execute: args => chooseAndStart(app, api, String(args.cwd ?? ''))
@@ -181,7 +184,13 @@ export function setupCustomSizes(
   const refresh = async () => {
     const offered = (await currentProfiles(app)).length > 0;
     if (offered && !card) {
-      card = launcher.add({ command: CUSTOM_SIZE_COMMAND, category: 'Notebook', rank: 1000 });
+      card = launcher.add({
+        command: CUSTOM_SIZE_COMMAND,
+        category: 'Notebook',
+        rank: 1000,
+        // the Notebook category's cards show a kernel's icon, else the label's first letter
+        kernelIconUrl: icon ? `data:image/svg+xml;base64,${btoa(icon.svgstr)}` : undefined
+      });
     } else if (!offered && card) {
       card.dispose();
       card = null;

@@ -127,7 +127,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       }
     }
     // a notebook whose HPC kernel has the size the user chooses (profiles that allow it)
-    setupCustomSizes(app, serverApi(), launcher);
+    setupCustomSizes(app, serverApi(), launcher, clustersIcon);
     palette?.addItem({ command: CUSTOM_SIZE_COMMAND, category: 'Notebook Operations', args: { isPalette: true } });
     // an HPC kernel's batch job (queued and why, node, wall time) in its notebook's toolbar
     notebooks?.widgetAdded.connect((_, nb) => addHpcKernelStatus(serverApi(), nb));
