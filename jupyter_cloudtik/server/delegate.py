@@ -39,6 +39,10 @@ HUB_SERVICE_ENV = env.HUB_SERVICE_URL
 log = logging.getLogger("jupyter_cloudtik.server")
 DELEGATED = ("clusters", "operations", "events", "providers", "storages", "storage-checks",
              "storage-transfers", "storage-backends", "jobs", "hpc", "hub")
+#: under a delegated path, this server's own: its interactive HPC kernels run here, with
+#: this server's kernel spec manager (the sidekick runs none: it would answer an empty list
+#: and refuse every size, hub.views.NoKernelsView)
+OWN = ("hpc/kernels", "hpc/kernel-sizes")
 
 def hub_service_url(configured: str) -> str | None:
     url = configured or os.environ.get(HUB_SERVICE_ENV, "")
@@ -172,7 +176,9 @@ def job_with_content(body: dict[str, Any], ctx: Any) -> bytes:
 
 
 def delegated_routes(prefix: str, target: str) -> list[tuple[str, Any, dict[str, Any]]]:
-    pattern = prefix + r"/(?P<path>(?:" + "|".join(DELEGATED) + r")(?:/.*)?)"
+    own = "|".join(OWN)
+    pattern = (prefix + r"/(?!(?:" + own + r")(?:/|$))(?P<path>(?:" + "|".join(DELEGATED)
+               + r")(?:/.*)?)")
     return [(pattern, DelegatingHandler, {"target": target})]
 
 

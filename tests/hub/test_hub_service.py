@@ -207,6 +207,18 @@ def test_delegated_cluster_is_isolated_and_quota_enforced(hub):
     server = hub.start_server("alice")
     local_api = server + "cloudtik/api/"
 
+    # her server's own interactive HPC kernels are answered by it, not delegated (the
+    # sidekick runs none: an empty list and a refusal of every size)
+    r = alice.get(local_api + "hpc/kernels")
+    assert r.status_code == 200 and r.json() == {"kernels": []}, r.text
+    r = alice.post(local_api + "hpc/kernel-sizes", json={"profile": "debug", "cores": 1,
+                                                         "time": "30m"})
+    assert r.status_code == 400 and "cannot run interactive kernels" in r.json()["message"], \
+        r.text
+    r = alice.post(api + "hpc/kernel-sizes", json={"profile": "debug", "cores": 1,
+                                                   "time": "30m"})
+    assert r.status_code == 409 and "run in your own Jupyter server" in r.json()["message"]
+
     # alice, through her own server: the request goes to the sidekick
     providers = alice.get(local_api + "providers").json()["providers"]
     assert [p["name"] for p in providers] == ["local-pool"]
