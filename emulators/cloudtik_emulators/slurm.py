@@ -32,6 +32,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 
@@ -103,8 +104,15 @@ class SlurmCluster:
 
     def __init__(self, folder: str | os.PathLike[str], cpus: int = 2, memory_mb: int = 2000,
                  max_time_minutes: int = 60, partition: str = "debug",
-                 accounting: bool | None = None, min_job_age: int = 300) -> None:
+                 accounting: bool | None = None, min_job_age: int = 300,
+                 compute: Any = None) -> None:
+        """``compute``: a ``netns.VethPeer`` — the node (``nid001``, its slurmd and so its
+        jobs) runs in that network namespace, another machine on the LAN reached at its
+        ``peer_ip``, with its own loopback; the controller listens on this machine and the
+        node reaches it at ``host_ip``."""
         self.folder = Path(folder).resolve()
+        self.compute = compute
+        self.node = "nid001" if compute is not None else "localhost"
         self.cpus, self.memory_mb = cpus, memory_mb
         self.max_time_minutes, self.partition = max_time_minutes, partition
         self.accounting = accounting_available() if accounting is None else accounting
@@ -133,9 +141,12 @@ class SlurmCluster:
                           "JobAcctGatherType=jobacct_gather/none\n")
         else:
             accounting = "AccountingStorageType=accounting_storage/none\n"
+        ctld_host = (f"localhost({self.compute.host_ip})" if self.compute is not None
+                     else "localhost")
+        node_addr = f" NodeAddr={self.compute.peer_ip}" if self.compute is not None else ""
         self.conf.write_text(f"""\
 ClusterName=cloudtik-test
-SlurmctldHost=localhost
+SlurmctldHost={ctld_host}
 SlurmctldPort={ctld}
 SlurmdPort={slurmd}
 AuthType=auth/munge
@@ -163,8 +174,9 @@ KillWait=2
 InactiveLimit=0
 SlurmdTimeout=10
 MessageTimeout=4
-NodeName=localhost CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
-PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_time_minutes} State=UP
+NodeName={self.node}{node_addr} CPUs={self.cpus} RealMemory={self.memory_mb} State=UNKNOWN
+PartitionName={self.partition} Nodes={self.node} Default=YES \
+MaxTime={self.max_time_minutes} State=UP
 """)
 
     def start(self, timeout: float = 30.0) -> SlurmCluster:
@@ -192,9 +204,13 @@ PartitionName={self.partition} Nodes=localhost Default=YES MaxTime={self.max_tim
             self.procs["slurmctld"] = subprocess.Popen(
                 [_which("slurmctld"), "-D", "-i", "-f", str(self.conf)], stdout=log,
                 stderr=log, env=env, start_new_session=True)
+            # nsenter, not `ip netns exec`: that remounts /sys for the namespace, and slurmd
+            # then finds no cgroup filesystem (the network namespace alone is the point)
+            inside = ([_which("nsenter"), f"--net=/var/run/netns/{self.compute.namespace}"]
+                      if self.compute is not None else [])
             self.procs["slurmd"] = subprocess.Popen(
-                [_which("slurmd"), "-D", "-f", str(self.conf), "-N", "localhost"], stdout=log,
-                stderr=log, env=env, start_new_session=True)
+                [*inside, _which("slurmd"), "-D", "-f", str(self.conf), "-N", self.node],
+                stdout=log, stderr=log, env=env, start_new_session=True)
         finally:
             log.close()
         self._wait_for(self._idle, timeout, "the node to become idle")

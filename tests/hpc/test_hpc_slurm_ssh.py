@@ -26,10 +26,14 @@ def _free_port() -> int:
 
 
 class Sshd:
-    def __init__(self, folder) -> None:
+    def __init__(self, folder, address: str = "127.0.0.1", namespace: str | None = None
+                 ) -> None:
+        """An sshd on ``address``; with ``namespace``, inside that network namespace
+        (another machine: a compute node reached at its own address)."""
         import asyncssh
 
         self.folder = folder
+        self.address, self.namespace = address, namespace
         self.port = _free_port()
         host_key = asyncssh.generate_private_key("ssh-ed25519")
         (folder / "host_key").write_bytes(host_key.export_private_key())
@@ -38,10 +42,10 @@ class Sshd:
         (folder / "authorized_keys").write_bytes(
             self.client_key.export_public_key())
         (folder / "known_hosts").write_bytes(
-            f"[127.0.0.1]:{self.port} ".encode() + host_key.export_public_key())
+            f"[{address}]:{self.port} ".encode() + host_key.export_public_key())
         (folder / "sshd_config").write_text(f"""\
 Port {self.port}
-ListenAddress 127.0.0.1
+ListenAddress {address}
 HostKey {folder}/host_key
 PidFile {folder}/sshd.pid
 AuthorizedKeysFile {folder}/authorized_keys
@@ -61,13 +65,16 @@ Subsystem sftp internal-sftp
 
     def start(self) -> Sshd:
         os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
-        self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.folder / "sshd_config")],
+        inside = (["nsenter", f"--net=/var/run/netns/{self.namespace}"] if self.namespace
+                  else [])
+        self.proc = subprocess.Popen([*inside, SSHD, "-D", "-e", "-f",
+                                      str(self.folder / "sshd_config")],
                                      stdout=subprocess.DEVNULL,
                                      stderr=open(self.folder / "sshd.log", "ab"))  # noqa: SIM115
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                with socket.create_connection((self.address, self.port), timeout=0.5):
                     return self
             except OSError:
                 if self.proc.poll() is not None:
