@@ -18,12 +18,13 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from jupyter_cloudtik.core import ports
 
 CONFIG = {"cluster_name": "bench-spark",
           "available_node_types": {
@@ -50,9 +51,7 @@ def time_ours(backend) -> float:
 
 
 def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return ports.free_port()
 
 
 def time_by_hand(work: Path) -> float:

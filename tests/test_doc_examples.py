@@ -28,6 +28,8 @@ import doc_examples as docs
 import pytest
 import yaml
 
+from jupyter_cloudtik.core import ports
+
 ROOT = docs.ROOT
 BIN = Path(sys.executable).parent
 
@@ -331,12 +333,9 @@ def test_placement_json_filter_and_plugins(kernel):
 
 def test_job_gateway_without_a_hub(tmp_path, site):
     """The job gateway, run directly (its port and folder: free ones of this test's)."""
-    import socket
     import time
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()
     # the second shell block: the gateway on its own (the first is a hub session's, run
     # by tests/hub/test_hub_docs_config.py)
     block = docs.block("docs/hub-sidekicks.md", "The job gateway (example side-kick)", 1,

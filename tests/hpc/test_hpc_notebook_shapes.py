@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,7 @@ import pytest
 import requests
 from IPython.core.error import UsageError
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.errors import ConfigError
 from jupyter_cloudtik.hpc.notebook import check_notebook, check_parameters, notebook_parameters
 
@@ -115,9 +115,7 @@ def jupyter_server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("contents")
     for sub in ("root", "config", "data", "runtime"):
         (tmp / sub).mkdir()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()
     env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp / "config"),
            "JUPYTER_DATA_DIR": str(tmp / "data"), "JUPYTER_RUNTIME_DIR": str(tmp / "runtime"),
            "JUPYTER_PLATFORM_DIRS": "1"}

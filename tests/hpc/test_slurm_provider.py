@@ -18,6 +18,7 @@ import doc_examples
 import psutil
 import pytest
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.core.errors import CapacityError, ConfigError
 
 from .conftest import wait_for
@@ -328,11 +329,8 @@ def test_more_workers_than_the_partition_holds(slurm, slurm_cfg, manager):
 
 
 def test_unreachable_login_node(slurm, slurm_cfg, manager):
-    import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]  # nothing listens there
+    port = ports.free_port()  # nothing listens there
     cfg = {**slurm_cfg, "host": "127.0.0.1", "port": port, "connect_timeout": 3}
     with pytest.raises(ConfigError) as e:
         run(manager.up(_config("far", cfg, 1)))

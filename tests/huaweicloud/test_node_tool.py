@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.providers.huaweicloud.userdata import NODE_TOOL
 from jupyter_cloudtik.runtime.environment import expected
 
@@ -96,9 +97,7 @@ def test_web_ui_relay_routes_by_alpn_and_requires_the_clusters_certificate(tmp_p
     for name, text in (("ca", tls.ca), ("cert", tls.node_cert), ("key", tls.node_key)):
         (tls_dir / f"{name}.pem").write_text(text)
     dask_ui, spark_ui = _answering(b"dask dashboard"), _answering(b"spark master")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = ports.free_port()
     watched = subprocess.Popen(["sleep", "60"])
     tool = tmp_path / "cloudtik_node.py"
     tool.write_text(NODE_TOOL)

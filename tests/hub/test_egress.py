@@ -28,6 +28,7 @@ from cryptography import x509
 from cloudtik_emulators.upstreams import make_test_ca as _test_ca
 from cloudtik_emulators.upstreams import received
 from cloudtik_emulators.upstreams import serve as _serve
+from jupyter_cloudtik.core import ports
 from jupyter_cloudtik.hub.egress import DeploymentCA, EgressSupervisor, Rule, RuleSet
 
 SECRET = f"Bearer sekret-{uuid.uuid4().hex}"
@@ -360,10 +361,7 @@ def test_anonymous_sessions_get_only_everyone_rules(env):
 
 
 def test_errors_are_http_statuses_without_secrets(env):
-    free = socket.socket()
-    free.bind(("127.0.0.1", 0))
-    dead_port = free.getsockname()[1]
-    free.close()
+    dead_port = ports.free_port()
     dead = {"id": "dead", "host": "127.0.0.1", "port": dead_port, "header": "X-Dead",
             "value": SECRET, "users": ["alice"]}
     _update(env, _rules(env, dead))

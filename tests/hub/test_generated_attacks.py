@@ -234,7 +234,10 @@ def _storage(srv, groups, **spec):
 
 @pytest.fixture(scope="module")
 def hub(tmp_path_factory, servers):
-    h = start_hub(tmp_path_factory.mktemp("hub-walk"))
+    # an HPC backend of each group: the walk's "other" backend is one a caller holds no
+    # grant for, not a name nobody has
+    h = start_hub(tmp_path_factory.mktemp("hub-walk"), sidekick_config=(
+        "c.HPC.backends = {'physics-hpc': {'type': 'local'}, 'chem-hpc': {'type': 'local'}}\n"))
     try:
         admin = h.browser("admin")
         api = h.sidekick_api
@@ -249,6 +252,8 @@ def hub(tmp_path_factory, servers):
             "storage/physics-scratch": _storage(servers["scratch"], ["physics"], read_only=False),
             "storage/chem-data": _storage(servers["chem"], ["chemistry"], read_only=False),
             "hpc/local": {"spec": {}, "groups": both},
+            "hpc/physics-hpc": {"spec": {}, "groups": ["physics"]},
+            "hpc/chem-hpc": {"spec": {}, "groups": ["chemistry"]},
             "sidekick/jobgw": {"spec": {"entry_point": "jupyter_cloudtik.hub.job_gateway",
                                         "health_interval": 0.3, "startup_timeout": 60,
                                         "env": {"GW_KEY": {"secret": "gwkey"}}},
@@ -324,7 +329,8 @@ def _values(kind: str, hub, me: str) -> list[tuple[str, str]]:
             out.append(("read-only", "physics-data:pwned"))
         return out
     if kind == "hpc":
-        return [("unknown", "no-such-backend"), ("dask of a cluster", "dask:anything")]
+        return [("other", "chem-hpc" if me != "bob" else "physics-hpc"),
+                ("unknown", "no-such-backend"), ("dask of a cluster", "dask:anything")]
     if kind in ("provider", "template"):
         return [("unknown", "no-such-provider")]
     if kind == "package":
