@@ -60,6 +60,7 @@ PASSWORD_ENV = "DASK_GATEWAY_PASSWORD"
 SECRET_SCOPE = "provider:dask-gateway"
 ALIVE = ("PENDING", "RUNNING")
 IDENTITY_ATTEMPTS = 4
+LOOP_ATTEMPTS = 3  # the client's event loop, started again when it did not start
 IDENTITY_TIMEOUT = 15
 POLL = 0.05
 
@@ -173,9 +174,22 @@ class DaskGatewayNodeProvider(NodeProvider):
         from dask_gateway import Gateway
 
         p = self.provider_config
-        return Gateway(self.address, proxy_address=p.get("proxy_address"),
-                       public_address=p.get("public_address"),
-                       auth=make_auth(p.get("auth"), self.address, self.store))
+        auth = make_auth(p.get("auth"), self.address, self.store)
+        for attempt in range(LOOP_ATTEMPTS):
+            try:
+                return Gateway(self.address, proxy_address=p.get("proxy_address"),
+                               public_address=p.get("public_address"), auth=auth)
+            except AssertionError:
+                # distributed's LoopRunner waits 10 s for the client's event-loop thread
+                # and then fails `assert loop is not None` (utils.py, _start_unlocked): a
+                # loaded machine, not a bad gateway (a clean-clone CI run ended an `up`
+                # with "internal error: AssertionError" so)
+                if attempt + 1 == LOOP_ATTEMPTS:
+                    raise ProviderError(
+                        f"Dask Gateway {self.address}: the client's event loop did not start "
+                        f"within 10 s, {LOOP_ATTEMPTS} times (is this machine overloaded?)"
+                    ) from None
+        raise AssertionError("unreachable")
 
     def _call(self, what: str, fn):
         try:
