@@ -85,9 +85,7 @@ def env_sshd(tmp_path_factory, job_account):
     (ssh / "authorized_keys").write_bytes(d.client_key.export_public_key())
     for p in (ssh, ssh / "authorized_keys"):
         os.chown(p, job_account.pw_uid, job_account.pw_gid)
-    conf = d.folder / "sshd_config"
-    conf.write_text(conf.read_text().replace(
-        "AuthorizedKeysFile ", "AuthorizedKeysFile .ssh/authorized_keys "))
+    d.use_account_keys()
     d.start()
     yield d
     d.stop()

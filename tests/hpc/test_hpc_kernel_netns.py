@@ -8,7 +8,6 @@ server gets to it only through SSH to the node, through the login node."""
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
 import socket
 import subprocess
@@ -19,13 +18,12 @@ from pathlib import Path
 import pytest
 
 from . import test_hpc_environment as _site
-from .conftest import wait_for
 from .test_hpc_kernels import (
     _config,
     _manager,
     _run,
-    _squeue,
     _state,
+    interrupt_and_shut_down,
     provisioner_registered,  # noqa: F401 (autouse fixture)
 )
 from .test_hpc_slurm_ssh import Sshd
@@ -75,9 +73,7 @@ def node_sshd(node_net, env_sshd, tmp_path_factory):
     are its own ~/.ssh (as env_sshd's)."""
     d = Sshd(tmp_path_factory.mktemp("sshd-node"), address=node_net.peer_ip,
              namespace=node_net.namespace)
-    conf = d.folder / "sshd_config"
-    conf.write_text(conf.read_text().replace(
-        "AuthorizedKeysFile ", "AuthorizedKeysFile .ssh/authorized_keys "))
+    d.use_account_keys()
     d.start()
     yield d
     d.stop()
@@ -136,17 +132,7 @@ def test_a_kernel_on_a_node_in_its_own_network_namespace_is_reached_only_through
         reply, out = await _run(kc, "import subprocess\nprint(subprocess.run(['ip', '-brief',"
                                     " 'addr'], capture_output=True, text=True).stdout)")
         assert node_net.peer_ip in out and node_net.host_ip not in out, out
-        # interrupt through the tunnel
-        run = asyncio.ensure_future(_run(kc, "import time\ntime.sleep(300)"))
-        await asyncio.sleep(2)
-        await km.interrupt_kernel()
-        reply, _ = await asyncio.wait_for(run, 60)
-        assert reply["ename"] == "KeyboardInterrupt"
-        kc.stop_channels()
-        await km.shutdown_kernel()
-        wait_for(lambda: _squeue(ns_slurm.env, job) in ("", "COMPLETED", "CANCELLED"), 60,
-                 what="the kernel's job to end")
-        assert not os.path.exists(f"{workdir}/{km.provisioner.job.job_id}/kernel.json")
+        await interrupt_and_shut_down(km, kc, ns_slurm.env, job, workdir)
 
     try:
         asyncio.run(main())

@@ -229,6 +229,23 @@ def test_kernel_on_local_slurm_runs_interrupts_restarts_and_ends(local_slurm, sl
     asyncio.run(main())
 
 
+async def interrupt_and_shut_down(km, kc, env: dict, job: str, workdir: str) -> None:
+    """A sleeping cell interrupted through the tunnel (the kernel lives), then shutdown:
+    the job ends and the connection file (it holds the key) is gone."""
+    import os
+
+    run = asyncio.ensure_future(_run(kc, "import time\ntime.sleep(300)"))
+    await asyncio.sleep(2)
+    await km.interrupt_kernel()
+    reply, _ = await asyncio.wait_for(run, 60)
+    assert reply["ename"] == "KeyboardInterrupt"
+    kc.stop_channels()
+    await km.shutdown_kernel()
+    wait_for(lambda: _squeue(env, job) in ("", "COMPLETED", "CANCELLED"), 60,
+             what="the kernel's job to end")
+    assert not os.path.exists(f"{workdir}/{km.provisioner.job.job_id}/kernel.json")
+
+
 def _sbatch(env: dict, *argv: str) -> str:
     r = subprocess.run(["sbatch", "--parsable", *argv], capture_output=True, text=True,
                        env={**__import__("os").environ, **env}, check=True)
@@ -296,7 +313,6 @@ def test_kernel_over_ssh_as_another_account_through_a_tunnel(
     """A site as it is: the login node over SSH, the job as the user's own account with
     the session's packages built on the system, the kernel on the node's loopback and
     reached through SSH to the node (here the same sshd, named by address)."""
-    import os
     import uuid
 
     workdir = f"{job_account.pw_dir}/k-{uuid.uuid4().hex[:8]}"
@@ -322,23 +338,13 @@ def test_kernel_over_ssh_as_another_account_through_a_tunnel(
         kc = km.client()
         kc.start_channels()
         await kc.wait_for_ready(timeout=120)
-        reply, out = await _run(kc, "import getpass, sys, os\n"
+        _, out = await _run(kc, "import getpass, sys, os\n"
                                     "print(getpass.getuser(), sys.prefix, "
                                     "os.environ['SLURM_JOB_ID'])")
         user, prefix, job = out.split()
         assert user == ACCOUNT and prefix.startswith(f"{workdir}/.cloudtik-envs/")
         assert job == st["job"]
-        run = asyncio.ensure_future(_run(kc, "import time\ntime.sleep(300)"))
-        await asyncio.sleep(2)
-        await km.interrupt_kernel()
-        reply, _ = await asyncio.wait_for(run, 60)
-        assert reply["ename"] == "KeyboardInterrupt"
-        kc.stop_channels()
-        await km.shutdown_kernel()
-        wait_for(lambda: _squeue(site_slurm.env, job) in ("", "COMPLETED", "CANCELLED"), 60,
-                 what="the kernel's job to end")
-        # the connection file held the key; it is gone (the account's own files)
-        assert not os.path.exists(f"{workdir}/{km.provisioner.job.job_id}/kernel.json")
+        await interrupt_and_shut_down(km, kc, site_slurm.env, job, workdir)
 
     try:
         asyncio.run(main())

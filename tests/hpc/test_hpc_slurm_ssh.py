@@ -59,6 +59,12 @@ Subsystem sftp internal-sftp
 """)
         self.proc = None
 
+    def use_account_keys(self) -> None:
+        """Also read each account's own ~/.ssh/authorized_keys, as a site's sshd does."""
+        conf = self.folder / "sshd_config"
+        conf.write_text(conf.read_text().replace(
+            "AuthorizedKeysFile ", "AuthorizedKeysFile .ssh/authorized_keys "))
+
     @property
     def private_key(self) -> str:
         return self.client_key.export_private_key().decode()

@@ -27,10 +27,8 @@ from ...core.errors import ConfigError, ConflictError
 from .profiles import (
     Profile,
     check_interactive,
-    find_profile,
     parse_profile,
     parse_profiles,
-    parse_size,
     split_spec_name,
 )
 from .provisioner import (
@@ -104,13 +102,6 @@ def kernel_specs(parent: Any = None) -> tuple[dict[str, dict[str, Any]], list[st
     per profile left out."""
     profiles, skipped = usable_profiles(parent)
     return {p.spec_name: spec_dict(p) for p in profiles}, skipped
-
-
-def sized_profile(parent: Any, backend: str, profile: str, size: Any) -> Profile:
-    """A usable profile at a custom size (``size`` as a form or REST body gives it),
-    refused in one line: an unknown profile, one without custom sizes, beyond its bounds."""
-    profiles, _ = usable_profiles(parent)
-    return find_profile(profiles, backend, profile, parse_size(size))
 
 
 def custom_spec(parent: Any, name: str) -> dict[str, Any] | None:
@@ -283,4 +274,4 @@ def write_kernel_specs(folder: Path, parent: Any = None) -> list[Path]:
 
 
 __all__ = ["HPCKernelSpecManager", "NoSuchKernel", "custom_spec", "kernel_specs",
-           "remember_custom", "sized_profile", "spec_dict", "usable_profiles", "write_kernel_specs"]
+           "remember_custom", "spec_dict", "usable_profiles", "write_kernel_specs"]
