@@ -185,7 +185,7 @@ def _sync_storage(ctx: Any, admin: Caller, name: str, body: dict[str, Any]) -> N
 EGRESS_LIMITS = ("client_connections", "client_lookups", "client_handshakes",
                  "lookup_timeout", "lookup_threads", "min_body_rate", "body_grace",
                  "handshake_timeout", "preauth_connections", "client_loop_share",
-                 "client_forget_seconds")
+                 "client_forget_seconds", "workers")
 
 
 def egress_limit_args(hub: Any) -> list[str]:

@@ -162,6 +162,14 @@ class CloudTikHub(Configurable):
         under a stream of distinct users or peers).""",
     ).tag(config=True)
 
+    egress_workers = Int(
+        16, help="""Processes of the egress proxy that each serve one user: a user's
+        traffic, however expensive, is the operating system's to share out against other
+        users' (a process each), not one event loop's.  About 70 MB each while in use; one
+        idle for egress_client_forget_seconds ends.  Over this many active users, users
+        share them (fewest users first) and share that process's loop by turns.""",
+    ).tag(config=True)
+
     egress_no_proxy = Unicode(
         "localhost,127.0.0.1,::1",
         help="NO_PROXY given to sessions with the proxy settings.",

@@ -100,7 +100,8 @@ def test_another_client_is_served_while_one_abuses(fair, kind):
     assert failed == 0, f"{failed} of 60 honest requests failed during {kind}"
     assert ef.pct(lat, .99) < BOUND_MS, f"during {kind}: {ef.summary(lat)}"
     log = Path(fair.log).read_text(errors="replace")
-    assert "Traceback" not in log
+    at = log.find("Traceback")
+    assert at < 0, log[max(0, at - 600):at + 2400]
 
 
 def test_keepalive_under_cpu_load_never_stalls(fair):

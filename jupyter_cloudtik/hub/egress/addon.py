@@ -102,23 +102,10 @@ class EgressAddon:
         return f"peer:{peer}"
 
     def claimed_user(self, head: bytes) -> str | None:
-        """The user whose valid credentials the start of a request head carries (one whole
-        ``Proxy-Authorization`` line, checked as ``_authenticate`` checks it), else None.
-        Only where a connection's first read queues (``FairLoop.pace_key``); the request
-        itself is authenticated again by its hook."""
-        low = head[:8192].lower()
-        at = low.find(b"\r\nproxy-authorization:")
-        if at < 0 or low.find(b"\r\nproxy-authorization:", at + 1) >= 0:
-            return None
-        start = at + len(b"\r\nproxy-authorization:")
-        end = low.find(b"\r\n", start)
-        if end < 0:
-            return None
-        try:
-            value = head[start:end].decode("latin-1")
-        except UnicodeDecodeError:
-            return None
-        ident = self.config.authenticate(value)
+        """The user whose valid credentials the start of a request head carries
+        (``ProxyConfig.claimed``).  Only where a connection's first read queues
+        (``FairLoop.pace_key``); the request itself is authenticated again by its hook."""
+        ident = self.config.claimed(head)
         return ident.user if ident is not None else None
 
     def client(self, key: str) -> ClientShare:

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shutil
+import socket
 import ssl
 import tempfile
 import time
@@ -38,6 +39,7 @@ from mitmproxy import options
 from mitmproxy.addons import core, disable_h2c, next_layer, proxyserver, tlsconfig
 from mitmproxy.master import Master
 from mitmproxy.proxy import server as mitm_server
+from mitmproxy.proxy.mode_servers import ServerInstance
 
 from .addon import EgressAddon
 from .ca import DeploymentCA
@@ -62,13 +64,20 @@ def system_ca_file() -> str | None:
 
 
 class MitmEgressProxy:
-    """Same surface as ``EgressProxy``: ``await start()``, ``set_config()``, ``await stop()``."""
+    """Same surface as ``EgressProxy``: ``await start()``, ``set_config()``, ``await stop()``.
+
+    With ``listen=False`` (a worker of the front, ``front.py``) it opens no port: the
+    connections it serves are handed to ``adopt`` by the front, with the bytes the front
+    has read of them already."""
 
     def __init__(self, ca: DeploymentCA, *, host: str = "127.0.0.1", port: int = 0,
-                 upstream_ca_bundle: str | None = None, limits: Limits | None = None) -> None:
+                 upstream_ca_bundle: str | None = None, limits: Limits | None = None,
+                 listen: bool = True) -> None:
         self.ca = ca
         self.host = host
         self.requested_port = port
+        self.listen = listen
+        self._instance: ServerInstance | None = None
         self.limits = limits or Limits()
         self.addon = EgressAddon(ca, self.limits)
         self.upstream_ca = upstream_ca_bundle or system_ca_file()
@@ -88,7 +97,7 @@ class MitmEgressProxy:
         bound_http1_heads(self.limits.max_header_bytes, self.limits.max_headers)
         fair_reads(self.addon.fair)
         opts = options.Options(listen_host=self.host, listen_port=self.requested_port,
-                               mode=["regular"], confdir=self._confdir)
+                               mode=["regular"], confdir=self._confdir, server=self.listen)
         master = Master(opts, event_loop=asyncio.get_running_loop())
         # only what an egress proxy needs: every add-on is called on every event of every
         # flow, and mitmproxy's default set (replay, maps, cookies, saving...) is ~30 of them
@@ -106,6 +115,17 @@ class MitmEgressProxy:
         self._task = asyncio.get_running_loop().create_task(master.run())
         ps = master.addons.get("proxyserver")
         deadline = time.monotonic() + 20
+        if not self.listen:
+            # a regular-mode server that never listens: the front hands it connections
+            self._instance = ServerInstance.make("regular", ps)
+            while not ps.is_running:
+                if self._task.done():
+                    self._task.result()
+                    raise RuntimeError("mitmproxy stopped while starting")
+                if time.monotonic() > deadline:
+                    raise RuntimeError("mitmproxy did not start in 20 s")
+                await asyncio.sleep(0.01)
+            return 0
         while True:
             if self._task.done():
                 self._task.result()
@@ -117,6 +137,29 @@ class MitmEgressProxy:
             if time.monotonic() > deadline:
                 raise RuntimeError("mitmproxy did not start listening in 20 s")
             await asyncio.sleep(0.02)
+
+    @property
+    def open_connections(self) -> int:
+        if self._master is None:
+            return 0
+        return len(self._master.addons.get("proxyserver").connections)
+
+    async def adopt(self, sock: socket.socket, head: bytes) -> None:
+        """Serve a connection the front accepted, whose first bytes (``head``) it has read
+        already: they are handled first, as if they had just arrived."""
+        assert self._instance is not None, "adopt() is for a proxy started with listen=False"
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2 ** 16, loop=loop)
+        if head:
+            reader.feed_data(head)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(lambda: protocol, sock)
+        except OSError:
+            sock.close()
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
+        await self._instance.handle_stream(reader, writer)
 
     async def stop(self) -> None:
         if self._master is not None:

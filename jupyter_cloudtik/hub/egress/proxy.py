@@ -113,11 +113,15 @@ class Limits:
     # Once authenticated a connection counts for its user only.
     preauth_connections: int = 1024
     client_forget_seconds: float = 60.0  # a client holding nothing, idle this long, is forgotten
+    # each authenticated user is served by a process of its own (front.py), so one user's
+    # load is the operating system's to share out, not our event loop's; at most this many
+    # such processes (about 70 MB each), then users share them (least users first)
+    workers: int = 16
 
     def __post_init__(self) -> None:
         for name in ("client_connections", "client_lookups", "client_handshakes",
                      "lookup_threads", "max_headers", "max_header_bytes",
-                     "preauth_connections"):
+                     "preauth_connections", "workers"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"egress limit {name} is {v!r}; expected an integer >= 1")
@@ -220,6 +224,21 @@ class ProxyConfig:
         except (binascii.Error, UnicodeDecodeError, ValueError):
             return None
         return self.identify(user, token) if sep else None
+
+    def claimed(self, head: bytes) -> Identity | None:
+        """The client whose valid credentials the start of a request head carries: exactly
+        one whole ``Proxy-Authorization`` line, checked as a request's own is; else None.
+        Used where a connection is placed before its request is parsed (the front's
+        choice of worker, the loop's first turn); the request is authenticated again."""
+        low = head[:8192].lower()
+        at = low.find(b"\r\nproxy-authorization:")
+        if at < 0 or low.find(b"\r\nproxy-authorization:", at + 1) >= 0:
+            return None
+        start = at + len(b"\r\nproxy-authorization:")
+        end = low.find(b"\r\n", start)
+        if end < 0:
+            return None
+        return self.authenticate(head[start:end].decode("latin-1"))
 
     def denied(self, ip: str) -> bool:
         addr = ipaddress.ip_address(ip)
