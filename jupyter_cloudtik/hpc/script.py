@@ -26,7 +26,7 @@ from ..core.errors import ConfigError
 from . import papermill_runner
 from .base import MARKER_DIR, Environment, Submission, shell_quote
 from .environment import CONTAINER_RUNTIMES
-from .provenance_snapshot import snapshot_line
+from .provenance_snapshot import notebook_run_line, snapshot_line
 
 SCRIPT_NAME = "job.sh"
 LOG_NAME = "job.log"
@@ -148,20 +148,22 @@ def render(sub: Submission, *, directives: list[str] = (), job_dir: str | None =
                 lines.append(f"cp -R -- {shell_quote(src)} {q_name} "
                              f"|| ct_fail 'cannot copy input {item.name}'")
 
-    lines.append(snapshot_line(run, "before"))  # checksums and environment (provenance)
     if spec.notebook:
         nb_in = PurePosixPath(spec.notebook).name
         nb_out = sub.output_notebook or output_notebook_name(nb_in)
-        # papermill as its CLI ran it, with the kernel on IPC sockets (papermill_runner.py)
-        lines.append(
-            f'{run} "$CT_PYTHON" -c {shell_quote(papermill_runner.source())}'
-            f" {shell_quote(nb_in)} {shell_quote(nb_out)} {PARAMETERS_NAME}"
-            f' {shell_quote(spec.kernel or "python3")} "$CT_JOB_DIR"')
+        # papermill as its CLI ran it, with the kernel on IPC sockets (papermill_runner.py),
+        # between the provenance snapshots (checksums and environment), in one interpreter
+        lines.append(notebook_run_line(
+            run, papermill_runner.source(),
+            f"{shell_quote(nb_in)} {shell_quote(nb_out)} {PARAMETERS_NAME}"
+            f' {shell_quote(spec.kernel or "python3")} "$CT_JOB_DIR"'))
+        lines.append("CT_RC=$?")
     else:
+        lines.append(snapshot_line(run, "before"))  # checksums and environment (provenance)
         argv = " ".join(shell_quote(a) for a in (spec.command or ["true"]))
         lines.append(f"{run} {argv}")
-    lines.append("CT_RC=$?")
-    lines.append(snapshot_line(run, "after"))  # the outputs' checksums
+        lines.append("CT_RC=$?")
+        lines.append(snapshot_line(run, "after"))  # the outputs' checksums
     if sub.stage_out:
         dest = _system_path(sub.stage_out)
         patterns = list(spec.outputs) or ["*"]

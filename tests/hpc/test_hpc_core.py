@@ -73,11 +73,11 @@ def test_find_error_skips_papermill_banner():
 
 
 def test_script_environment_activation():
-    import shlex
     import sys
 
     from jupyter_cloudtik.hpc import papermill_runner, script
     from jupyter_cloudtik.hpc.base import Environment, JobSpec, StageIn, Submission
+    from jupyter_cloudtik.hpc.provenance_snapshot import notebook_run_line
 
     spec = JobSpec(notebook="/x/a.ipynb", parameters={"n": 1}, outputs=["*.csv"])
     session = Environment.session()
@@ -88,10 +88,13 @@ def test_script_environment_activation():
     assert text.startswith("#!/bin/bash\n#SBATCH --nodes=1\n")
     assert f"CT_PYTHON={sys.executable}" in text
     assert "curl -fsSL -o in.csv https://example.org/in.csv" in text
-    # papermill_runner's text run with the job's interpreter (papermill only on the system)
-    runner = shlex.quote(papermill_runner.source())
-    assert f'"$CT_PYTHON" -c {runner} a.ipynb a.out.ipynb parameters.json python3 ' \
-        '"$CT_JOB_DIR"' in text
+    # papermill_runner's text run with the job's interpreter (papermill only on the system),
+    # between the provenance snapshots, in one interpreter
+    args = 'a.ipynb a.out.ipynb parameters.json python3 "$CT_JOB_DIR"'
+    line = notebook_run_line("", papermill_runner.source(), args)
+    assert line.split('"$CT_PYTHON"', 1)[1] in text
+    assert f".cloudtik/prov-before.json .cloudtik/prov-after.json {args}\n" in text
+    assert text.count('prov-before.json') == 1  # one interpreter for the snapshots and the run
     assert "mkdir -p /results" in text and "for f in a.out.ipynb *.csv; do" in text
     assert "a.ipynb|in.csv" in text  # inputs are not copied out as results
     # an Apptainer image instead of the session's interpreter
