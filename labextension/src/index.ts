@@ -14,11 +14,13 @@ import {
 import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { KernelAPI } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
 
 import { serverApi } from './api';
 import { OPEN_DASHBOARD, setupDashboards } from './dashboards';
+import { HpcKernelsModel } from './hpcKernelsModel';
 import { JobsModel } from './jobs';
 import { CUSTOM_SIZE_COMMAND, setupCustomSizes } from './hpcKernelSizeForm';
 import { addHpcKernelStatus } from './kernelQueue';
@@ -58,6 +60,15 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const jobs = new JobsModel(serverApi());
     model.onEvent(event => jobs.handleEvent(event));
     const sidekicks = new SidekicksModel(serverApi());
+    const kernelspecs = app.serviceManager.kernelspecs;
+    const hpcKernels = new HpcKernelsModel(
+      serverApi(),
+      async id => {
+        await KernelAPI.shutdownKernel(id, app.serviceManager.serverSettings);
+      },
+      () => Object.keys(kernelspecs.specs?.kernelspecs ?? {})
+    );
+    kernelspecs.specsChanged.connect(() => hpcKernels.specsChanged());
     let preferences: Preferences = { ...DEFAULT_PREFERENCES };
 
     const insertCode = async (code: string) => {
@@ -93,6 +104,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
       clusters: model,
       jobs,
       sidekicks,
+      hpcKernels,
       preferences,
       insertCode,
       openPath,
@@ -105,6 +117,7 @@ const plugin: JupyterFrontEndPlugin<void> = {
     restorer?.add(panel, 'jupyter-cloudtik-panel');
     // the side-kick list is polled only while someone can see it
     sidekicks.isShown = () => panel.isVisible && !document.hidden;
+    hpcKernels.isShown = () => panel.isVisible && !document.hidden;
 
     app.commands.addCommand(CommandIDs.open, {
       label: 'Show the CloudTik panel (clusters, storage, jobs)',

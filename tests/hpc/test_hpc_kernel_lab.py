@@ -39,6 +39,18 @@ def _toolbar(page) -> tuple[str, str, str]:
             first.get_attribute("title") or "")
 
 
+def _panel_row(page, job: str):
+    """The side panel's HPC kernels section, opened, and the row of ``job``'s kernel."""
+    section = page.locator(".jp-CloudTik-section[data-section='hpc-kernels']")
+    if not section.is_visible():
+        page.click("li[data-id='jupyter-cloudtik-panel']")
+        section.wait_for(timeout=30_000)
+    if "jp-mod-open" not in (section.get_attribute("class") or ""):
+        section.locator(".jp-CloudTik-sectionTitle").click()
+    return section.locator(".jp-CloudTik-hpcKernel",
+                           has=page.locator(".jp-CloudTik-hpcKernelLine", has_text=f"job {job}"))
+
+
 def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
     from cloudtik_emulators.browser import chromium
     from tests.server.conftest import ARTIFACTS, _start_server, _stop, doc_image
@@ -87,6 +99,16 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
             assert "PENDING" in _squeue(slurm.env)[job]
             assert "Python 3 on daint" in page.locator(".jp-KernelName").first.inner_text()
             doc_image(page, "hpc-kernel-queued")  # docs/hpc.md shows it
+            # the side panel lists it too, queued and why, with its notebook
+            row = _panel_row(page, job)
+            row.wait_for(timeout=30_000)
+            assert row.get_attribute("data-state") == "queued"
+            line = row.locator(".jp-CloudTik-hpcKernelLine").inner_text()
+            assert re.fullmatch(rf"daint: job {job} queued \((Resources|Priority)\)", line), line
+            assert row.locator(".jp-CloudTik-openKernelNotebook").get_attribute(
+                "title") == NOTEBOOK
+            assert row.locator(".jp-CloudTik-shutdownHpcKernel").is_enabled()
+            doc_image(page, "hpc-kernels-panel")  # docs/hpc.md shows it
 
             # the node frees: the job runs, the toolbar says where and how long is left
             subprocess.run(["scancel", blocker], env={**os.environ, **slurm.env}, check=True)
@@ -97,6 +119,9 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
             m = re.search(rf"daint: job {job} on (\S+) · (\d+) min left$", title)
             assert m, title
             node = m.group(1)
+            wait_for(lambda: row.get_attribute("data-state") == "running", 30, interval=0.5,
+                     what="the panel's row to show the running job")
+            assert f"daint: job {job} on {node}" in row.inner_text()
             page.wait_for_selector(".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                    timeout=60_000)
 
@@ -199,10 +224,23 @@ def test_a_kernel_of_a_custom_size_from_the_launchers_form(slurm, tmp_path):
             assert limit == "45:00", limit
             (kernel,) = [k for k in lab.get("hpc/kernels").json()["kernels"]
                          if k["job"] == job]
-            lab.session.delete(lab.url + f"api/kernels/{kernel['id']}",
-                               headers=lab.headers(), timeout=120)
+            # shut down from the side panel (its confirm dialog first): the job ends
+            row = _panel_row(page, job)
+            row.wait_for(timeout=30_000)
+            assert row.get_attribute("data-kernel-id") == kernel["id"]
+            assert row.get_attribute("data-state") == "running"
+            assert "debug · daint" in row.locator(".jp-CloudTik-name").inner_text()
+            row.locator(".jp-CloudTik-shutdownHpcKernel").click()
+            dialog = page.locator(".jp-Dialog")
+            dialog.wait_for(timeout=20_000)
+            assert f"its job {job}" in dialog.inner_text()
+            dialog.locator(".jp-Dialog-button.jp-mod-warn").click()
             wait_for(lambda: job not in _squeue(slurm.env), 60,
-                     what="the custom kernel's job to end")
+                     what="the custom kernel's job to end once the panel shut it down")
+            # a kernel shut down is gone from the list (one whose job ended by itself stays,
+            # dead, with the reason)
+            wait_for(lambda: row.count() == 0, 30, interval=0.5,
+                     what="the panel's row to go with the kernel")
             assert not errors, errors
     finally:
         problems = _stop(lab)

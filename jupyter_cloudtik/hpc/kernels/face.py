@@ -9,6 +9,7 @@ cannot reach a backend the caller holds no grant for by asking about kernels.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from .provisioner import kernel_status, size_check
@@ -22,8 +23,25 @@ class KernelsFace:
         self.serverapp = serverapp
 
     def status(self) -> dict[str, dict[str, Any]]:
-        """kernel id -> what its job does (``kernel_status``); no backend call."""
-        return kernel_status(self.serverapp)
+        """kernel id -> what its job does (``kernel_status``); no backend call.  With
+        ``notebook``: the notebook it was started for as a path under the server's root
+        (the panel opens it), when it is under the root."""
+        out = kernel_status(self.serverapp)
+        for k in out.values():
+            k["notebook"] = self._under_root(k.get("session"))
+        return out
+
+    def _under_root(self, session: Any) -> str | None:
+        """``session`` (jupyter_server's JPY_SESSION_NAME: root folder + the notebook's
+        path) as a path under the root, or None (elsewhere, or not a path)."""
+        if not isinstance(session, str) or not session:
+            return None
+        try:
+            root = Path(self.serverapp.root_dir).resolve()
+            rel = Path(session).resolve().relative_to(root)
+        except (ValueError, OSError, AttributeError, TypeError):
+            return None
+        return rel.as_posix() if rel.parts else None
 
     def size(self, backend: str | None, profile: str, size: dict[str, Any]) -> dict[str, str]:
         """A custom size checked as a start checks it; the spec to start, listed from now

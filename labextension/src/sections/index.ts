@@ -7,6 +7,7 @@
 import { ComponentType } from 'react';
 
 import { ClustersSection } from './clusters';
+import { HpcKernelsSection, useHpcKernelsVisible } from './hpcKernels';
 import { JobsSection } from './jobs';
 import { SidekicksSection, useSidekicksVisible } from './sidekicks';
 import { StorageSection } from './storage';
@@ -32,7 +33,14 @@ export const SECTIONS: SectionSpec[] = [
     useVisible: useSidekicksVisible
   },
   { id: 'storage', title: 'Storage', component: StorageSection, open: false },
-  { id: 'jobs', title: 'Jobs', component: JobsSection, open: false }
+  { id: 'jobs', title: 'Jobs', component: JobsSection, open: false },
+  {
+    id: 'hpc-kernels',
+    title: 'HPC kernels',
+    component: HpcKernelsSection,
+    open: false,
+    useVisible: useHpcKernelsVisible
+  }
 ];
 
 export type { SectionProps };

@@ -1,3 +1,4 @@
+import { HpcKernelsModel } from '../hpcKernelsModel';
 import { JobsModel } from '../jobs';
 import { ClustersModel } from '../model';
 import { SidekicksModel } from '../sidekicks';
@@ -23,6 +24,8 @@ export interface SectionProps {
   jobs: JobsModel;
   /** the user's side-kicks (under JupyterHub only) */
   sidekicks: SidekicksModel;
+  /** this server's kernels on HPC backends */
+  hpcKernels: HpcKernelsModel;
   preferences: Preferences;
   /** put code into the active notebook (a new cell below the active one) */
   insertCode: (code: string) => Promise<void>;
