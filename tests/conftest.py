@@ -387,6 +387,7 @@ _UNIT_SECONDS: dict[str, float] = {  # CI of 2026-12-05 (-n 4), units of 25 s an
     "tests/hub/test_generated_attacks.py": 88,
     "tests/chaos/test_hub_service_crashes.py": 77,
     "tests/hub/test_egress_fairness.py": 73,
+    "tests/hub/test_egress_workers.py": 25,  # five proxies with their workers (2026-12-06)
     "tests/test_doc_examples.py": 73,
     "tests/hub/test_hub_service.py": 69,
     "tests/hub/test_hub_huaweicloud.py": 69,
