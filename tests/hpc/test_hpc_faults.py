@@ -89,8 +89,10 @@ def test_slurm_script_carries_resources_environment_and_staging(make_client, bac
                  "#SBATCH --time=00:02:00", "#SBATCH --partition=debug",
                  "#SBATCH --job-name=param", "#SBATCH --comment=cloudtik:",
                  "export MY_FLAG=on",
-                 # papermill with the kernel on IPC sockets (hpc/papermill_runner.py)
-                 "' param.ipynb param.out.ipynb parameters.json python3 \"$CT_JOB_DIR\"",
+                 # papermill with the kernel on IPC sockets (hpc/papermill_runner.py),
+                 # between the provenance snapshots, in one interpreter
+                 "' .cloudtik/prov-before.json .cloudtik/prov-after.json param.ipynb "
+                 "param.out.ipynb parameters.json python3 \"$CT_JOB_DIR\"",
                  f"cp -R -- {notebooks['data']} data.txt"):
         assert line in text, line
     import sys

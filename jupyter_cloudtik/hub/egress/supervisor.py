@@ -25,6 +25,7 @@ from urllib.parse import quote
 from ...core import env as envnames  # pure names; hub/egress imports nothing else above
 from ...core.process_groups import signal_child
 from .ca import DeploymentCA
+from .lines import json_lines
 from .proxy import DEFAULT_DENY_NETWORKS, Client
 from .rules import Rule, RuleSet
 
@@ -192,14 +193,7 @@ class EgressSupervisor:
 
     async def _read_acks(self, proc: asyncio.subprocess.Process) -> None:
         assert proc.stdout is not None
-        while True:
-            line = await proc.stdout.readline()
-            if not line:
-                break
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
+        async for msg in json_lines(proc.stdout):
             seq = msg.get("seq") if "error" in msg else msg.get("applied")
             fut = self._acks.pop(seq, None) if isinstance(seq, int) else None
             if fut is not None and not fut.done():

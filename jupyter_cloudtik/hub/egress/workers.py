@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .lines import json_lines
 from .proxy import Limits
 
 __all__ = ["Worker", "WorkerPool"]
@@ -164,14 +165,7 @@ class WorkerPool:
 
     async def _read(self, w: Worker) -> None:
         assert w.proc.stdout is not None
-        while True:
-            line = await w.proc.stdout.readline()
-            if not line:
-                break
-            try:
-                msg = json.loads(line)
-            except ValueError:
-                continue
+        async for msg in json_lines(w.proc.stdout):
             if msg.get("worker") == "ready" and not w.ready.done():
                 w.ready.set_result(None)
             elif "idle" in msg:
