@@ -10,7 +10,11 @@ Besides latency and throughput it prints the server process's CPU time per reque
 latency tail swings with the neighbours' load, the CPU a request costs the server does not.
 
 Targets: p99(clusters) / p99(status) <= 1.2 and throughput(clusters) / throughput(status)
->= 0.9 (requests per second over the same rounds).
+>= 0.9 (requests per second), judged on the median of the ratios of 10 interleaved rounds.
+Why: with 2 rounds, /api/status against itself gave p99 ratios 1.11-1.45 and throughput
+ratios 1.16-1.59 (2026-12-06, quiet 2-core machine), more than the target allows; so a
+third endpoint, /api/status again, is measured in the same rounds as a control, and its
+ratios are printed as the noise the figures carry.
 
     .venv/bin/python benchmarks/api_latency.py [--requests 2000] [--concurrency 50]
 """
@@ -103,11 +107,24 @@ def pct(values: list[float], q: float) -> float:
     return statistics.quantiles(values, n=1000, method="inclusive")[int(q * 10) - 1]
 
 
+def settle(limit: float = 30.0, quiet_percent: float = 25.0) -> float:
+    """Wait until the machine's CPU use stays under ``quiet_percent`` for two seconds in a
+    row (at most ``limit`` seconds); the seconds waited."""
+    t0 = time.perf_counter()
+    quiet = 0
+    while quiet < 2 and time.perf_counter() - t0 < limit:
+        quiet = quiet + 1 if psutil.cpu_percent(interval=1.0) < quiet_percent else 0
+    return time.perf_counter() - t0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=50)
-    parser.add_argument("--rounds", type=int, default=2, help="interleaved rounds per endpoint")
+    parser.add_argument("--rounds", type=int, default=10,
+                        help="interleaved rounds per endpoint (the verdict is on the median "
+                             "of the rounds' ratios: one pooled p99 swings by 1.1-1.5x "
+                             "between two identical endpoints here)")
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="cloudtik-bench-"))
@@ -124,45 +141,67 @@ def main() -> int:
         listed = requests.get(url + "cloudtik/api/clusters", headers=headers).json()
         assert len(listed["clusters"]) == 3
 
+        # the control is /api/status against itself: what the same numbers say of two
+        # identical endpoints on this machine (the instrument's own noise)
         endpoints = {"GET /cloudtik/api/clusters": url + "cloudtik/api/clusters",
-                     "GET /api/status (baseline)": url + "api/status"}
+                     "GET /api/status (baseline)": url + "api/status",
+                     "GET /api/status (control)": url + "api/status"}
+        names = list(endpoints)
         results: dict[str, list[float]] = {k: [] for k in endpoints}
         per_round = args.requests // args.rounds
         walls: dict[str, float] = dict.fromkeys(endpoints, 0.0)
         cpu: dict[str, float] = dict.fromkeys(endpoints, 0.0)
+        rounds: list[dict[str, tuple[float, float]]] = []  # per round: (p99, req/s)
         server = psutil.Process(proc.pid)
-        for target in endpoints.values():  # warm both up
+        # the three clusters' schedulers and workers are still starting for seconds after
+        # `up` answers: rounds run then were slow for every endpoint alike (p99 40-85 ms
+        # against 20-30 ms after), and whichever endpoint drew them had the pooled tail
+        settled = settle()
+        print(f"(the machine settled {settled:.1f} s after the clusters were up)")
+        for target in endpoints.values():  # warm them up
             asyncio.run(load(target, headers, 200, args.concurrency))
         for rnd in range(args.rounds):
             order = list(endpoints.items())
-            if rnd % 2:
-                order.reverse()
+            order = order[rnd % 3:] + order[:rnd % 3]  # each goes first as often
+            this: dict[str, tuple[float, float]] = {}
             for name, target in order:
                 t0, c0 = time.perf_counter(), sum(server.cpu_times()[:2])
-                results[name] += asyncio.run(load(target, headers, per_round,
-                                                  args.concurrency))
-                walls[name] += time.perf_counter() - t0
+                lat = asyncio.run(load(target, headers, per_round, args.concurrency))
+                wall = time.perf_counter() - t0
+                results[name] += lat
+                walls[name] += wall
                 cpu[name] += sum(server.cpu_times()[:2]) - c0
+                this[name] = (pct(lat, 99), len(lat) / wall)
+            rounds.append(this)
 
-        print(f"{args.requests} requests per endpoint, concurrency {args.concurrency}, "
-              f"3 clusters recorded, {os.cpu_count()} CPUs (shared)\n")
+        print(f"{args.requests} requests per endpoint in {args.rounds} interleaved rounds, "
+              f"concurrency {args.concurrency}, 3 clusters recorded, {os.cpu_count()} CPUs\n")
         print(f"{'endpoint':32} {'p50 ms':>8} {'p99 ms':>8} {'req/s':>8} "
               f"{'server CPU ms/req':>18}")
         for name, lat in results.items():
             print(f"{name:32} {pct(lat, 50):8.1f} {pct(lat, 99):8.1f} "
                   f"{len(lat) / walls[name]:8.0f} {1000 * cpu[name] / len(lat):18.2f}")
-        ours, base = results.values()
-        ratio99 = pct(ours, 99) / pct(base, 99)
-        ratio50 = pct(ours, 50) / pct(base, 50)
-        rps_ours, rps_base = (len(lat) / walls[name] for name, lat in results.items())
-        ratio_rps = rps_ours / rps_base
-        ok = ratio99 <= TARGET_P99_RATIO and ratio_rps >= TARGET_THROUGHPUT_RATIO
-        ratio_cpu = (cpu[next(iter(endpoints))] / len(ours)) / (
-            cpu[list(endpoints)[1]] / len(base))
-        print(f"\nratio clusters/status: p50 {ratio50:.2f}, p99 {ratio99:.2f} "
-              f"(target <= {TARGET_P99_RATIO}), throughput {rps_ours:.0f}/{rps_base:.0f} "
-              f"req/s = {ratio_rps:.2f} (target >= {TARGET_THROUGHPUT_RATIO}): "
-              f"{'OK' if ok else 'ABOVE TARGET'}; server CPU per request {ratio_cpu:.2f}")
+
+        def ratios(a: str, b: str) -> tuple[float, float, float, float, float]:
+            """Pooled p99 and throughput ratios, their per-round medians, and CPU/req."""
+            la, lb = results[a], results[b]
+            pooled99 = pct(la, 99) / pct(lb, 99)
+            pooled_rps = (len(la) / walls[a]) / (len(lb) / walls[b])
+            med99 = statistics.median(r[a][0] / r[b][0] for r in rounds)
+            med_rps = statistics.median(r[a][1] / r[b][1] for r in rounds)
+            cpu_ratio = (cpu[a] / len(la)) / (cpu[b] / len(lb))
+            return pooled99, pooled_rps, med99, med_rps, cpu_ratio
+
+        c99, crps, cm99, cmrps, _ = ratios(names[2], names[1])
+        print(f"\ncontrol status/status: p99 {c99:.2f} (median of rounds {cm99:.2f}), "
+              f"throughput {crps:.2f} (median of rounds {cmrps:.2f}): the noise of this "
+              "machine")
+        o99, orps, om99, omrps, ocpu = ratios(names[0], names[1])
+        ok = om99 <= TARGET_P99_RATIO and omrps >= TARGET_THROUGHPUT_RATIO
+        print(f"ratio clusters/status: p99 {o99:.2f} (median of rounds {om99:.2f}, target "
+              f"<= {TARGET_P99_RATIO}), throughput {orps:.2f} (median of rounds {omrps:.2f}, "
+              f"target >= {TARGET_THROUGHPUT_RATIO}): {'OK' if ok else 'ABOVE TARGET'} on "
+              f"the medians; server CPU per request {ocpu:.2f}")
         return 0 if ok else 1
     finally:
         for name in ("bench-0", "bench-1", "bench-2"):
