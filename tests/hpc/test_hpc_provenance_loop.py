@@ -22,7 +22,8 @@ from jupyter_cloudtik.hpc.api import Job
 
 from .conftest import _nb, wait_for
 
-PAD_MB = 200  # the notebook's size; writing its crate on the loop stalls it over a second
+PAD_MB = 400  # the notebook's size: its crate takes well over LAG_BOUND to write (200 MB
+             # took 0.42 s on a quiet CI run, too little to tell); on the loop it stalled it
 LAG_BOUND = 0.5  # seconds: the most the loop may be late while it is written (on the loop: 2.7 s)
 TICK = 0.01
 
