@@ -182,6 +182,19 @@ def test_a_worker_that_dies_is_replaced_and_the_others_go_on(proxy):
     assert _get(sup, port, f"/api/b2-{tag}", "bob")[0] == 200
     assert _worker_of(sup, f"/api/a2-{tag}") not in (alice, bob)
     assert _worker_of(sup, f"/api/b2-{tag}") == bob
+    # the shared worker too: heads without credentials are still answered (407), by a new one
+    assert _get(sup, port, f"/api/n1-{tag}", None)[0] == 407
+    shared = _worker_of(sup, REFUSED)
+    psutil.Process(shared).send_signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while sup.log_path.read_text().count("exited with code -9") < 2:
+        assert time.monotonic() < deadline, "the front did not see the shared worker die"
+        time.sleep(0.05)
+    assert _get(sup, port, f"/api/n2-{tag}", None)[0] == 407
+    pids = set(re.findall(r"egress-worker\[(\d+)\] INFO " + re.escape(REFUSED),
+                          sup.log_path.read_text()))
+    assert len(pids) == 2 and str(shared) in pids, pids
+    assert _get(sup, port, f"/api/b3-{tag}", "bob")[0] == 200
 
 
 def test_idle_workers_end_and_users_share_past_the_cap(proxy):

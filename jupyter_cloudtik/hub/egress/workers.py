@@ -184,15 +184,12 @@ class WorkerPool:
                                                "before it was ready"))
         ended = w.gone  # ended by us (idle, stop, a config it did not apply)
         self._forget(w)
-        if self._spare is not None and self._spare.done() and not self._spare.cancelled() \
-                and self._spare.exception() is None and self._spare.result() is w:
-            self._spare = None
-            self._make_spare()
+        self._replace_spare_if(w)
         if not ended and not self._stopping:
             log.warning("egress worker %s exited with code %s; its connections are closed",
                         w.name, code)
             if w is self.shared:
-                self.shared = await self._spawn(SHARED)
+                await self._ensure_shared()
 
     def _forget(self, w: Worker) -> None:
         w.gone = True
@@ -225,6 +222,36 @@ class WorkerPool:
             return self.config
         return dict(self.config, clients=[c for c in self.config.get("clients") or []
                                           if c.get("user") in w.users])
+
+    def _ready_spare(self) -> Worker | None:
+        """The spare, if it has started (not still starting, failed or cancelled)."""
+        t = self._spare
+        if t is None or not t.done() or t.cancelled() or t.exception() is not None:
+            return None
+        return t.result()
+
+    def _replace_spare_if(self, w: Worker) -> None:
+        """``w`` is gone: if it was the spare, make another."""
+        if self._ready_spare() is w:
+            self._spare = None
+            self._make_spare()
+
+    async def _respawn_shared(self) -> None:
+        """Make the shared worker again; if that fails, say so: until a later try, the
+        connections it would take are answered 503 (``place``), never served elsewhere."""
+        try:
+            self.shared = await self._spawn(SHARED)
+        except (OSError, RuntimeError, TimeoutError, ValueError) as e:
+            log.warning("egress: the shared worker could not be made again (%s: %s); "
+                        "connections without a user's credentials get 503 until it is",
+                        type(e).__name__, e)
+
+    async def _ensure_shared(self) -> None:
+        """A live shared worker, made again (once, under the lock) if it is gone."""
+        if (self.shared is None or self.shared.gone) and not self._stopping:
+            async with self._lock:
+                if self.shared is None or self.shared.gone:
+                    await self._respawn_shared()
 
     def _make_spare(self) -> None:
         if self._spare is None and not self._stopping \
@@ -264,9 +291,9 @@ class WorkerPool:
                     w.users.discard(u)
                     self.by_user.pop(u, None)
             targets = [w for w in [self.shared, *self.workers] if w is not None]
-            if self._spare is not None and self._spare.done() \
-                    and self._spare.exception() is None:
-                targets.append(self._spare.result())
+            spare = self._ready_spare()
+            if spare is not None:
+                targets.append(spare)
             results = await asyncio.gather(
                 *(w.send_config(self._config_for(w), self._next_seq()) for w in targets),
                 return_exceptions=True)
@@ -277,12 +304,8 @@ class WorkerPool:
                     self._forget(w)
                     self._kill(w)
                     if w is self.shared:
-                        self.shared = await self._spawn(SHARED)
-                    if self._spare is not None and self._spare.done() \
-                            and not self._spare.cancelled() \
-                            and self._spare.exception() is None and self._spare.result() is w:
-                        self._spare = None
-                        self._make_spare()
+                        await self._respawn_shared()
+                    self._replace_spare_if(w)
 
     # -- placement ---------------------------------------------------------------------------
     async def _worker_of(self, user: str) -> Worker:
@@ -312,6 +335,8 @@ class WorkerPool:
     async def place(self, sock: socket.socket, head: bytes, user: str | None) -> None:
         """Hand ``sock`` (with ``head``, what was read of it) to its worker; the caller
         closes ``sock`` after."""
+        if user is None:
+            await self._ensure_shared()  # the later try, after a failed _respawn_shared
         w = self.shared if user is None else await self._worker_of(user)
         if w is None or w.gone:
             raise RuntimeError("no egress worker to take the connection")
