@@ -202,7 +202,7 @@ def _sidekicks_under(base: Path) -> list:
 
 
 def _hub_base(base: Path, hub_port: int, proxy_port: int, api_port: int,
-              user_env: dict[str, str]) -> str:
+              user_env: dict[str, str], user_args: list[str] | None = None) -> str:
     """Where the hub listens and keeps its files, how users log in and are spawned."""
     users_home = base / "homes"
     return textwrap.dedent(f"""
@@ -227,7 +227,7 @@ def _hub_base(base: Path, hub_port: int, proxy_port: int, api_port: int,
         c.SimpleLocalProcessSpawner.home_dir_template = {str(users_home) + '/{username}'!r}
         c.Spawner.cmd = [sys.executable, "-m", "jupyterhub.singleuser"]
         c.Spawner.default_url = "/lab"
-        c.Spawner.args = ["--allow-root"] if os.geteuid() == 0 else []
+        c.Spawner.args = (["--allow-root"] if os.geteuid() == 0 else []) + {list(user_args or [])!r}
         c.Spawner.start_timeout = 90
         c.Spawner.http_timeout = 90
         c.Spawner.environment = {user_env!r}
@@ -239,7 +239,8 @@ def _hub_base(base: Path, hub_port: int, proxy_port: int, api_port: int,
 
 
 def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
-                 service_port: int, sidekick_config: str = "", hub_config: str = "") -> Path:
+                 service_port: int, sidekick_config: str = "", hub_config: str = "",
+                 user_args: list[str] | None = None) -> Path:
     """The hub's and the sidekick's config files.  ``hub_config``: a deployment's own
     scopes, roles, services and spawner environment (docs/hub.md's, say) in place of the
     built-in ones; ``$service_port``, ``$sidekick_config`` and ``$state_dir`` in it are
@@ -271,7 +272,8 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
     if hub_config:
         own = string.Template(hub_config).safe_substitute(
             service_port=service_port, sidekick_config=str(sk_cfg), state_dir=str(state))
-        cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env) + own
+        cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env, user_args)
+                       + own
                        + textwrap.dedent(f"""
             # the test harness's own additions
             c.JupyterHub.load_roles.append({tester_role!r})
@@ -283,7 +285,7 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
                                                 **_service.get("environment", {{}})}}
         """))
         return cfg
-    cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env)
+    cfg.write_text(_hub_base(base, hub_port, proxy_port, api_port, user_env, user_args)
                    + textwrap.dedent(f"""
         c.JupyterHub.custom_scopes = {{
             "custom:cloudtik:use": {{"description": "use the cloudtik sidekick"}},
@@ -317,12 +319,13 @@ def write_config(base: Path, *, hub_port: int, proxy_port: int, api_port: int,
 
 
 def start_hub(base: Path, *, sidekick_config: str = "", hub_config: str = "",
-              timeout: float = 90) -> Hub:
+              user_args: list[str] | None = None, timeout: float = 90) -> Hub:
+    """``user_args``: more command-line options of users' single-user servers."""
     base.mkdir(parents=True, exist_ok=True)
     ports = [free_port() for _ in range(4)]
     cfg = write_config(base, hub_port=ports[0], proxy_port=ports[1], api_port=ports[2],
                        service_port=ports[3], sidekick_config=sidekick_config,
-                       hub_config=hub_config)
+                       hub_config=hub_config, user_args=user_args)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("JUPYTERHUB_", envnames.API_URL, envnames.API_TOKEN,
                                 envnames.API_CA_BUNDLE, "HTTP_PROXY", "HTTPS_PROXY",

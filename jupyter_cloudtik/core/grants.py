@@ -38,7 +38,7 @@ from .errors import ConfigError, NotFoundError, PermissionDeniedError
 from .identity import Caller, acting_caller
 
 KINDS = ("provider", "template", "storage", "hpc", "sidekick", "egress", "image",
-         "workspace", "gateway", "zone")
+         "workspace", "gateway", "zone", "kernel")
 MODES = ("use", "read", "write", "run")
 SHARED_FILE = "shared.json"
 
@@ -55,6 +55,7 @@ SCOPES = {
     "gateway": "provider:dask-gateway",
     "zone": "zone:{name}",
     "image": "image:{name}",
+    "kernel": "hub:kernel:{name}",  # a kernel profile: no secrets of its own
 }
 
 _SEAL = object()  # only this module can make a Grant
@@ -123,7 +124,7 @@ def _mint(caller: Caller, kind: str, name: str, mode: str, *, purpose: str = "",
 
 
 #: the mode a plain "may the caller use it" question means, per kind
-DEFAULT_MODES = {"storage": "read", "hpc": "run", "sidekick": "run"}
+DEFAULT_MODES = {"storage": "read", "hpc": "run", "sidekick": "run", "kernel": "run"}
 
 
 def default_mode(kind: str) -> str:

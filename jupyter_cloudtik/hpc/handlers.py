@@ -124,7 +124,8 @@ class KernelSizesHandler(CloudTikHandler):
                 if body.get(k) is not None}
         face = _kernels(self.ctx)
         self.write_json(await asyncio.to_thread(face.size, body.get("backend"),
-                                                body["profile"], size))
+                                                body["profile"], size,
+                                                bool(body.get("hub"))))
 
 
 class JobsHandler(_JobsHandler):

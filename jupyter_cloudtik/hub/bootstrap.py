@@ -220,6 +220,10 @@ def start_services(ctx: Any) -> None:
     # a bad limit is a config error now (one line naming the setting), not a proxy that
     # fails to start in the background
     egress_args = egress_limit_args(ctx.hub) if ctx.hub.egress_enabled else []
+    # deferred: start-up (hub.kernels loads the HPC backends)
+    from .kernels import HubKernels
+
+    ctx.kernels = HubKernels(ctx)  # a bad kernels_per_user or kernel_lease: said now
     state = Path(ctx.settings.state_dir) / "hub"
     state.mkdir(parents=True, exist_ok=True, mode=0o700)
     ctx.sidekicks = SidekickSupervisor(
@@ -229,6 +233,8 @@ def start_services(ctx: Any) -> None:
 
     async def start() -> None:
         ctx.sidekicks.start_background()  # stops side-kicks orphaned by a previous run
+        # the jobs of kernels a killed sidekick left running
+        loop.run_in_executor(None, _end_kernel_orphans, ctx)
         if ctx.hub.egress_enabled:
             # deferred: start-up (hub.egress.supervisor ~52 ms, loads cryptography, psutil)
             from .egress.supervisor import EgressSupervisor
@@ -284,10 +290,19 @@ async def _watch_sessions(ctx: Any) -> None:
             log.exception("checking users' sessions failed")
 
 
+def _end_kernel_orphans(ctx: Any) -> None:
+    try:
+        ctx.kernels.end_orphans()
+    except Exception:  # said; the next sidekick looks again
+        log.exception("cannot look for the jobs of HPC kernels of a sidekick that was killed")
+
+
 async def stop_services(ctx: Any) -> None:
     watch = getattr(ctx, "session_watch", None)
     if watch is not None:
         watch.cancel()
+    if getattr(ctx, "kernels", None) is not None:
+        await ctx.kernels.close()
     if ctx.sidekicks is not None:
         await ctx.sidekicks.shutdown()
         await ctx.sidekicks.stop_background()

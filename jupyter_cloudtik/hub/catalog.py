@@ -13,6 +13,9 @@ the catalogue table, an answer or a log), and who may use it: ``users`` and ``gr
   catalogue; users browse and copy through the sidekick).
 * ``hpc`` — an HPC backend instance users may submit to (configured in ``c.HPC``).
 * ``sidekick`` — a side-kick service users may start (see ``docs/hub-sidekicks.md``).
+* ``kernel`` — an interactive HPC kernel profile: ``{"backend": <hpc item>, "cores",
+  "time", "memory", "partition", "gpus", "account", "display_name", "custom"}`` (as
+  ``c.HPCKernels.profiles``); using it needs a grant on it *and* on its backend.
 
 Quotas (per user or group: clusters, cores, spend per day) and the audit log of admin
 actions live beside it, in the sidekick's own state DB.
@@ -30,7 +33,7 @@ from ..core.grants import Caller
 from ..core.secrets import SecretStore
 from ..core.store import Store, dumps, loads
 
-KINDS = ("provider", "template", "storage", "hpc", "sidekick")
+KINDS = ("provider", "template", "storage", "hpc", "sidekick", "kernel")
 NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,62}$")
 EVERYONE = "*"
 SECRET = "<secret>"
@@ -343,6 +346,14 @@ def validate_spec(kind: str, name: str, spec: dict[str, Any]) -> None:
         if "options" in spec:
             need("options", dict, "an object of rclone options (no secrets: put those "
                                   "under 'secrets')")
+    elif kind == "kernel":
+        # deferred: start-up (hpc.kernels.profiles ~8 ms, loads the HPC job model)
+        from ..hpc.kernels.profiles import parse_profile
+
+        if "name" in spec:
+            raise ConfigError("spec.name: a kernel profile is named by its catalogue name",
+                              field="spec.name")
+        parse_profile({"name": name, **spec}, 0, where="spec")
     elif kind == "sidekick":
         # deferred: start-up (hub.sidekicks ~53 ms, loads asyncio, psutil)
         from .sidekicks import SidekickSpec

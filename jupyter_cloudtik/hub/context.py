@@ -73,6 +73,7 @@ class HubContext:
         self.egress_clients: dict[str, tuple[Caller, str]] = {}
         self.services_ready: Any = None
         self.session_watch: Any = None
+        self.kernels: Any = None  # hub.kernels.HubKernels
 
     # the request's view ------------------------------------------------------------------
     def for_request(self, handler: Any) -> UserContext:

@@ -9,12 +9,16 @@ page over the same API (catalogue, quotas, every user's cost, audit).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
-from jupyter_server.auth.decorator import authorized
+from jupyter_core.utils import ensure_async
+from jupyter_server.auth.decorator import authorized, ws_authenticated
 from jupyter_server.base.handlers import JupyterHandler
+from jupyter_server.base.websocket import WebSocketMixin
 from jupyter_server.utils import url_path_join
 from tornado import web
+from tornado.websocket import WebSocketClosedError, WebSocketHandler
 
 from ..api.base import CloudTikHandler
 from ..api.forward import forward, request_headers
@@ -343,6 +347,132 @@ class SidekickStopUserHandler(HubHandler):
 
 
 
+# interactive HPC kernels (hub/kernels.py) -----------------------------------------------
+KERNEL_ID = r"(?P<kid>[^/]+)"
+
+
+class KernelProfilesHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self) -> None:
+        """The kernel profiles the caller may start (their server's kernel specs)."""
+        self.write_json({"profiles": self.hub.kernels.profiles(self.caller)})
+
+
+class KernelSizesHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        body = self.json_body("HubKernelSize")
+        p = await self.hub.kernels.size(self.caller, body.get("profile"), body.get("custom"))
+        self.write_json({"name": p.name, "display_name": p.title()})
+
+
+class KernelsHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def post(self) -> None:
+        """Submit a kernel's job; the caller's server then watches and reaches it."""
+        body = self.json_body("HubKernelStart")
+        self.write_json(await self.hub.kernels.start(self.caller, body), status=201)
+
+
+class KernelHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, kid: str) -> None:
+        self.write_json(await self.hub.kernels.status(self.caller, kid))
+
+    @web.authenticated
+    @authorized
+    async def delete(self, kid: str) -> None:
+        await self.hub.kernels.delete(self.caller, kid)
+        self.set_status(204)
+        self.finish()
+
+
+class KernelActionHandler(HubHandler):
+    @web.authenticated
+    @authorized
+    async def get(self, kid: str, action: str) -> None:
+        if action != "ports":
+            raise web.HTTPError(405)
+        self.write_json(await self.hub.kernels.ports(self.caller, kid))
+
+    @web.authenticated
+    @authorized
+    async def post(self, kid: str, action: str) -> None:
+        k = self.hub.kernels
+        if action == "connect":
+            self.write_json(await k.connect(self.caller, kid))
+        elif action == "signal":
+            body = self.json_body("HubKernelSignal")
+            await k.signal(self.caller, kid, body.get("signal"))
+            self.write_json({"signal": body.get("signal")})
+        elif action == "cancel":
+            await k.cancel(self.caller, kid)
+            self.write_json({"cancelled": True})
+        else:
+            raise web.HTTPError(405)
+
+
+class KernelChannelHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
+    """One kernel port as a websocket of binary frames: the user's server joins a local
+    port to it, the sidekick joins it to the kernel's port on the node."""
+
+    auth_resource = "cloudtik"
+
+    def set_default_headers(self) -> None:  # JupyterHandler's are for pages
+        pass
+
+    @ws_authenticated
+    async def get(self, kid: str, name: str) -> None:
+        if not await ensure_async(self.authorizer.is_authorized(self, self.current_user,
+                                                               "execute", "cloudtik")):
+            raise web.HTTPError(403)
+        try:
+            self._reader, self._writer = await self.settings["cloudtik"].kernels.open_channel(
+                caller_of(self), kid, name)
+        except CloudTikError as e:
+            raise web.HTTPError(e.http_status, e.message) from None
+        except OSError as e:
+            raise web.HTTPError(502, f"the kernel's port did not answer: {e}") from None
+        await super().get(kid, name)
+
+    def open(self, *args: Any, **kwargs: Any) -> None:
+        super().open()
+        self._pump = asyncio.ensure_future(self._from_kernel())
+
+    async def _from_kernel(self) -> None:
+        try:
+            while True:
+                data = await self._reader.read(65536)
+                if not data:
+                    break
+                await self.write_message(data, binary=True)
+        except (OSError, WebSocketClosedError):
+            pass
+        finally:
+            self.close()
+
+    async def on_message(self, message: str | bytes) -> None:
+        if isinstance(message, str):
+            message = message.encode()
+        try:
+            self._writer.write(message)
+            await self._writer.drain()
+        except OSError:
+            self.close()
+
+    def on_close(self) -> None:
+        writer = getattr(self, "_writer", None)
+        if writer is not None:
+            writer.close()
+        pump = getattr(self, "_pump", None)
+        if pump is not None:
+            pump.cancel()
+
+
 class BrowserPageHandler(JupyterHandler):
     """Pages a browser navigates to (not API calls): an unauthenticated visit is sent to
     the hub's login (OAuth) instead of answered 403."""
@@ -474,6 +604,13 @@ def hub_routes(base_url: str) -> list[tuple[str, Any]]:
         (api + rf"/egress/shares/{NAME}/(?P<action>accept|decline)",
          EgressShareDecisionHandler),
         (api + r"/egress/session", EgressSessionHandler),
+        (api + r"/kernel-profiles", KernelProfilesHandler),
+        (api + r"/kernel-sizes", KernelSizesHandler),
+        (api + r"/kernels", KernelsHandler),
+        (api + rf"/kernels/{KERNEL_ID}", KernelHandler),
+        (api + rf"/kernels/{KERNEL_ID}/(?P<action>ports|connect|signal|cancel)",
+         KernelActionHandler),
+        (api + rf"/kernels/{KERNEL_ID}/channels/(?P<name>[a-z_]+)", KernelChannelHandler),
         (api + r"/sidekicks", SidekicksHandler),
         (api + r"/sidekicks/_stop-mine", SidekickStopUserHandler),
         (api + rf"/sidekicks/{NAME}", SidekickHandler),

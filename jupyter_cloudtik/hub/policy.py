@@ -19,13 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..core.errors import PermissionDeniedError
+from ..core.errors import NotFoundError, PermissionDeniedError
 from ..core.grants import Caller, Grant, Policy, _mint, not_found, storage_index
 from .catalog import Catalog
 
 #: kinds a user may be granted, with the modes each knows
 USER_KINDS = {"provider": ("use",), "template": ("use",), "storage": ("read", "write"),
-              "hpc": ("run", "use"), "sidekick": ("run", "use"), "image": ("use",)}
+              "hpc": ("run", "use"), "sidekick": ("run", "use"), "image": ("use",),
+              "kernel": ("run",)}
 
 
 class CatalogPolicy(Policy):
@@ -45,6 +46,15 @@ class CatalogPolicy(Policy):
         res = self.catalog.find(kind, name)
         if res is None or not caller.may_use(res.users, res.groups):
             raise not_found(kind, name, field)
+        if kind == "kernel":
+            # a profile runs on its backend: no grant on one without the other, and a
+            # backend the caller may not use is not named (the profile's own 404)
+            backend = res.spec.get("backend")
+            backend_res = self.catalog.find("hpc", backend) if isinstance(backend, str) \
+                else None
+            if backend_res is None or not caller.may_use(backend_res.users,
+                                                         backend_res.groups):
+                raise not_found(kind, name, field)
         if kind == "storage":
             index = storage_index(self.store)
             read_only = index.read_only(name) if index is not None else None
@@ -70,7 +80,17 @@ class CatalogPolicy(Policy):
     def visible(self, caller: Caller, kind: str) -> list[str]:
         if kind not in USER_KINDS or kind == "image":
             return []
-        return [r.name for r in self.catalog.visible(caller, kind)]
+        names = [r.name for r in self.catalog.visible(caller, kind)]
+        if kind == "kernel":  # and its backend: the one decision, grant()
+            names = [n for n in names if self._granted(caller, kind, n)]
+        return names
+
+    def _granted(self, caller: Caller, kind: str, name: str) -> bool:
+        try:
+            self.grant(caller, kind, name, USER_KINDS[kind][0])
+        except (NotFoundError, PermissionDeniedError):
+            return False
+        return True
 
     def caller(self, name: str) -> Caller:
         """Who ``name`` is for a background action: the request's caller if it is them,

@@ -170,6 +170,18 @@ class CloudTikHub(Configurable):
         share them (fewest users first) and share that process's loop by turns.""",
     ).tag(config=True)
 
+    kernels_per_user = Int(
+        4, help="""Interactive HPC kernels one user may have through the sidekick at once
+        (docs/hpc.md, Interactive kernels through the hub).""",
+    ).tag(config=True)
+
+    kernel_lease = Float(
+        120.0, help="""Seconds an HPC kernel started through the sidekick lives on without
+        its user's server asking after it (it does every few seconds while it runs): then
+        its job is ended, so a killed server does not hold an allocation until the wall
+        time.""",
+    ).tag(config=True)
+
     egress_no_proxy = Unicode(
         "localhost,127.0.0.1,::1",
         help="NO_PROXY given to sessions with the proxy settings.",

@@ -394,13 +394,18 @@ class SSHShell:
         return self._call(go)
 
     def forward_through(self, host: str, port: int, dest_ports: list[int],
-                        timeout: float = 60.0) -> NodeTunnels:
+                        timeout: float = 60.0, paths: list[str] | None = None
+                        ) -> NodeTunnels:
         """Log in to ``host:port`` (a compute node) *through* the kept connection to the
         login node (``ssh -J``), with the same account, key and known hosts, and forward
         one free local port per ``dest_ports`` entry to ``127.0.0.1:<port>`` as the node
         sees it.  Why: what listens on the node's loopback (a kernel) is reached by its
         own account only, encrypted and authenticated end to end; nothing of it crosses
-        the network in the clear."""
+        the network in the clear.
+
+        With ``paths`` (one per port), each forward listens on that Unix socket instead of
+        a local port: on a machine shared by many users (the hub's sidekick) a loopback
+        port is open to every account on it, a socket in a private folder only to ours."""
         import asyncssh
 
         where = f"{self.user + '@' if self.user else ''}{host}:{port}"
@@ -424,13 +429,18 @@ class SSHShell:
                 # both sshds on the way forward small writes at once (see interactive)
                 await interactive(conn, self.where)
                 await interactive(node, where)
-                for p in dest_ports:
-                    listeners.append(await node.forward_local_port("127.0.0.1", 0,
-                                                                   "127.0.0.1", p))
+                for i, p in enumerate(dest_ports):
+                    if paths is not None:
+                        listeners.append(await node.forward_local_path_to_port(
+                            paths[i], "127.0.0.1", p))
+                    else:
+                        listeners.append(await node.forward_local_port("127.0.0.1", 0,
+                                                                       "127.0.0.1", p))
             except BaseException:
                 node.close()
                 raise
-            return NodeTunnels(self, node, [lst.get_port() for lst in listeners])
+            return NodeTunnels(self, node, list(paths) if paths is not None
+                               else [lst.get_port() for lst in listeners])
 
         return self._call(go, timeout)
 
@@ -482,7 +492,7 @@ class NodeTunnels:
     """Local ports forwarded over one SSH connection to a compute node
     (``SSHShell.forward_through``); closing it closes the connection and its ports."""
 
-    def __init__(self, shell: SSHShell, conn: Any, ports: list[int]) -> None:
+    def __init__(self, shell: SSHShell, conn: Any, ports: list[Any]) -> None:
         self.shell, self._conn, self.ports = shell, conn, ports
 
     def alive(self) -> bool:

@@ -20,6 +20,7 @@ export interface HpcSpecMeta {
   partition?: string | null;
   custom?: CustomBounds | null;
   custom_size?: boolean;
+  hub?: boolean; // a profile of the hub's catalogue (its sidekick checks the size)
 }
 
 /** What the admin lets users choose (null: only the partition bounds it). */
@@ -78,7 +79,7 @@ export function customProfiles(
 }
 
 export function choiceOf(p: CustomProfile): string {
-  return `${p.backend}/${p.profile}`;
+  return `${p.defaults.hub ? 'hub:' : ''}${p.backend}/${p.profile}`;
 }
 
 /** The form's first values: the profile's own size. */
@@ -143,6 +144,7 @@ export function sizeRequest(
   const body: Record<string, unknown> = {
     backend: p.backend,
     profile: p.profile,
+    ...(p.defaults.hub ? { hub: true } : {}),
     cores,
     // a bare number is minutes, as Slurm and the server read it
     time: /^\d+$/.test(time) ? `${time}m` : time

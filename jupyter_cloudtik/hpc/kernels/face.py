@@ -14,6 +14,7 @@ from typing import Any
 
 from .provisioner import kernel_status, size_check
 from .specs import remember_custom
+from .through_hub import hub_size_check
 
 
 class KernelsFace:
@@ -43,9 +44,11 @@ class KernelsFace:
             return None
         return rel.as_posix() if rel.parts else None
 
-    def size(self, backend: str | None, profile: str, size: dict[str, Any]) -> dict[str, str]:
+    def size(self, backend: str | None, profile: str, size: dict[str, Any],
+             hub: bool = False) -> dict[str, str]:
         """A custom size checked as a start checks it; the spec to start, listed from now
-        on by the server's kernel picker."""
-        sized = size_check(self.serverapp, backend, profile, size)
+        on by the server's kernel picker.  A profile of the hub's: its sidekick checks."""
+        sized = (hub_size_check(self.serverapp, profile, size) if hub
+                 else size_check(self.serverapp, backend, profile, size))
         remember_custom(self.serverapp, sized.spec_name)
         return {"name": sized.spec_name, "display_name": sized.title()}

@@ -153,8 +153,12 @@ class KernelJob:
         self.address = template.replace("{node}", node).replace("{addr}", addr)
         return self.address
 
-    def open_channels(self, ports: dict[str, int]) -> tuple[dict[str, int], Any]:
-        """Local ports that reach the kernel's ports, and what closes them (or None)."""
+    def open_channels(self, ports: dict[str, int], folder: str | None = None
+                      ) -> tuple[dict[str, Any], Any]:
+        """Local ports that reach the kernel's ports, and what closes them (or None).
+
+        With ``folder`` (a private folder of this machine), the forwards over SSH listen
+        on Unix sockets there (``<folder>/<port name>``) instead of loopback ports."""
         # asked while the kernel started (the provisioner's wait), else now
         address = self.address or self.node_address()
         if not self.backend.remote:
@@ -167,7 +171,9 @@ class KernelJob:
             return dict(ports), None
         port = int(self.backend.config.get("kernel_node_port", 22))
         names = list(PORT_NAMES)
-        tunnels = self.backend.shell.forward_through(address, port, [ports[n] for n in names])
+        paths = [f"{folder}/{n}" for n in names] if folder is not None else None
+        tunnels = self.backend.shell.forward_through(address, port, [ports[n] for n in names],
+                                                     paths=paths)
         return dict(zip(names, tunnels.ports, strict=True)), tunnels
 
     # acting -------------------------------------------------------------------------------

@@ -181,11 +181,13 @@ class Profile:
     custom: CustomBounds | None = None
     #: set on a copy made by ``with_size``: the user's size in place of the profile's
     size: CustomSize | None = None
+    #: offered by the hub's catalogue: the sidekick submits and reaches the kernel
+    hub: bool = False
 
     @property
     def spec_name(self) -> str:
         """The kernel spec's name (a folder-safe word; a custom size is in it)."""
-        base = f"cloudtik-hpc-{self.backend}-{self.name}".lower()
+        base = f"cloudtik-{'hub' if self.hub else 'hpc'}-{self.backend}-{self.name}".lower()
         return f"{base}--{self.size.token()}" if self.size else base
 
     def title(self) -> str:
@@ -233,6 +235,8 @@ class Profile:
 
     def to_config(self) -> dict[str, Any]:
         out: dict[str, Any] = {"backend": self.backend, "profile": self.name}
+        if self.hub:
+            out["hub"] = True
         if self.size:
             out["custom"] = self.size.to_config()
         return out
@@ -246,9 +250,10 @@ def _hours(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def parse_profile(raw: Any, index: int) -> Profile:
-    """One admin-written profile, checked field by field (one-line errors)."""
-    where = f"HPCKernels.profiles[{index}]"
+def parse_profile(raw: Any, index: int, where: str | None = None) -> Profile:
+    """One admin-written profile, checked field by field (one-line errors naming
+    ``where``: the config's ``HPCKernels.profiles[i]`` or the hub catalogue's ``spec``)."""
+    where = where or f"HPCKernels.profiles[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a mapping, got {raw!r}", field=where)
     unknown = sorted(set(raw) - PROFILE_KEYS)

@@ -34,9 +34,9 @@ from typing import Any
 
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 from traitlets import Any as AnyTrait
-from traitlets import Unicode
+from traitlets import Bool, Unicode
 
-from ...core.errors import CloudTikError
+from ...core.errors import CloudTikError, ConfigError
 from ...core.settings import CloudTik, load_user_config
 from ...core.store import Store
 from ..base import CANCELLED, RUNNING, SUCCEEDED
@@ -51,6 +51,7 @@ from .profiles import (
     parse_size,
 )
 from .records import KernelRecords, end_orphans
+from .through_hub import HubKernelJob, hub_profile, hub_url
 
 PROVISIONER_NAME = "cloudtik-hpc"
 PORTS_EVERY = 0.1  # s between two reads of a running kernel's connection file
@@ -219,6 +220,9 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     custom = AnyTrait(None, config=True,
                       help="A custom size of the profile ({cores, time, memory, gpus}), "
                            "within the profile's custom bounds.")
+    hub = Bool(False, config=True,
+               help="A profile of the hub's catalogue: its sidekick submits and reaches "
+                    "the kernel (through_hub.py).")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -232,14 +236,47 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self._watcher: asyncio.Task | None = None
         self._exit: int | None = None
         self._ended = False
+        self._hub_url = ""
         self.status: dict[str, Any] = {}
 
     # checking -------------------------------------------------------------------------------
     def _resolve(self) -> None:
         """The profile and its backend, checked in one-line refusals."""
+        if self.hub:
+            # the hub's own profile, asked afresh: its grant is the sidekick's to decide
+            # (again at the start); this server keeps no record (the sidekick's lease
+            # ends the job of a server that was killed)
+            _hpc, self._kernels, _settings = settings_of(self.parent)
+            url = hub_url(getattr(self.parent, "config", None))
+            if url is None:
+                raise ConfigError(
+                    "profile: this kernel's profile is the hub's, and this server has no "
+                    "hub sidekick (CLOUDTIK_HUB_SERVICE_URL and JUPYTERHUB_API_TOKEN)",
+                    field="profile", value=self.profile)
+            self._hub_url = url
+            self._profile = hub_profile(url, self.profile, self.custom)
+            self._be, self._records = None, None
+            return
         self._profile, self._be, self._kernels, settings = resolve_kernel(
             self.parent, self.backend, self.profile, self.custom)
         self._records = kernel_records(settings)
+
+    def _new_job(self, key: str) -> Any:
+        assert self._profile is not None and self._kernels is not None
+        if self.hub:
+            return HubKernelJob(self._hub_url, self._profile, key,
+                                loop=asyncio.get_running_loop(), session=self._session)
+        return KernelJob(self._be, self._profile, key=key,
+                         warn_before=self._kernels.warn_before)
+
+    @property
+    def _backend_name(self) -> str:
+        return self._profile.backend if self._profile is not None else self.backend
+
+    async def _record(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """This server's record of the kernel's job (none through the hub)."""
+        if self._records is not None:
+            await asyncio.to_thread(getattr(self._records, method), *args, **kwargs)
 
     def _set(self, **values: Any) -> None:
         self.status.update(values, time=time.time())
@@ -254,9 +291,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         end_orphans_soon(self.parent, self.log)
         try:
             self._resolve()
-            assert self._profile is not None
-            job = KernelJob(self._be, self._profile, key="",
-                            warn_before=self._kernels.warn_before)
+            job = self._new_job("")
             await asyncio.to_thread(job.check)  # sizes beyond the partition: refused here
         except CloudTikError as e:
             raise said_to_server(e, e.http_status) from None
@@ -272,40 +307,41 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         km = self.parent
         key = km.session.key.decode() if km is not None else ""
         self._exit, self._ended = None, False
-        self.job = job = KernelJob(self._be, self._profile, key=key,
-                                   warn_before=self._kernels.warn_before)
+        self.job = job = self._new_job(key)
         self.status = {}
-        self._set(backend=self._be.name, profile=self._profile.name, state="submitting",
-                  reason=None, job=None, session=self._session)
-        records = self._records
-        assert records is not None
+        self._set(backend=self._backend_name, profile=self._profile.name, state="submitting",
+                  reason=None, job=None, session=self._session, hub=bool(self.hub))
         # recorded before sbatch: a server killed while it waits for the answer leaves a
         # row the next server can look into (the job's folder), not a job nobody knows of
-        await asyncio.to_thread(records.started, self.kernel_id, backend=self._be.name,
-                                profile=self._profile.name, job_id=job.job_id,
-                                native_id=None)
+        await self._record("started", self.kernel_id, backend=self._backend_name,
+                           profile=self._profile.name, job_id=job.job_id, native_id=None)
         try:
             native = await asyncio.to_thread(job.submit)
+        except CloudTikError as e:
+            await self._record("forget", self.kernel_id)
+            raise said_to_server(e, e.http_status) from None
         except BaseException:
-            await asyncio.to_thread(records.forget, self.kernel_id)
+            await self._record("forget", self.kernel_id)
             raise
-        await asyncio.to_thread(records.update, self.kernel_id, native_id=native)
+        await self._record("update", self.kernel_id, native_id=native)
         self._set(state="queued", job=native, native_state="PENDING")
-        self.log.info("HPC kernel %s: job %s submitted to %s (%s)", self.kernel_id, native,
-                 self._be.name, self._profile.title())
+        self.log.info("HPC kernel %s: job %s submitted to %s%s (%s)", self.kernel_id, native,
+                      self._backend_name, " through the hub" if self.hub else "",
+                      self._profile.title())
         try:
             ports = await self._wait_running(job)
             local, self._tunnels = await asyncio.to_thread(job.open_channels, ports)
         except BaseException:
             await asyncio.to_thread(job.cancel)
             await asyncio.to_thread(job.forget_key)
-            await asyncio.to_thread(records.forget, self.kernel_id)
+            await self._record("forget", self.kernel_id)
             raise
         self._set(state="running", node=job.node)
-        await asyncio.to_thread(records.update, self.kernel_id, state="running",
-                                node=job.node)
-        self.log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s", self.kernel_id,
-                 native, job.node, "SSH" if self._tunnels is not None else "this machine")
+        await self._record("update", self.kernel_id, state="running", node=job.node)
+        self.log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s",
+                      self.kernel_id, native, job.node,
+                      "the hub's sidekick" if self.hub else
+                      "SSH" if self._tunnels is not None else "this machine")
         self._watcher = asyncio.ensure_future(self._watch())
         self.connection_info = {"transport": "tcp", "ip": "127.0.0.1",
                                 "key": key.encode(), "signature_scheme": "hmac-sha256",
@@ -336,8 +372,8 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                 why = ended_because(st)
                 self._set(state="dead", reason=why)
                 raise said_to_server(RuntimeError(
-                    f"the kernel's job {job.native_id} on {self._be.name} ended before the "
-                    f"kernel started: {why}"), 500)
+                    f"the kernel's job {job.native_id} on {self._backend_name} ended before "
+                    f"the kernel started: {why}"), 500)
             if st.state == RUNNING:
                 if not self.status.get("started"):
                     self._set(started=time.time(),
@@ -392,8 +428,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                                                 else 1)
                 self._ended = True
                 self._set(state="dead", native_state=st.native_state, reason=why)
-                await asyncio.to_thread(self._records.update, self.kernel_id, state="dead",
-                                        reason=why)
+                await self._record("update", self.kernel_id, state="dead", reason=why)
                 level = logging.INFO if st.state == "succeeded" else logging.WARNING
                 self.log.log(level, "HPC kernel %s: job %s ended (%s): %s", self.kernel_id,
                         job.native_id, st.native_state, why)
@@ -465,7 +500,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             if not st.final:
                 await asyncio.to_thread(job.cancel)
             await asyncio.to_thread(job.forget_key)
-            await asyncio.to_thread(self._records.forget, self.kernel_id)
+            await self._record("forget", self.kernel_id)
             if self.status.get("state") != "dead":
                 self._set(state="dead", reason=st.message or "shut down")
         if not restart:
@@ -474,7 +509,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
     async def get_provisioner_info(self) -> dict[str, Any]:
         info = await super().get_provisioner_info()
         if self.job is not None:
-            info.update(hpc_backend=self._be.name if self._be else self.backend,
+            info.update(hpc_backend=self._backend_name,
                         hpc_profile=self.profile, hpc_job=self.job.native_id,
                         hpc_folder=self.job.job_id)
         return info

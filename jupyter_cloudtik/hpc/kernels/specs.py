@@ -23,7 +23,7 @@ from typing import Any
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
 
-from ...core.errors import ConfigError, ConflictError
+from ...core.errors import CloudTikError, ConfigError, ConflictError
 from .profiles import (
     Profile,
     check_interactive,
@@ -38,6 +38,7 @@ from .provisioner import (
     said_to_server,
     settings_of,
 )
+from .through_hub import hub_profiles, hub_url
 
 
 def spec_dict(profile: Profile) -> dict[str, Any]:
@@ -59,7 +60,9 @@ def spec_dict(profile: Profile) -> dict[str, Any]:
                          # bounds, and shows them
                          "custom": (profile.custom.to_dict()
                                     if profile.custom and not profile.size else None),
-                         "custom_size": profile.size is not None},
+                         "custom_size": profile.size is not None,
+                         # the hub's sidekick submits it (the size form asks it)
+                         "hub": profile.hub},
             "debugger": False,
         },
     }
@@ -94,6 +97,12 @@ def usable_profiles(parent: Any = None) -> tuple[list[Profile], list[str]]:
             skipped.append(f"profile '{p.name}': {e}")
             continue
         profiles.append(p)
+    url = hub_url(getattr(parent, "config", None))
+    if url is not None:
+        try:
+            profiles += hub_profiles(url)
+        except CloudTikError as e:  # none offered, and said: never read as "none granted"
+            skipped.append(f"profiles of the hub's sidekick are not listed: {e}")
     return profiles, skipped
 
 
@@ -207,7 +216,7 @@ class HPCKernelSpecManager(KernelSpecManager):
         hpc = self._hpc()
         if kernel_name in hpc:
             return KernelSpec(resource_dir=_resources(), **hpc[kernel_name])
-        if kernel_name.startswith("cloudtik-hpc-"):
+        if kernel_name.startswith(("cloudtik-hpc-", "cloudtik-hub-")):
             spec = self._custom(kernel_name)
             if spec is not None:
                 return KernelSpec(resource_dir=_resources(), **spec)
