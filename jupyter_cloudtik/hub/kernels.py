@@ -27,6 +27,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -94,7 +95,9 @@ class HubKernels:
         self.records = KernelRecords(hub.store)
         self.settings = HPCKernels(parent=hub.serverapp)
         self._reaper: asyncio.Task | None = None
-        self._private = os.path.join(hub.store.state_dir, "kernel-channels")
+        # the Unix sockets of the forwards: a private folder (0700, mkdtemp) with a short
+        # path, since a socket's path has at most 107 bytes (a state folder can be longer)
+        self._private: str | None = None
 
     # deciding ---------------------------------------------------------------------------
     def profiles(self, caller: Caller) -> list[dict[str, Any]]:
@@ -227,8 +230,9 @@ class HubKernels:
                                     value=kid)
             folder = None
             if k.job.backend.remote:
-                os.makedirs(self._private, mode=0o700, exist_ok=True)
-                folder = os.path.join(self._private, kid)
+                if self._private is None or not os.path.isdir(self._private):
+                    self._private = tempfile.mkdtemp(prefix="cloudtik-kernels-")
+                folder = os.path.join(self._private, kid[:12])
                 os.makedirs(folder, mode=0o700, exist_ok=True)
             local, k.tunnels = await asyncio.to_thread(k.job.open_channels, k.ports, folder)
             k.folder = folder
@@ -327,3 +331,5 @@ class HubKernels:
             self._reaper.cancel()
         for k in list(self._kernels.values()):
             await self._end(k, "the sidekick stopped")
+        if self._private is not None:
+            shutil.rmtree(self._private, ignore_errors=True)

@@ -263,3 +263,112 @@ def test_a_killed_server_s_kernel_is_ended_by_the_lease(hub, slurm):
     log = (hub.base / "hub.log").read_text(errors="replace")
     assert "stopped asking after it" in log, log[-3000:]
     hub.stop_server("alice", timeout=30)
+
+
+# --- over SSH, as the sidekick runs it on a real hub ---------------------------------------
+from . import test_hpc_environment as _site  # noqa: E402
+
+job_account, env_sshd, site_slurm = _site.job_account, _site.env_sshd, _site.site_slurm
+
+
+def test_over_ssh_the_key_stays_with_the_sidekick(tmp_path_factory, site_slurm, env_sshd,
+                                                  job_account):
+    """The login node over SSH as the site's own account, the key in the sidekick's secret
+    store: the kernel is reached through SSH to its node, forwarded to Unix sockets in a
+    private folder of the sidekick (no loopback port of the shared machine reaches it), and
+    nothing of the key is on the user's side."""
+    import subprocess
+    import uuid
+
+    base = tmp_path_factory.mktemp("hubkernels-ssh")
+    workdir = f"{job_account.pw_dir}/hk-{uuid.uuid4().hex[:8]}"
+    backends = {"site": {"type": "slurm", "host": "127.0.0.1", "port": env_sshd.port,
+                         "user": _site.ACCOUNT,
+                         "known_hosts": str(env_sshd.folder / "known_hosts"),
+                         "env": site_slurm.env, "workdir": workdir,
+                         "environment": {"packages": ["ipykernel"]},
+                         "kernel_node_address": "127.0.0.1",
+                         "kernel_node_port": env_sshd.port}}
+    h = start_hub(base / "hub", sidekick_config=f"c.HPC.backends = {backends!r}\n",
+                  user_args=["--ServerApp.kernel_spec_manager_class="
+                             "jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager",
+                             "--HPCKernels.poll_interval=0.5"])
+    try:
+        import yaml
+
+        key_file = base / "id"
+        key_file.write_text(env_sshd.private_key)
+        (base / "hpc.yaml").write_text(yaml.safe_dump({"backends": backends}))
+        # the admin puts the key into the sidekick's secret store, as for its jobs
+        r = subprocess.run([sys.executable, "-m", "jupyter_cloudtik", "jobs", "secret", "site",
+                            "ssh_key", "--from-file", str(key_file)], capture_output=True,
+                           text=True, env={**os.environ, "CLOUDTIK_STATE_DIR": str(h.state_dir),
+                                           "CLOUDTIK_HPC_CONFIG": str(base / "hpc.yaml")})
+        assert r.returncode == 0, r.stderr
+        key_file.unlink()
+        admin = h.browser("admin")
+        for kind, name, body in (("hpc", "site", {"spec": {}, "groups": ["physics"]}),
+                                 ("kernel", "small", {"spec": {"backend": "site", "cores": 1,
+                                                               "time": "10m"},
+                                                      "groups": ["physics"]})):
+            r = admin.put(h.sidekick_api + f"hub/catalog/{kind}/{name}", json=body)
+            assert r.status_code == 200, r.text
+        alice = _server(h, "alice")
+        r = requests.post(alice.url + "api/kernels", headers=alice.headers(),
+                          json={"name": "cloudtik-hub-site-small"}, timeout=600)
+        assert r.status_code == 201, (r.text[:2000], h.log_tail(80))
+        kid = r.json()["id"]
+        status, out = asyncio.run(_execute(alice, kid, "import getpass, os\nprint(getpass."
+                                                       "getuser(), os.environ['SLURM_JOB_ID'])"))
+        assert status == "ok", out
+        user, job = out.split()
+        assert user == _site.ACCOUNT
+        # the sidekick reaches the kernel through Unix sockets in its private folder
+        import glob
+        from pathlib import Path
+
+        sidekick = [p for p in psutil.process_iter(["cmdline"])
+                    if "hub-service" in " ".join(p.info["cmdline"] or [])
+                    and str(base) in " ".join(p.info["cmdline"] or [])]
+        (sk,) = sidekick
+        # its Unix sockets: listed in /proc/net/unix as bound paths; the folder is 0700
+        paths = [ln.split()[-1] for ln in Path("/proc/net/unix").read_text().splitlines()
+                 if "/cloudtik-kernels-" in ln]
+        folders = {os.path.dirname(p) for p in paths}
+        assert len(folders) == 1, paths
+        (folder,) = [Path(f) for f in folders]
+        channels = folder.parent
+        assert glob.glob(f"{channels}/*") == [str(folder)]
+        assert oct(channels.stat().st_mode & 0o777) == "0o700", sk
+        assert sorted(p.name for p in folder.iterdir()) == sorted(
+            ["control_port", "hb_port", "iopub_port", "shell_port", "stdin_port"])
+        # nothing of the key on alice's side: her server's process, files and answers
+        secret_line = env_sshd.private_key.strip().splitlines()[1]
+        (proc,) = [p for p in psutil.process_iter(["cmdline", "environ"])
+                   if "jupyterhub.singleuser" in " ".join(p.info["cmdline"] or [])
+                   and (p.info["environ"] or {}).get("JUPYTERHUB_USER") == "alice"]
+        assert secret_line not in " ".join(proc.info["cmdline"]) + str(proc.info["environ"])
+        home = h.base / "homes" / "alice"
+        for path in home.rglob("*"):
+            if path.is_file():
+                assert secret_line not in path.read_text(errors="replace"), path
+        status, out = asyncio.run(_execute(alice, kid, "print(6 * 7)"))
+        assert (status, out.strip()) == ("ok", "42")
+        r = requests.delete(alice.url + f"api/kernels/{kid}", headers=alice.headers(),
+                            timeout=120)
+        assert r.status_code == 204, r.text
+        out = subprocess.run(["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+                             env={**os.environ, **site_slurm.env}).stdout.split()
+        wait_for(lambda: job not in subprocess.run(
+            ["squeue", "-h", "-o", "%i"], capture_output=True, text=True,
+            env={**os.environ, **site_slurm.env}).stdout.split(), 60,
+            what="the kernel's job to end")
+        assert not list(channels.iterdir())  # the sockets went with it
+        log = (h.base / "hub.log").read_text(errors="replace")
+        assert secret_line not in log
+        assert "reached through SSH" in log
+    finally:
+        try:
+            h.stop_server("alice", timeout=30)
+        finally:
+            h.stop()

@@ -331,10 +331,13 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         try:
             ports = await self._wait_running(job)
             local, self._tunnels = await asyncio.to_thread(job.open_channels, ports)
-        except BaseException:
+        except BaseException as e:
             await asyncio.to_thread(job.cancel)
             await asyncio.to_thread(job.forget_key)
             await self._record("forget", self.kernel_id)
+            if isinstance(e, CloudTikError) and not hasattr(e, "status_code"):
+                # the backend's (or the hub's) one line, for JupyterLab's dialog
+                raise said_to_server(e, e.http_status) from None
             raise
         self._set(state="running", node=job.node)
         await self._record("update", self.kernel_id, state="running", node=job.node)
