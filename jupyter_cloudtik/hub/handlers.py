@@ -394,22 +394,22 @@ class KernelHandler(HubHandler):
 class KernelActionHandler(HubHandler):
     @web.authenticated
     @authorized
-    async def get(self, kid: str, action: str) -> None:
-        if action != "ports":
+    async def get(self, kid: str, kaction: str) -> None:
+        if kaction != "ports":
             raise web.HTTPError(405)
         self.write_json(await self.hub.kernels.ports(self.caller, kid))
 
     @web.authenticated
     @authorized
-    async def post(self, kid: str, action: str) -> None:
+    async def post(self, kid: str, kaction: str) -> None:
         k = self.hub.kernels
-        if action == "connect":
+        if kaction == "connect":
             self.write_json(await k.connect(self.caller, kid))
-        elif action == "signal":
+        elif kaction == "signal":
             body = self.json_body("HubKernelSignal")
             await k.signal(self.caller, kid, body.get("signal"))
             self.write_json({"signal": body.get("signal")})
-        elif action == "cancel":
+        elif kaction == "cancel":
             await k.cancel(self.caller, kid)
             self.write_json({"cancelled": True})
         else:
@@ -608,7 +608,7 @@ def hub_routes(base_url: str) -> list[tuple[str, Any]]:
         (api + r"/kernel-sizes", KernelSizesHandler),
         (api + r"/kernels", KernelsHandler),
         (api + rf"/kernels/{KERNEL_ID}", KernelHandler),
-        (api + rf"/kernels/{KERNEL_ID}/(?P<action>ports|connect|signal|cancel)",
+        (api + rf"/kernels/{KERNEL_ID}/(?P<kaction>ports|connect|signal|cancel)",
          KernelActionHandler),
         (api + rf"/kernels/{KERNEL_ID}/channels/(?P<name>[a-z_]+)", KernelChannelHandler),
         (api + r"/sidekicks", SidekicksHandler),

@@ -621,8 +621,10 @@ class NoKernelsView:
     def status(self) -> dict[str, dict[str, Any]]:
         return {}
 
-    def size(self, backend: str | None, profile: str, size: dict[str, Any]) -> dict[str, str]:
+    def size(self, backend: str | None, profile: str, size: dict[str, Any],
+             hub: bool = False) -> dict[str, str]:
         raise ConflictError(
             "profile: interactive HPC kernels run in your own Jupyter server, not through "
-            "the hub's sidekick; ask your server (its launcher's 'HPC kernel…' form)",
+            "the hub's sidekick; ask your server (its launcher's 'HPC kernel…' form; the "
+            "sidekick's own check of its profiles is POST hub/kernel-sizes)",
             field="profile", value=profile)

@@ -80,3 +80,26 @@ describe('sizeRequest', () => {
     expect(sizeRequest(ps, { ...v, cores: '64' })).toHaveProperty('body');
   });
 });
+
+describe('a profile of the hub', () => {
+  // the same profile name offered by the server's own config and by the hub's catalogue
+  const both = {
+    ...specs,
+    'cloudtik-hub-daint-debug': {
+      name: 'cloudtik-hub-daint-debug',
+      display_name: 'Python 3 on daint — 1 core, 30 min (hub)',
+      metadata: { cloudtik: meta('debug', { custom: { cores: 2, time: 3600 }, hub: true }) }
+    }
+  };
+  it('is a choice of its own, and its size is asked of the hub', () => {
+    const ps = customProfiles(both);
+    const hub = ps.find(p => p.spec === 'cloudtik-hub-daint-debug')!;
+    const own = ps.find(p => p.spec === 'cloudtik-hpc-daint-debug')!;
+    const v = initialValues(hub);
+    expect(v.choice).toBe('hub:daint/debug');
+    expect(initialValues(own).choice).toBe('daint/debug');
+    expect(sizeRequest(ps, { ...v, cores: '2', time: '45' })).toEqual({
+      body: { backend: 'daint', profile: 'debug', hub: true, cores: 2, time: '45m' }
+    });
+  });
+});

@@ -17,9 +17,11 @@ import signal
 import sys
 from dataclasses import dataclass
 
+import doc_examples
 import psutil
 import pytest
 import requests
+import yaml
 
 from cloudtik_emulators.hub import start_hub
 from tests.hpc.conftest import wait_for
@@ -60,16 +62,13 @@ def hub(tmp_path_factory, slurm):
     try:
         admin = h.browser("admin")
         api = h.sidekick_api
-        for kind, name, body in (
-                ("hpc", "daint", {"spec": {}, "groups": ["physics"]}),
-                # chemistry may use the profile but not its backend: offered to nobody
-                # there, and refused like a profile that does not exist
-                ("kernel", "debug", {"spec": {"backend": "daint", "cores": 1, "time": "30m",
-                                              "custom": {"cores": 2, "time": "1h"}},
-                                     "groups": ["physics", "chemistry"]}),
-                ("kernel", "large", {"spec": {"backend": "daint", "cores": 8, "time": "2h"},
-                                     "groups": ["physics"]})):
-            r = admin.put(api + f"hub/catalog/{kind}/{name}", json=body)
+        # the catalogue of docs/hpc.md, as written (chemistry may use the debug profile
+        # but not its backend: offered to nobody there, refused like a missing one)
+        catalogue = yaml.safe_load(doc_examples.block(
+            "docs/hpc.md", "Interactive kernels through the hub", 0, lang="yaml").text)
+        for res in catalogue["resources"]:
+            body = {k: v for k, v in res.items() if k not in ("kind", "name")}
+            r = admin.put(api + f"hub/catalog/{res['kind']}/{res['name']}", json=body)
             assert r.status_code == 200, r.text
         r = admin.put(api + "hub/catalog/kernel/bad", json={"spec": {"backend": "daint",
                                                                      "cores": 0}})
@@ -294,8 +293,6 @@ def test_over_ssh_the_key_stays_with_the_sidekick(tmp_path_factory, site_slurm, 
                              "jupyter_cloudtik.hpc.kernels.HPCKernelSpecManager",
                              "--HPCKernels.poll_interval=0.5"])
     try:
-        import yaml
-
         key_file = base / "id"
         key_file.write_text(env_sshd.private_key)
         (base / "hpc.yaml").write_text(yaml.safe_dump({"backends": backends}))
