@@ -28,7 +28,7 @@ from .profiles import Profile, parse_profile
 
 log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
 PROFILES_FOR = 10.0  # s a listing of the hub's profiles is used again
-_profiles_cache: dict[str, tuple[float, list[Profile]]] = {}
+_profiles_cache: dict[str, tuple[float, list[Profile] | CloudTikError]] = {}
 
 
 def hub_url(config: Any = None) -> str | None:
@@ -55,9 +55,16 @@ def hub_profiles(url: str, fresh: bool = False) -> list[Profile]:
     now = time.monotonic()
     cached = _profiles_cache.get(url)
     if cached is not None and not fresh and now - cached[0] < PROFILES_FOR:
+        if isinstance(cached[1], CloudTikError):
+            raise cached[1]
         return cached[1]
-    # short: a kernel spec listing waits for it (cached, so once per PROFILES_FOR)
-    answer = hub_client(url, timeout=5.0)._json("GET", "hub/kernel-profiles")
+    # short: a kernel spec listing waits for it (kept, answer or failure, PROFILES_FOR s:
+    # a sidekick that does not answer delays one listing, not every one)
+    try:
+        answer = hub_client(url, timeout=5.0)._json("GET", "hub/kernel-profiles")
+    except CloudTikError as e:
+        _profiles_cache[url] = (now, e)
+        raise
     out = []
     for i, item in enumerate(answer.get("profiles") or []):
         raw = {k: v for k, v in item.items()
