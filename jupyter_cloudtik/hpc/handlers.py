@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import json
 from typing import Any
 
 from jupyter_server.auth.decorator import authorized
 from tornado import web
 
 from ..api.base import CloudTikHandler
-from ..core.errors import ConfigError
+from ..core.errors import CloudTikError, ConfigError
 
 JOB_ID = r"(?P<job_id>[^/]+)"
 SWEEP_ID = r"(?P<sweep_id>[^/]+)"
@@ -336,10 +337,74 @@ class JobFileHandler(_JobsHandler):
         self.finish(data)
 
 
+class KernelNodeHandler(web.RequestHandler):
+    """What an HPC kernel's node asks of this server (``%storage`` there): authenticated
+    by that kernel's own token only (``kernels/node_access.py``), never by a cookie or a
+    token of the server's, so no XSRF check applies: a page cannot send the header."""
+
+    MAX_BODY = 64 * 1024
+
+    def check_xsrf_cookie(self) -> None:  # no cookie is ever read here
+        pass
+
+    def _access(self, kid: str) -> Any:
+        # deferred: start-up (hpc.kernels.node_access loads the storage stager)
+        from .kernels import node_access
+
+        header = self.request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        access = node_access.check(kid, token.strip() if scheme.lower() in ("token", "bearer")
+                                   else None)
+        if access is None:  # another kernel's, an ended one's, none: the same answer
+            raise web.HTTPError(403, "not this kernel's token")
+        return access, node_access
+
+    async def get(self, kid: str, verb: str) -> None:
+        access, node_access = self._access(kid)
+        if verb != "ls":
+            raise web.HTTPError(405)
+        self._json(await node_access.ls(access, self.get_argument("path", "")))
+
+    async def post(self, kid: str, verb: str) -> None:
+        access, node_access = self._access(kid)
+        if len(self.request.body or b"") > self.MAX_BODY:
+            raise ConfigError("body: too large", field="body")
+        try:
+            body = json.loads(self.request.body or b"{}")
+        except ValueError:
+            raise ConfigError("body: not JSON", field="body") from None
+        if not isinstance(body, dict):
+            raise ConfigError("body: expected a JSON object", field="body")
+        if verb == "get":
+            self._json(await node_access.get(access, body.get("src"), body.get("dest")))
+        elif verb == "put":
+            self._json(await node_access.put(access, body.get("src"), body.get("dst")))
+        else:
+            raise web.HTTPError(405)
+
+    def _json(self, data: Any) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(data, default=str))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = (kwargs.get("exc_info") or (None, None, None))[1]
+        if isinstance(exc, CloudTikError):
+            status_code, body = exc.http_status, exc.to_dict()
+        elif isinstance(exc, web.HTTPError):
+            body = {"message": exc.log_message or "error", "field": None}
+        else:
+            status_code, body = 500, {"message": "internal error; the server log has the "
+                                                 "details", "field": None}
+        self.set_status(status_code)
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(body))
+
+
 ROUTES: list[tuple[str, Any]] = [
     (r"/hpc/backends", BackendsHandler),
     (r"/hpc/kernels", KernelsHandler),
     (r"/hpc/kernel-sizes", KernelSizesHandler),
+    (r"/hpc/kernels/(?P<kid>[^/]+)/node/(?P<verb>ls|get|put)", KernelNodeHandler),
     (r"/jobs", JobsHandler),
     # before /jobs/{job_id}: "sweeps" is no job id
     (r"/jobs/sweeps", SweepsHandler),

@@ -498,6 +498,18 @@ class NodeTunnels:
     def alive(self) -> bool:
         return not self._conn.is_closed()
 
+    def reverse(self, dest_host: str, dest_port: int, timeout: float = 30.0) -> int:
+        """A port on the node's loopback forwarded back to ``dest_host:dest_port`` as this
+        machine sees it (``ssh -R``), over the same connection: what runs on the node
+        reaches a service of ours without any port of ours being open to the network."""
+        conn = self._conn
+
+        async def go():
+            listener = await conn.forward_remote_port("127.0.0.1", 0, dest_host, dest_port)
+            return listener.get_port()
+
+        return self.shell._runner().run(go(), timeout=timeout)
+
     def close(self) -> None:
         conn = self._conn
 

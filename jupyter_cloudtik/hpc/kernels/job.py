@@ -36,6 +36,12 @@ from ..slurm import SlurmBackend
 from .profiles import Profile
 
 CONNECTION_FILE = "kernel.json"
+#: the node's side of the session's storages (node_access.py, node_helper.py)
+API_FILE = "cloudtik-api.json"
+HELPER_FILE = "cloudtik_node.py"
+NODE_API_ENV = "CLOUDTIK_NODE_API"
+#: loads ``%storage`` at the kernel's start; no name is left in the user's namespace
+STORAGE_LINE = "__import__('cloudtik_node').register();"
 SCRIPT = "kernel.sh"
 PORT_NAMES = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 LOOPBACK = {"localhost", "127.0.0.1", "::1", "ip6-localhost"}
@@ -85,10 +91,13 @@ class KernelJob:
         folder = self.folder
         env_lines, run = script._activation(sub.environment)
         argv = ["-m", "ipykernel_launcher", "-f", f"{folder}/{CONNECTION_FILE}",
-                f"--IPKernelApp.exec_lines={warning_line(self.profile.time, self.warn_before)}"]
+                f"--IPKernelApp.exec_lines={warning_line(self.profile.time, self.warn_before)}",
+                f"--IPKernelApp.exec_lines={STORAGE_LINE}"]
         lines = ["#!/bin/bash", *self.backend.directives(sub, folder),
                  f"# jupyter_cloudtik interactive kernel {self.job_id} ({self.profile.name})",
                  "set -u", f"cd {shlex.quote(folder)} || exit 90",
+                 # the session's storages (%storage): written once the server reaches it
+                 f"export {NODE_API_ENV}={shlex.quote(f'{folder}/{API_FILE}')}",
                  'ct_fail() { echo "jupyter_cloudtik: $1" >&2; exit 91; }', *env_lines,
                  f'exec {run} "$CT_PYTHON" {" ".join(shlex.quote(a) for a in argv)}']
         return "\n".join(lines) + "\n"
@@ -108,6 +117,7 @@ class KernelJob:
         # the key signs every message: readable by the job's account only
         sh.write_bytes(f"{self.folder}/{CONNECTION_FILE}", json.dumps(info).encode(), 0o600)
         sh.write_bytes(f"{self.folder}/{SCRIPT}", self.render(sub).encode(), 0o700)
+        sh.write_bytes(f"{self.folder}/{HELPER_FILE}", _helper_source(), 0o644)
         r = be._slurm(["sbatch", "--parsable", f"{self.folder}/{SCRIPT}"], "sbatch",
                       cwd=self.folder)
         if r.rc != 0:
@@ -190,12 +200,26 @@ class KernelJob:
         if self.native_id:
             self.backend.cancel(self.ref)
 
+    def write_node_api(self, url: str, token: str) -> None:
+        """Where the kernel's ``%storage`` asks the server, and its token (0600)."""
+        self.backend.shell.write_bytes(f"{self.folder}/{API_FILE}",
+                                       json.dumps({"url": url, "token": token}).encode(),
+                                       0o600)
+
     def forget_key(self) -> None:
-        """The connection file holds the key: gone once the kernel is (the log stays)."""
+        """The connection file holds the key, the API file the node's token: gone once
+        the kernel is (the log stays)."""
         try:
-            self.backend.shell.run(["rm", "-f", "--", f"{self.folder}/{CONNECTION_FILE}"])
+            self.backend.shell.run(["rm", "-f", "--", f"{self.folder}/{CONNECTION_FILE}",
+                                    f"{self.folder}/{API_FILE}"])
         except ProviderError:
             pass
+
+
+def _helper_source() -> bytes:
+    from importlib import resources
+
+    return resources.files(__package__).joinpath("node_helper.py").read_bytes()
 
 
 def _this_host() -> set[str]:

@@ -41,6 +41,7 @@ from ...core.settings import CloudTik, load_user_config
 from ...core.store import Store
 from ..base import CANCELLED, RUNNING, SUCCEEDED
 from ..settings import HPC, BackendRegistry
+from . import node_access
 from .job import KernelJob
 from .profiles import (
     HPCKernels,
@@ -60,6 +61,18 @@ log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
 _registries: dict[str, Any] = {}
 _registries_lock = threading.Lock()
 _status: dict[str, dict[str, Any]] = {}  # kernel id -> status (kernel_status())
+
+
+def _serverapp(provisioner: Any) -> Any:
+    """The Jupyter server that owns the kernel (its manager's parents), or None."""
+    node = getattr(provisioner, "parent", None)
+    for _ in range(4):
+        if node is None:
+            return None
+        if getattr(node, "web_app", None) is not None and hasattr(node, "port"):
+            return node
+        node = getattr(node, "parent", None)
+    return None
 
 
 def kernel_status(parent: Any = None) -> dict[str, dict[str, Any]]:
@@ -341,6 +354,8 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             raise
         self._set(state="running", node=job.node)
         await self._record("update", self.kernel_id, state="running", node=job.node)
+        if not self.hub:
+            await self._open_node_api(job)
         self.log.info("HPC kernel %s: job %s runs on %s; kernel reached through %s",
                       self.kernel_id, native, job.node,
                       "the hub's sidekick" if self.hub else
@@ -394,6 +409,44 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                     "cancelled"), 504)
             if st.state != RUNNING:  # running: _ports_soon has waited
                 await asyncio.sleep(self._kernels.poll_interval)
+
+    async def _open_node_api(self, job: KernelJob) -> None:
+        """The session's storages for ``%storage`` on the node: a token of this kernel's,
+        and the server's port forwarded to the node's loopback through the kernel's SSH
+        connection (the node is this machine: the port itself).  Not fatal: the kernel
+        runs without, and says why when ``%storage`` is used; the log and the status say
+        why too."""
+        app = _serverapp(self)
+        if app is None:
+            return  # a kernel manager without a server (a script): no API to reach
+        why = None
+        if getattr(app, "sock", ""):
+            why = "the server listens on a Unix socket"
+        elif getattr(app, "certfile", ""):
+            why = "the server uses TLS, which a forwarded loopback port cannot verify"
+        if why is None:
+            ip = app.ip if app.ip not in ("", "0.0.0.0", "*", "localhost", "::", "[::]") \
+                else "127.0.0.1"
+            try:
+                port = app.port
+                if self._tunnels is not None:
+                    port = await asyncio.to_thread(self._tunnels.reverse, ip.strip("[]"),
+                                                   app.port)
+                elif ip not in ("127.0.0.1", "::1"):
+                    raise OSError(f"the server listens on {ip} only")
+                _hpc, _kernels, settings = settings_of(self.parent)
+                access = node_access.grant(self.kernel_id, job, settings)
+                url = (f"http://127.0.0.1:{port}{app.base_url}cloudtik/api/hpc/kernels/"
+                       f"{self.kernel_id}/node/")
+                await asyncio.to_thread(job.write_node_api, url, access.token)
+                self._set(storages="reachable")
+                return
+            except Exception as e:  # asyncssh's refusal of -R, the node's disk: said below
+                node_access.revoke(self.kernel_id)
+                why = getattr(e, "message", None) or str(e) or type(e).__name__
+        self._set(storages=f"not reachable from the node: {why}")
+        self.log.warning("HPC kernel %s: the session's storages are not reachable from the "
+                         "node (%%storage there): %s", self.kernel_id, why)
 
     @staticmethod
     async def _ports_soon(job: KernelJob, within: float) -> dict[str, int] | None:
@@ -490,6 +543,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         return max(recommended, 30.0)
 
     async def cleanup(self, restart: bool = False) -> None:
+        node_access.revoke(self.kernel_id)
         job = self.job
         if self._watcher is not None:
             self._ended = True
