@@ -14,6 +14,7 @@ import os
 import stat
 import uuid
 
+import doc_examples
 import pytest
 import requests
 
@@ -24,6 +25,7 @@ from .test_hpc_docs_kernels import _execute, _job_ids
 
 pytestmark = pytest.mark.slow
 PASSWORD = f"dav-{uuid.uuid4().hex}"
+HEADING = "Interactive kernels: the session's storages on the node"
 
 
 @pytest.fixture
@@ -73,18 +75,22 @@ def test_storage_magic_on_the_node(served, slurm):
     assert st.get("storages") == "reachable", st
 
     run = lambda code: asyncio.run(_execute(server, kid, code))  # noqa: E731
-    status, out = run("%storage ls data:results")
-    assert status == "ok" and "run1.csv" in out, out
-    status, out = run("%storage get data:results/run1.csv\nprint(open('run1.csv').read())")
-    assert status == "ok" and "x,y\n1,2" in out, out
-    status, out = run("%storage get data:inputs/set in\nimport os\nprint(sorted(os.listdir('in'))"
-                      ", os.environ['SLURM_JOB_ID'])")
-    assert status == "ok" and "['a.txt']" in out, out
-    job = out.split()[-1]
     status, out = run("import os\nos.makedirs('plots', exist_ok=True)\n"
                       "open('plots/p.txt', 'w').write('plotted')\n"
-                      "%storage put plots data:results/run7")
-    assert status == "ok" and "data:results/run7" in out, out
+                      "print(os.environ['SLURM_JOB_ID'])")
+    assert status == "ok", out
+    job = out.strip()
+    # the doc's cell, as written
+    cell = doc_examples.block("docs/hpc.md", HEADING, 0, lang="python").text
+    status, out = run(cell + "\nprint(open('run1.csv').read().replace('\\n', ';'), "
+                             "sorted(os.listdir('in')))")
+    assert status == "ok", out
+    lines = out.strip().splitlines()
+    assert lines[0] == "run1.csv\t8", out  # the ls
+    assert lines[-4].startswith("data:results/run1.csv -> run1.csv (8 bytes)"), out
+    assert lines[-3].startswith("data:inputs/set -> in ("), out
+    assert lines[-2] == "plots -> data:results/run7 (7 bytes)", out
+    assert lines[-1] == "x,y;1,2; ['a.txt']", out
     assert (data / "results" / "run7" / "plots" / "p.txt").read_text() == "plotted"
     # the functions, as a script in the kernel would use them
     status, out = run("import cloudtik_node as s\nprint([e['name'] for e in s.ls('data:')])")
@@ -99,6 +105,14 @@ def test_storage_magic_on_the_node(served, slurm):
             assert PASSWORD not in path.read_text(errors="replace"), path
 
     # paths leave the working folder, storages that are not the session's: refused, said
+    # (the doc's lines, exactly)
+    doc_lines = [ln for b in doc_examples.parse(doc_examples.ROOT / "docs/hpc.md")
+                 if b.heading == HEADING and b.lang == "text" for ln in b.text.splitlines()]
+    assert len(doc_lines) == 2, doc_lines
+    for code in ("%storage get data:results/run1.csv ../escape.csv",
+                 "%storage put run1.csv nosuch:results"):
+        status, out = run(code)
+        assert out.strip() in doc_lines, (code, out)
     for code, said in (
             ("%storage get data:results/run1.csv ../escape.csv", "leaves the kernel's"),
             ("%storage get data:results/run1.csv /tmp/x.csv", "is not a path"),

@@ -82,7 +82,7 @@ def put(src: str, dst: str) -> dict[str, Any]:
 
 def _magic(line: str) -> None:
     try:
-        args = shlex.split(line)
+        args = shlex.split(line, comments=True)  # IPython passes "# ..." on to the magic
     except ValueError as e:
         print(f"%storage: {e}; {USAGE}")
         return
