@@ -68,11 +68,15 @@ class KernelJob:
     profile: Profile
     key: str  # the HMAC key the kernel signs messages with
     warn_before: float = 300.0
-    job_id: str = field(default_factory=lambda: f"kernel-{uuid.uuid4().hex[:12]}")
+    job_id: str = field(default_factory=lambda: KernelJob.new_id())
     native_id: str | None = None
     node: str | None = None
     address: str | None = None  # the node as SSH reaches it (node_address(), kept)
     environment: dict[str, Any] = field(default_factory=dict)
+
+    @staticmethod
+    def new_id() -> str:
+        return f"kernel-{uuid.uuid4().hex[:12]}"
 
     @property
     def folder(self) -> str:
@@ -132,14 +136,19 @@ class KernelJob:
     def status(self) -> JobStatus:
         return self.backend.poll([self.ref])[self.ref.native_id]
 
-    def ports(self) -> dict[str, int] | None:
-        """The kernel's ports on the node, once it has bound them (else None)."""
+    def connection(self) -> dict[str, Any] | None:
+        """The kernel's connection file on the system, as it is now (else None)."""
         try:
             data = self.backend.shell.read_bytes(f"{self.folder}/{CONNECTION_FILE}")
             info = json.loads(data.decode())
         except (ValueError, OSError, ProviderError):
             return None
-        if not isinstance(info, dict):
+        return info if isinstance(info, dict) else None
+
+    def ports(self) -> dict[str, int] | None:
+        """The kernel's ports on the node, once it has bound them (else None)."""
+        info = self.connection()
+        if info is None:
             return None
         ports = {k: info.get(k) for k in PORT_NAMES}
         if all(isinstance(v, int) and 0 < v < 65536 for v in ports.values()):

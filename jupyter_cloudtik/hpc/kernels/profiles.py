@@ -68,6 +68,13 @@ class HPCKernels(Configurable):
                     "notebook's output and the server log) that it will be stopped."
     ).tag(config=True)
 
+    reconnect_within = Float(
+        600.0, help="Seconds the job of a notebook's kernel whose server was killed is kept "
+                    "running: a server that starts that notebook's kernel (same profile and "
+                    "size) meanwhile reconnects to it, with its variables; after it the job "
+                    "is cancelled. 0: cancel it at once."
+    ).tag(config=True)
+
 
 @dataclass(frozen=True)
 class CustomSize:

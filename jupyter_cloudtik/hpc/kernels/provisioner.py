@@ -90,7 +90,10 @@ def kernel_status(parent: Any = None) -> dict[str, dict[str, Any]]:
     if not configured:
         return mine
     end_orphans_soon(parent)
-    gone = {r["id"]: r for r in kernel_records(settings).reported() if r["id"] not in mine}
+    keep = HPCKernels(config=parent.config).reconnect_within \
+        if getattr(parent, "config", None) is not None else 0.0
+    gone = {r["id"]: r for r in kernel_records(settings).reported(keep)
+            if r["id"] not in mine}
     return {**gone, **mine}
 
 
@@ -167,9 +170,10 @@ def end_orphans_soon(parent: Any, logger: logging.Logger | None = None) -> None:
     while a job could not be ended): end the jobs of kernels whose server was killed
     (``records.end_orphans``).  Called when a server lists kernel specs (at start-up and
     when JupyterLab loads), starts an HPC kernel, or is asked for its HPC kernels."""
-    hpc, _kernels, settings = settings_of(parent)
+    hpc, kernels, settings = settings_of(parent)
     if not hpc.backend_configs():  # no backend: no kernel's job could have been started
         return
+    keep_for = max(0.0, kernels.reconnect_within)
     folder = settings.state_dir
     with _registries_lock:
         if time.monotonic() < _orphans_next.get(folder, 0.0):
@@ -180,14 +184,20 @@ def end_orphans_soon(parent: Any, logger: logging.Logger | None = None) -> None:
         left = True
         try:
             left = bool(end_orphans(kernel_records(settings), backend_registry(hpc, settings),
-                                    logger or log, unresolved_only=True))
+                                    logger or log, unresolved_only=True, keep_for=keep_for))
         except Exception:  # a bug: said, and looked at again later
             (logger or log).exception("jupyter_cloudtik: cannot look for the jobs of HPC "
                                       "kernels whose server is gone")
         finally:
             with _registries_lock:
-                _orphans_next[folder] = (time.monotonic() + ORPHANS_RETRY if left
+                again = max(1.0, min(ORPHANS_RETRY, keep_for / 4) if keep_for
+                            else ORPHANS_RETRY)
+                _orphans_next[folder] = (time.monotonic() + again if left
                                          else float("inf"))
+            if left:  # looked at again by itself: a kept job's time runs out unattended
+                timer = threading.Timer(again + 0.1, end_orphans_soon, (parent, logger))
+                timer.daemon = True
+                timer.start()
 
     threading.Thread(target=run, name="cloudtik-hpc-kernel-orphans", daemon=True).start()
 
@@ -324,23 +334,12 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         self.status = {}
         self._set(backend=self._backend_name, profile=self._profile.name, state="submitting",
                   reason=None, job=None, session=self._session, hub=bool(self.hub))
-        # recorded before sbatch: a server killed while it waits for the answer leaves a
-        # row the next server can look into (the job's folder), not a job nobody knows of
-        await self._record("started", self.kernel_id, backend=self._backend_name,
-                           profile=self._profile.name, job_id=job.job_id, native_id=None)
-        try:
-            native = await asyncio.to_thread(job.submit)
-        except CloudTikError as e:
-            await self._record("forget", self.kernel_id)
-            raise said_to_server(e, e.http_status) from None
-        except BaseException:
-            await self._record("forget", self.kernel_id)
-            raise
-        await self._record("update", self.kernel_id, native_id=native)
+        adopted = await self._adopt(job)
+        if adopted is not None:
+            native, key = adopted
+        else:
+            native = await self._submit(job)
         self._set(state="queued", job=native, native_state="PENDING")
-        self.log.info("HPC kernel %s: job %s submitted to %s%s (%s)", self.kernel_id, native,
-                      self._backend_name, " through the hub" if self.hub else "",
-                      self._profile.title())
         try:
             ports = await self._wait_running(job)
             local, self._tunnels = await asyncio.to_thread(job.open_channels, ports)
@@ -366,6 +365,59 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
                                 "kernel_name": km.kernel_name if km is not None else "",
                                 **local}
         return self.connection_info
+
+    async def _submit(self, job: Any) -> str:
+        assert self._profile is not None
+        # recorded before sbatch: a server killed while it waits for the answer leaves a
+        # row the next server can look into (the job's folder), not a job nobody knows of
+        await self._record("started", self.kernel_id, backend=self._backend_name,
+                           profile=self._profile.name, job_id=job.job_id, native_id=None,
+                           session=self._session, spec=self._profile.spec_name)
+        try:
+            native = await asyncio.to_thread(job.submit)
+        except CloudTikError as e:
+            await self._record("forget", self.kernel_id)
+            raise said_to_server(e, e.http_status) from None
+        except BaseException:
+            await self._record("forget", self.kernel_id)
+            raise
+        await self._record("update", self.kernel_id, native_id=native)
+        self.log.info("HPC kernel %s: job %s submitted to %s%s (%s)", self.kernel_id, native,
+                      self._backend_name, " through the hub" if self.hub else "",
+                      self._profile.title())
+        return native
+
+    async def _adopt(self, job: Any) -> tuple[str, str] | None:
+        """Reconnect to the job of this notebook's kernel whose server was killed (same
+        profile and size, kept for ``HPCKernels.reconnect_within``): its job id and the
+        key its kernel signs with (read back from its connection file on the system)."""
+        if self._records is None or not self._session or self._profile is None:
+            return None
+        row = await asyncio.to_thread(self._records.adopt, self.kernel_id,
+                                      session=self._session, spec=self._profile.spec_name)
+        if row is None:
+            return None
+        job.job_id, job.native_id = row["job_id"], row["native_id"]
+        info = await asyncio.to_thread(job.connection)
+        key = info.get("key") if info else None
+        st = await asyncio.to_thread(job.status)
+        if not isinstance(key, str) or st.final:
+            # its key is gone, or so is the job: end what is left, start afresh
+            await asyncio.to_thread(job.cancel)
+            await asyncio.to_thread(job.forget_key)
+            await self._record("forget", self.kernel_id)
+            self.log.warning("HPC kernel %s: job %s of a server that stopped cannot be "
+                             "reconnected to (%s); a new job is submitted", self.kernel_id,
+                             row["native_id"], "it ended" if st.final else "its key is gone")
+            job.job_id, job.native_id, job.key = KernelJob.new_id(), None, job.key
+            return None
+        job.key = key
+        self._set(reconnected=True)
+        self.log.info("HPC kernel %s: reconnected to job %s on %s, the kernel %s of a server "
+                      "(pid %s on %s) that stopped without shutting it down", self.kernel_id,
+                      row["native_id"], row["backend"], row["id"], row["owner_pid"],
+                      row["owner_host"])
+        return row["native_id"], key
 
     async def _wait_running(self, job: KernelJob) -> dict[str, int]:
         """Wait for the job to run and the kernel to bind its ports; log the queue.

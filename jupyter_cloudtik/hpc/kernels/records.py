@@ -49,6 +49,13 @@ MIGRATIONS = [
         updated_at REAL NOT NULL
     );
     """,
+    # reconnecting: the notebook a kernel was started for and its spec, and since when
+    # its server is known to be gone (its job kept for HPCKernels.reconnect_within)
+    """
+    ALTER TABLE hpc_kernels ADD COLUMN session TEXT;
+    ALTER TABLE hpc_kernels ADD COLUMN spec TEXT;
+    ALTER TABLE hpc_kernels ADD COLUMN gone_since REAL;
+    """,
 ]
 # how long a kernel whose server was gone stays listed (GET hpc/kernels) after its job was
 # ended for it
@@ -75,16 +82,46 @@ class KernelRecords:
         store.ensure_schema(AREA, MIGRATIONS)
 
     def started(self, kernel_id: str, *, backend: str, profile: str, job_id: str,
-                native_id: str | None) -> None:
+                native_id: str | None, session: str | None = None,
+                spec: str | None = None) -> None:
         """The kernel's job is being submitted by this process (``native_id`` None until
         sbatch answers; a restart's new job replaces the old one's row)."""
         me, now = Owner.this_process(), time.time()
         self.store.execute(
             "INSERT OR REPLACE INTO hpc_kernels (id, backend, profile, job_id, native_id,"
-            " state, owner_pid, owner_host, owner_started, created_at, updated_at)"
-            " VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?)",
+            " state, owner_pid, owner_host, owner_started, created_at, updated_at, session,"
+            " spec) VALUES (?, ?, ?, ?, ?, 'queued', ?, ?, ?, ?, ?, ?, ?)",
             (kernel_id, backend, profile, job_id, native_id, me.pid, me.host, me.started,
-             now, now))
+             now, now, session, spec))
+
+    def adopt(self, kernel_id: str, *, session: str, spec: str) -> Any | None:
+        """The row of a kernel of the same notebook and spec whose server is gone, now
+        this process's under ``kernel_id`` (None: there is none).  At most one process
+        gets it: the update names the old owner."""
+        me = Owner.this_process()
+        for row in self.orphans():
+            if row["session"] != session or row["spec"] != spec or not row["native_id"] \
+                    or row["state"] == "dead":
+                continue
+            with self.store.transaction() as conn:
+                cur = conn.execute(
+                    "UPDATE hpc_kernels SET id = ?, owner_pid = ?, owner_host = ?,"
+                    " owner_started = ?, gone_since = NULL, updated_at = ? WHERE id = ? AND"
+                    " orphaned = 0 AND owner_pid = ? AND owner_host = ?",
+                    (kernel_id, me.pid, me.host, me.started, time.time(), row["id"],
+                     row["owner_pid"], row["owner_host"]))
+            if cur.rowcount == 1:
+                return row
+        return None
+
+    def keep(self, row: Any) -> float:
+        """Since when ``row``'s server is known to be gone (now, the first time)."""
+        if row["gone_since"]:
+            return float(row["gone_since"])
+        now = time.time()
+        self.store.execute("UPDATE hpc_kernels SET gone_since = ? WHERE id = ? AND"
+                           " gone_since IS NULL", (now, row["id"]))
+        return now
 
     def update(self, kernel_id: str, **fields: Any) -> None:
         allowed = {"state", "reason", "node", "native_id"}
@@ -106,15 +143,27 @@ class KernelRecords:
         return [r for r in rows
                 if not owner_alive(r["owner_pid"], r["owner_host"], r["owner_started"])]
 
-    def reported(self) -> list[dict[str, Any]]:
-        """Kernels whose server was gone, as ``kernel_status()`` lists a kernel."""
+    def reported(self, keep_for: float = 0.0) -> list[dict[str, Any]]:
+        """Kernels whose server was gone, as ``kernel_status()`` lists a kernel: ended
+        for it, or kept for its notebook to reconnect (``keep_for`` seconds)."""
         rows = self.store.query(
-            "SELECT * FROM hpc_kernels WHERE orphaned = 1 AND updated_at > ?"
-            " ORDER BY updated_at", (time.time() - REPORTED_SECONDS,))
-        return [{"id": r["id"], "backend": r["backend"], "profile": r["profile"],
-                 "job": r["native_id"], "node": r["node"], "state": r["state"],
-                 "reason": r["reason"], "orphaned": True, "time": r["updated_at"]}
-                for r in rows]
+            "SELECT * FROM hpc_kernels WHERE (orphaned = 1 AND updated_at > ?) OR"
+            " (orphaned = 0 AND gone_since IS NOT NULL) ORDER BY updated_at",
+            (time.time() - REPORTED_SECONDS,))
+        out = []
+        for r in rows:
+            item = {"id": r["id"], "backend": r["backend"], "profile": r["profile"],
+                    "job": r["native_id"], "node": r["node"], "state": r["state"],
+                    "reason": r["reason"], "orphaned": True, "time": r["updated_at"],
+                    "session": r["session"]}
+            if not r["orphaned"]:
+                left = max(0.0, r["gone_since"] + keep_for - time.time())
+                item["reason"] = (f"its server stopped without shutting it down; the job "
+                                  f"runs on, and its notebook's kernel reconnects to it if "
+                                  f"started within {left / 60:.0f} min (else it is cancelled)")
+                item["reconnectable"] = True
+            out.append(item)
+        return out
 
     def report(self, row: Any, state: str, reason: str) -> bool:
         """Mark an orphan as handled, unless another server did meanwhile."""
@@ -130,7 +179,7 @@ class KernelRecords:
 
 
 def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger,
-                unresolved_only: bool = False) -> list[str]:
+                unresolved_only: bool = False, keep_for: float = 0.0) -> list[str]:
     """End the jobs of kernels whose server is gone; one line per kernel, as logged (with
     ``unresolved_only``, only the lines of jobs that could not be ended).
 
@@ -148,6 +197,20 @@ def end_orphans(records: KernelRecords, registry: Any, log: logging.Logger,
             be = registry.get(backend)
             ref = JobRef(row["job_id"], native or "")
             st = be.poll([ref])[ref.native_id] if native else None
+            if st is not None and not st.final and keep_for > 0 and row["session"]:
+                # a notebook's kernel: kept a while for its notebook to reconnect
+                since = records.keep(row)
+                left = since + keep_for - time.time()
+                if left > 0:
+                    line = (f"HPC kernel {kid}: its server ({owner}) stopped without "
+                            f"shutting it down; job {native} on {backend} runs on: its "
+                            f"notebook's kernel reconnects to it if started within "
+                            f"{left:.0f} s, else it is cancelled")
+                    if not row["gone_since"]:
+                        log.warning("%s", line)
+                        said.append(line)
+                    unresolved.append(line)  # looked at again
+                    continue
             if st is not None and not st.final:
                 be.cancel(ref)
                 ended = "was cancelled"
