@@ -9,9 +9,10 @@ process that owns it (pid, host and start time, judged as operations' owners are
 jobs whose owner is gone (``end_orphans``) and keeps why, which ``GET hpc/kernels`` and
 the server's log report.
 
-Reconnecting is not attempted: jupyter_server cannot adopt a running kernel into a new
-server's kernels and sessions, so the notebook could not reach it; what the user loses is
-said, and the allocation is given back.
+A notebook's kernel is kept for its notebook instead (``HPCKernels.reconnect_within``):
+the next server that starts that notebook's kernel with the same spec takes the row over
+(``adopt``) and reaches the same kernel, whose key it reads back from the job's connection
+file; the rest are ended.
 """
 
 from __future__ import annotations
