@@ -20,8 +20,14 @@ export interface HpcKernel {
   time?: number;
 }
 
-/** The kernel spec names of HPC kernels (hpc/kernels/profiles.py, `spec_name`). */
+/** The kernel spec names of HPC kernels (hpc/kernels/profiles.py, `spec_name`): the
+ *  server's own profiles, and the hub's (`cloudtik-hub-`, submitted by its sidekick). */
 export const HPC_KERNEL_PREFIX = 'cloudtik-hpc-';
+export const HUB_KERNEL_PREFIX = 'cloudtik-hub-';
+
+export function isHpcKernelName(name: string): boolean {
+  return name.startsWith(HPC_KERNEL_PREFIX) || name.startsWith(HUB_KERNEL_PREFIX);
+}
 
 /** Seconds between two looks while an HPC kernel is involved, and otherwise. */
 export const FAST_SECONDS = 2;

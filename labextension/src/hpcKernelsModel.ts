@@ -7,7 +7,7 @@
  * the queue, needs every kernel's job in one place, and a way to end one (which ends its
  * batch job) without finding its notebook first.
  */
-import { FAST_SECONDS, HPC_KERNEL_PREFIX, HpcKernel, SLOW_SECONDS } from './hpcKernels';
+import { FAST_SECONDS, HpcKernel, isHpcKernelName, SLOW_SECONDS } from './hpcKernels';
 import { ApiError, CloudTikApi } from './model';
 import { Observed, Refresher } from './poll';
 
@@ -42,7 +42,7 @@ export function canShutDown(k: ListedHpcKernel): boolean {
 /** Does this server offer HPC kernels at all (a kernel spec of ours)? */
 export function offersHpcKernels(specNames: Iterable<string>): boolean {
   for (const name of specNames) {
-    if (name.startsWith(HPC_KERNEL_PREFIX)) {
+    if (isHpcKernelName(name)) {
       return true;
     }
   }

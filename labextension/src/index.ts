@@ -14,6 +14,7 @@ import {
 import { Dialog, ICommandPalette, showDialog } from '@jupyterlab/apputils';
 import { ILauncher } from '@jupyterlab/launcher';
 import { INotebookTracker, NotebookActions } from '@jupyterlab/notebook';
+import { IStatusBar } from '@jupyterlab/statusbar';
 import { KernelAPI } from '@jupyterlab/services';
 import { ISettingRegistry } from '@jupyterlab/settingregistry';
 import { LabIcon } from '@jupyterlab/ui-components';
@@ -23,7 +24,7 @@ import { OPEN_DASHBOARD, setupDashboards } from './dashboards';
 import { HpcKernelsModel } from './hpcKernelsModel';
 import { JobsModel } from './jobs';
 import { CUSTOM_SIZE_COMMAND, setupCustomSizes } from './hpcKernelSizeForm';
-import { addHpcKernelStatus } from './kernelQueue';
+import { addHpcKernelStatus, HpcKernelStatusBarItem } from './kernelQueue';
 import { ClustersModel } from './model';
 import { CloudTikPanel } from './panel';
 import { DEFAULT_PREFERENCES, Preferences } from './sections/props';
@@ -47,14 +48,22 @@ const plugin: JupyterFrontEndPlugin<void> = {
   id: PLUGIN_ID,
   description: 'Clusters side panel of jupyter_cloudtik',
   autoStart: true,
-  optional: [ILayoutRestorer, ISettingRegistry, INotebookTracker, ILauncher, ICommandPalette],
+  optional: [
+    ILayoutRestorer,
+    ISettingRegistry,
+    INotebookTracker,
+    ILauncher,
+    ICommandPalette,
+    IStatusBar
+  ],
   activate: async (
     app: JupyterFrontEnd,
     restorer: ILayoutRestorer | null,
     settingRegistry: ISettingRegistry | null,
     notebooks: INotebookTracker | null,
     launcher: ILauncher | null,
-    palette: ICommandPalette | null
+    palette: ICommandPalette | null,
+    statusBar: IStatusBar | null
   ) => {
     const model = new ClustersModel(serverApi());
     const jobs = new JobsModel(serverApi());
@@ -144,6 +153,13 @@ const plugin: JupyterFrontEndPlugin<void> = {
     palette?.addItem({ command: CUSTOM_SIZE_COMMAND, category: 'Notebook Operations', args: { isPalette: true } });
     // an HPC kernel's batch job (queued and why, node, wall time) in its notebook's toolbar
     notebooks?.widgetAdded.connect((_, nb) => addHpcKernelStatus(serverApi(), nb));
+    if (notebooks && statusBar) {
+      statusBar.registerStatusItem('jupyter-cloudtik:hpc-kernel', {
+        item: new HpcKernelStatusBarItem(notebooks),
+        align: 'left',
+        rank: 5 // after the kernel's own status
+      });
+    }
     void model.start(preferences.refreshInterval);
     void jobs.start(preferences.refreshInterval);
     void sidekicks.start();

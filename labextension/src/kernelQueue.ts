@@ -8,13 +8,14 @@
  * has an id the page knows, its entry is found by the notebook it was started for
  * (`session`: jupyter_server's JPY_SESSION_NAME, the file's path on the server).
  */
-import { NotebookPanel } from '@jupyterlab/notebook';
+import { INotebookTracker, NotebookPanel } from '@jupyterlab/notebook';
+import { ISignal, Signal } from '@lumino/signaling';
 import { Widget } from '@lumino/widgets';
 
 import {
   describeKernel,
   FAST_SECONDS,
-  HPC_KERNEL_PREFIX,
+  isHpcKernelName,
   HpcKernel,
   kernelFor,
   shortKernel,
@@ -26,6 +27,12 @@ import { CloudTikApi } from './model';
 export class HpcKernelStatus extends Widget {
   private timer: number | undefined;
   private disposedFlag = false;
+  private readonly changed_ = new Signal<this, void>(this);
+
+  /** Emitted whenever what it shows changes (the status bar mirrors it). */
+  get changed(): ISignal<this, void> {
+    return this.changed_;
+  }
 
   constructor(
     private readonly api: CloudTikApi,
@@ -69,7 +76,7 @@ export class HpcKernelStatus extends Widget {
       }
       this.show_(shown);
     }
-    const involved = shown !== null || this.kernelName().startsWith(HPC_KERNEL_PREFIX);
+    const involved = shown !== null || isHpcKernelName(this.kernelName());
     this.schedule(involved ? FAST_SECONDS : SLOW_SECONDS);
   }
 
@@ -78,6 +85,7 @@ export class HpcKernelStatus extends Widget {
       this.node.textContent = '';
       this.node.setAttribute('data-state', 'none');
       this.hide();
+      this.changed_.emit();
       return;
     }
     const now = Date.now() / 1000;
@@ -89,6 +97,7 @@ export class HpcKernelStatus extends Widget {
     this.node.setAttribute('data-warning', k.warning ? 'yes' : 'no');
     this.node.setAttribute('data-state', k.state);
     this.show();
+    this.changed_.emit();
   }
 
   dispose(): void {
@@ -105,5 +114,45 @@ export function addHpcKernelStatus(api: CloudTikApi, panel: NotebookPanel): void
   if (!panel.toolbar.insertBefore('kernelName', 'cloudtikHpcKernel', item)) {
     panel.toolbar.addItem('cloudtikHpcKernel', item);
   }
+  ITEMS.set(panel, item);
+  ADDED.emit(panel); // the tracker may have made it current before this ran
   panel.disposed.connect(() => item.dispose());
+}
+
+const ITEMS = new WeakMap<NotebookPanel, HpcKernelStatus>();
+const ADDED = new Signal<unknown, NotebookPanel>({});
+
+/**
+ * The same line in JupyterLab's status bar, beside the kernel's own status ("Python 3 on
+ * daint — 1 core | Starting"), for the notebook in front: where people look for what
+ * their kernel is doing.  It mirrors that notebook's toolbar item (one poll per notebook).
+ */
+export class HpcKernelStatusBarItem extends Widget {
+  private source: HpcKernelStatus | null = null;
+
+  constructor(private readonly tracker: INotebookTracker) {
+    super();
+    this.addClass('jp-CloudTikHpcKernelStatus');
+    this.node.setAttribute('data-state', 'none');
+    tracker.currentChanged.connect(this.follow, this);
+    ADDED.connect(this.follow, this);
+    this.follow();
+  }
+
+  private follow(): void {
+    this.source?.changed.disconnect(this.mirror, this);
+    const panel = this.tracker.currentWidget;
+    this.source = panel ? ITEMS.get(panel) ?? null : null;
+    this.source?.changed.connect(this.mirror, this);
+    this.mirror();
+  }
+
+  private mirror(): void {
+    const src = this.source;
+    const state = src?.node.getAttribute('data-state') ?? 'none';
+    this.node.textContent = state === 'none' ? '' : src!.node.textContent;
+    this.node.title = state === 'none' ? '' : src!.node.title;
+    this.node.setAttribute('data-state', state);
+    this.node.setAttribute('data-warning', src?.node.getAttribute('data-warning') ?? 'no');
+  }
 }

@@ -96,6 +96,12 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
             assert m, title
             job = m.group(1)
             assert page.locator(".jp-CloudTikHpcKernel").first.is_visible()
+            # the status bar says the same, beside JupyterLab's own kernel status
+            status = page.locator(".jp-StatusBar-Widget .jp-CloudTikHpcKernelStatus")
+            wait_for(lambda: status.inner_text() == text, 30, interval=0.5,
+                     what="the status bar to show the queued job")
+            assert status.get_attribute("data-state") == "queued" and \
+                status.get_attribute("title") == title
             assert "PENDING" in _squeue(slurm.env)[job]
             assert "Python 3 on daint" in page.locator(".jp-KernelName").first.inner_text()
             doc_image(page, "hpc-kernel-queued")  # docs/hpc.md shows it
@@ -115,6 +121,8 @@ def test_an_hpc_kernel_queues_runs_and_ends_from_jupyterlab(slurm, tmp_path):
             text, _, title = wait_for(lambda: (lambda t: t if t[1] == "running" else None)(
                 _toolbar(page)), 120, interval=0.5, what="the toolbar to show the running job")
             assert re.fullmatch(r"daint: (\d+) min left", text), text
+            wait_for(lambda: status.get_attribute("data-state") == "running", 30,
+                     interval=0.5, what="the status bar to show the running job")
             assert 25 <= int(text.split()[1]) <= 30, text
             m = re.search(rf"daint: job {job} on (\S+) · (\d+) min left$", title)
             assert m, title
