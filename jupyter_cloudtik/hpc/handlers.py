@@ -356,7 +356,8 @@ class KernelNodeHandler(web.RequestHandler):
         access = node_access.check(kid, token.strip() if scheme.lower() in ("token", "bearer")
                                    else None)
         if access is None:  # another kernel's, an ended one's, none: the same answer
-            raise web.HTTPError(403, "not this kernel's token")
+            raise web.HTTPError(403, "not authenticated: this route takes the token of the "
+                                     "HPC kernel it names (cloudtik-api.json on its node)")
         return access, node_access
 
     async def get(self, kid: str, verb: str) -> None:

@@ -346,6 +346,11 @@ def validate_spec(kind: str, name: str, spec: dict[str, Any]) -> None:
         if "options" in spec:
             need("options", dict, "an object of rclone options (no secrets: put those "
                                   "under 'secrets')")
+    elif kind == "hpc":
+        v = spec.get("shared_account_kernels")
+        if v is not None and not isinstance(v, bool):
+            raise ConfigError(f"spec.shared_account_kernels: {v!r} is not true or false",
+                              field="spec.shared_account_kernels", value=v)
     elif kind == "kernel":
         # deferred: start-up (hpc.kernels.profiles ~8 ms, loads the HPC job model)
         from ..hpc.kernels.profiles import parse_profile

@@ -33,7 +33,13 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.errors import CloudTikError, ConfigError, ConflictError, NotFoundError
+from ..core.errors import (
+    CloudTikError,
+    ConfigError,
+    ConflictError,
+    NotFoundError,
+    PermissionDeniedError,
+)
 from ..hpc.base import RUNNING
 from ..hpc.kernels.job import PORT_NAMES, KernelJob
 from ..hpc.kernels.profiles import (
@@ -44,6 +50,7 @@ from ..hpc.kernels.profiles import (
     parse_size,
 )
 from ..hpc.kernels.records import KernelRecords, end_orphans
+from .bootstrap import local_backend_type
 from .catalog import Caller
 
 log = logging.getLogger("jupyter_cloudtik.hub.kernels")
@@ -119,6 +126,26 @@ class HubKernels:
         return out
 
     def _backend(self, p: Profile) -> Any:
+        """The profile's backend, if the hub may run users' kernels on it: one that runs
+        them as the sidekick's own account on its machine only where the hub allows
+        that, and a site account shared by the hub's users only where its admin says so
+        (``shared_account_kernels`` of its ``hpc`` item): kernels of one account can read
+        each other's connection files, so a user could reach another's kernel on a
+        node they share."""
+        where = local_backend_type(self.hub, p.backend)
+        if where and not self.hub.hub.allow_local_execution:
+            raise PermissionDeniedError(
+                f"backend: '{p.backend}' ({where}) would run kernels as the sidekick's own "
+                "account on its machine, which this hub does not allow "
+                "(c.CloudTikHub.allow_local_execution)", field="backend", value=p.backend)
+        res = self.hub.catalog.find("hpc", p.backend)
+        if res is None or res.spec.get("shared_account_kernels") is not True:
+            raise PermissionDeniedError(
+                f"backend: '{p.backend}' runs every hub user's jobs as one account of its "
+                "site, so one user's kernel could read another's key and reach that kernel "
+                "on a node they share; its admin offers kernels on it only by setting "
+                "shared_account_kernels: true in its hpc catalogue item",
+                field="backend", value=p.backend)
         be = self.hub.job_manager().registry.get(p.backend)
         check_interactive(p.backend, be.kind)
         return be
@@ -168,10 +195,14 @@ class HubKernels:
                                 f"{limit}); shut one down first", field="profile")
         p, be = self.resolve(caller, body.get("profile"), body.get("custom"))
         job = KernelJob(be, p, key=key, warn_before=self.settings.warn_before)
-        await asyncio.to_thread(job.check)
         kid = uuid.uuid4().hex
         k = HubKernel(kid, caller.name, p, job)
-        self._kernels[kid] = k
+        self._kernels[kid] = k  # counted from now: two starts at once cannot both pass
+        try:
+            await asyncio.to_thread(job.check)
+        except BaseException:
+            self._kernels.pop(kid, None)
+            raise
         self.hub.audit_use(caller, "kernel.start", f"kernel/{p.name}",
                            {"kernel": kid, "backend": p.backend})
         # recorded before sbatch: a sidekick killed meanwhile leaves a row the next one

@@ -117,6 +117,24 @@ def test_profiles_kernels_and_their_owner(hub, slurm):
     assert prov == {"provisioner_name": "cloudtik-hpc",
                     "config": {"backend": "daint", "profile": "debug", "hub": True}}, prov
     assert _specs(bob) == {}  # a profile without its backend: not offered
+
+    # a backend whose admin did not accept one site account for all: no kernels on it
+    admin = hub.browser("admin")
+    r = admin.put(api + "hub/catalog/hpc/daint", json={"spec": {}, "groups": ["physics"]})
+    assert r.status_code == 200, r.text
+    try:
+        assert hub.session("alice").get(api + "hub/kernel-profiles").json()["profiles"] == []
+        r = hub.session("alice").post(api + "hub/kernels", json={"profile": "debug",
+                                                                 "key": "k" * 32})
+        assert r.status_code == 403 and r.json()["field"] == "backend", r.text
+        assert "shared_account_kernels: true" in r.json()["message"]
+    finally:
+        r = admin.put(api + "hub/catalog/hpc/daint", json={
+            "spec": {"shared_account_kernels": True}, "groups": ["physics"]})
+        assert r.status_code == 200, r.text
+    r = admin.put(api + "hub/catalog/hpc/daint", json={
+        "spec": {"shared_account_kernels": "yes"}, "groups": ["physics"]})
+    assert r.status_code == 400 and r.json()["field"] == "spec.shared_account_kernels"
     assert [p["name"] for p in hub.session("bob").get(api + "hub/kernel-profiles").json()[
         "profiles"]] == []
 
@@ -304,7 +322,8 @@ def test_over_ssh_the_key_stays_with_the_sidekick(tmp_path_factory, site_slurm, 
         assert r.returncode == 0, r.stderr
         key_file.unlink()
         admin = h.browser("admin")
-        for kind, name, body in (("hpc", "site", {"spec": {}, "groups": ["physics"]}),
+        for kind, name, body in (("hpc", "site", {"spec": {"shared_account_kernels": True},
+                                                  "groups": ["physics"]}),
                                  ("kernel", "small", {"spec": {"backend": "site", "cores": 1,
                                                                "time": "10m"},
                                                       "groups": ["physics"]})):
