@@ -28,6 +28,8 @@ SPELLED_ON_PURPOSE = {
     # the node's bootstrap: a shell script and a Python script written into user data,
     # run on the node before the package is installed there
     "providers/huaweicloud/userdata.py",
+    # written into an HPC kernel's job folder and run there: the standard library only
+    "hpc/kernels/node_helper.py",
 }
 
 

@@ -49,6 +49,8 @@ OBS_PROXY = "CLOUDTIK_OBS_PROXY"
 RCLONE = "CLOUDTIK_RCLONE"
 STORAGES = "CLOUDTIK_STORAGES"
 HPC_CONFIG = "CLOUDTIK_HPC_CONFIG"
+#: on an HPC kernel's node: the file with the server's URL and the kernel's own token
+NODE_API = "CLOUDTIK_NODE_API"
 
 # zones
 ZONE_NAME = "CLOUDTIK_ZONE_NAME"

@@ -24,7 +24,8 @@ from ..core.errors import CloudTikError, ConfigError
 
 JOB_ID = r"(?P<job_id>[^/]+)"
 SWEEP_ID = r"(?P<sweep_id>[^/]+)"
-FILE_NAME = r"(?P<name>[^/]+)"  # a path inside the job's folder, '/' sent as %2F
+FILE_NAME = r"(?P<name>[^/]+)"
+KERNEL_ID = r"(?P<kid>[^/]+)"  # a path inside the job's folder, '/' sent as %2F
 MAX_FILE_BYTES = 256 * 1024 * 1024
 
 
@@ -337,7 +338,7 @@ class JobFileHandler(_JobsHandler):
         self.finish(data)
 
 
-class KernelNodeHandler(web.RequestHandler):
+class _KernelNodeHandler(web.RequestHandler):
     """What an HPC kernel's node asks of this server (``%storage`` there): authenticated
     by that kernel's own token only (``kernels/node_access.py``), never by a cookie or a
     token of the server's, so no XSRF check applies: a page cannot send the header."""
@@ -347,7 +348,7 @@ class KernelNodeHandler(web.RequestHandler):
     def check_xsrf_cookie(self) -> None:  # no cookie is ever read here
         pass
 
-    def _access(self, kid: str) -> Any:
+    def _access(self, kid: str) -> tuple[Any, Any]:
         # deferred: start-up (hpc.kernels.node_access loads the storage stager)
         from .kernels import node_access
 
@@ -360,14 +361,7 @@ class KernelNodeHandler(web.RequestHandler):
                                      "HPC kernel it names (cloudtik-api.json on its node)")
         return access, node_access
 
-    async def get(self, kid: str, verb: str) -> None:
-        access, node_access = self._access(kid)
-        if verb != "ls":
-            raise web.HTTPError(405)
-        self._json(await node_access.ls(access, self.get_argument("path", "")))
-
-    async def post(self, kid: str, verb: str) -> None:
-        access, node_access = self._access(kid)
+    def _body(self) -> dict[str, Any]:
         if len(self.request.body or b"") > self.MAX_BODY:
             raise ConfigError("body: too large", field="body")
         try:
@@ -376,12 +370,7 @@ class KernelNodeHandler(web.RequestHandler):
             raise ConfigError("body: not JSON", field="body") from None
         if not isinstance(body, dict):
             raise ConfigError("body: expected a JSON object", field="body")
-        if verb == "get":
-            self._json(await node_access.get(access, body.get("src"), body.get("dest")))
-        elif verb == "put":
-            self._json(await node_access.put(access, body.get("src"), body.get("dst")))
-        else:
-            raise web.HTTPError(405)
+        return body
 
     def _json(self, data: Any) -> None:
         self.set_header("Content-Type", "application/json")
@@ -392,20 +381,44 @@ class KernelNodeHandler(web.RequestHandler):
         if isinstance(exc, CloudTikError):
             status_code, body = exc.http_status, exc.to_dict()
         elif isinstance(exc, web.HTTPError):
-            body = {"message": exc.log_message or "error", "field": None}
+            body = {"message": exc.log_message or "error", "field": None,
+                    "reason": {403: "forbidden", 404: "not_found",
+                               405: "method_not_allowed"}.get(status_code, "error")}
         else:
             status_code, body = 500, {"message": "internal error; the server log has the "
-                                                 "details", "field": None}
+                                                 "details", "field": None, "reason": "error"}
         self.set_status(status_code)
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(body))
+
+
+class KernelNodeLsHandler(_KernelNodeHandler):
+    async def get(self, kid: str) -> None:
+        access, node_access = self._access(kid)
+        self._json(await node_access.ls(access, self.get_argument("path", "")))
+
+
+class KernelNodeGetHandler(_KernelNodeHandler):
+    async def post(self, kid: str) -> None:
+        access, node_access = self._access(kid)
+        body = self._body()
+        self._json(await node_access.get(access, body.get("src"), body.get("dest")))
+
+
+class KernelNodePutHandler(_KernelNodeHandler):
+    async def post(self, kid: str) -> None:
+        access, node_access = self._access(kid)
+        body = self._body()
+        self._json(await node_access.put(access, body.get("src"), body.get("dst")))
 
 
 ROUTES: list[tuple[str, Any]] = [
     (r"/hpc/backends", BackendsHandler),
     (r"/hpc/kernels", KernelsHandler),
     (r"/hpc/kernel-sizes", KernelSizesHandler),
-    (r"/hpc/kernels/(?P<kid>[^/]+)/node/(?P<verb>ls|get|put)", KernelNodeHandler),
+    (rf"/hpc/kernels/{KERNEL_ID}/node/ls", KernelNodeLsHandler),
+    (rf"/hpc/kernels/{KERNEL_ID}/node/get", KernelNodeGetHandler),
+    (rf"/hpc/kernels/{KERNEL_ID}/node/put", KernelNodePutHandler),
     (r"/jobs", JobsHandler),
     # before /jobs/{job_id}: "sweeps" is no job id
     (r"/jobs/sweeps", SweepsHandler),

@@ -20,6 +20,7 @@ import yaml
 
 from ..core.config import load_yaml
 from ..core.errors import ConfigError, NotFoundError
+from .backend_kinds import local_backend_type
 from .catalog import KINDS, NAME_RE, SECRET, Caller, validate_spec
 
 log = logging.getLogger("jupyter_cloudtik.hub")
@@ -121,23 +122,6 @@ def _check_local_execution(ctx: Any, kind: str, name: str, spec: dict[str, Any])
                 "own machine or as its account; offer a remote backend (slurm over SSH, "
                 "firecrest, arc), or set c.CloudTikHub.allow_local_execution = True "
                 "(docs/security.md#the-sandbox)", field="name", value=name)
-
-
-def local_backend_type(ctx: Any, name: str) -> str | None:
-    """What HPC backend ``name`` is if it runs users' jobs on this machine or as the
-    service's own account here (``local``, ``dask``, a Slurm of this machine: its jobs run
-    through Slurm as the account that submits them), else None."""
-    from ..hpc.settings import HPC  # deferred: start-up (hpc.settings ~6 ms)
-
-    if name.startswith("dask:"):
-        return "dask"
-    cfg = HPC(parent=ctx.serverapp).backend_configs().get(name) or {}
-    btype = cfg.get("type")
-    if btype in ("local", "dask"):
-        return btype
-    if btype == "slurm" and not cfg.get("host"):
-        return "slurm of this machine"
-    return None
 
 
 def local_provider_type(ctx: Any, spec: dict[str, Any]) -> str | None:

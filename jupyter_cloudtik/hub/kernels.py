@@ -50,7 +50,7 @@ from ..hpc.kernels.profiles import (
     parse_size,
 )
 from ..hpc.kernels.records import KernelRecords, end_orphans
-from .bootstrap import local_backend_type
+from .backend_kinds import local_backend_type
 from .catalog import Caller
 
 log = logging.getLogger("jupyter_cloudtik.hub.kernels")

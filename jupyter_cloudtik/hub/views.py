@@ -24,6 +24,7 @@ from ..core.grants import Grant
 from ..core.identity import acting_as
 from ..core.locations import NoLocal, resolve
 from ..core.store import loads
+from .backend_kinds import local_backend_type
 from .catalog import Caller, Resource
 
 if TYPE_CHECKING:
@@ -463,9 +464,6 @@ class JobsView(_Denied):
         self._j.ensure_poller()  # one poller for everybody's jobs, as in a server
 
     def _may_backend(self, name: str | None) -> None:
-        # deferred: start-up (hub.bootstrap ~22 ms, loads asyncio, ssl)
-        from .bootstrap import local_backend_type
-
         name = name or self.hpc.default_backend
         self.hub.grant(self.caller, "hpc", name, "run", field="backend")
         btype = local_backend_type(self.hub, name)

@@ -30,7 +30,7 @@ HEADING = "Interactive kernels: the session's storages on the node"
 
 @pytest.fixture
 def served(slurm, tmp_path):
-    from tests.server.conftest import _start_server, _stop
+    from tests.server.conftest import _stop
 
     data = tmp_path / "dav"
     (data / "results").mkdir(parents=True)
@@ -47,18 +47,28 @@ def served(slurm, tmp_path):
         f"c.HPC.backends = {{'daint': {daint!r}}}\n"
         "c.HPCKernels.profiles = [{'name': 'debug', 'backend': 'daint', 'cores': 1, "
         "'time': '30m'}]\nc.HPCKernels.poll_interval = 0.5\n")
-    server = _start_server(tmp_path, "server", [
-        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    server = _server_with_storage(tmp_path, dav)
     try:
-        r = server.request("POST", "storages", json={
-            "name": "data", "backend": "webdav", "options": dav.storage_options(),
-            "read_only": False})
-        assert r.status_code == 201, r.text
         yield server, data, tmp_path / "daint-jobs"
     finally:
         problems = _stop(server)
         dav.stop()
     assert not problems, problems
+
+
+def _server_with_storage(tmp_path, dav):
+    """A Jupyter server of ``tmp_path/config`` with the WebDAV storage ``data``."""
+    from tests.server.conftest import _start_server, _stop
+
+    server = _start_server(tmp_path, "server", [
+        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    r = server.request("POST", "storages", json={
+        "name": "data", "backend": "webdav", "options": dav.storage_options(),
+        "read_only": False})
+    if r.status_code != 201:
+        _stop(server)
+        raise AssertionError(r.text)
+    return server
 
 
 def _start(server) -> str:
@@ -165,7 +175,7 @@ def test_storage_magic_over_ssh(site_slurm, env_sshd, job_account, tmp_path):
 
     import yaml
 
-    from tests.server.conftest import _start_server, _stop
+    from tests.server.conftest import _stop
 
     data = tmp_path / "dav"
     (data / "results").mkdir(parents=True)
@@ -192,13 +202,8 @@ def test_storage_magic_over_ssh(site_slurm, env_sshd, job_account, tmp_path):
                                        "CLOUDTIK_HPC_CONFIG": str(tmp_path / "hpc.yaml")})
     assert r.returncode == 0, r.stderr
     (tmp_path / "id").unlink()
-    server = _start_server(tmp_path, "server", [
-        "--ServerApp.jpserver_extensions={'jupyter_cloudtik': True}"], {})
+    server = _server_with_storage(tmp_path, dav)
     try:
-        r = server.request("POST", "storages", json={
-            "name": "data", "backend": "webdav", "options": dav.storage_options(),
-            "read_only": False})
-        assert r.status_code == 201, r.text
         r = requests.post(server.url + "api/kernels", headers=server.headers(),
                           json={"name": "cloudtik-hpc-site-small"}, timeout=600)
         assert r.status_code == 201, (r.text[:2000], server.log_text()[-3000:])

@@ -79,6 +79,10 @@ OPENAPI_FIELDS = {
                              ".storage.vfs_cache_mode": "admin-only", ".ask[]": "admin-only"},
     "POST /storages/{name}/mount": {".mode": None},  # mounts: refused through the hub
     "POST /storage-transfers": {".src": "location", ".dst": "location-write", ".mode": None},
+    # an HPC kernel's node, with that kernel's own token only (never a hub caller's): not
+    # walked here (no caller below holds one); tests/hpc/test_hpc_kernel_storage.py
+    "POST /hpc/kernels/{kid}/node/get": {".src": "location", ".dest": "node-path"},
+    "POST /hpc/kernels/{kid}/node/put": {".src": "node-path", ".dst": "location-write"},
     "POST /jobs": {".notebook": "location", ".command[]": "command", ".backend": "hpc",
                    ".name": None, ".memory": None, ".time": None, ".queue": None,
                    ".account": None, ".reservation": None, ".inputs[]": "location",

@@ -526,7 +526,7 @@ def _sidekick_routes(prefix: str) -> list[tuple[str, str, str]]:
     fill = {"name": "x", "op_id": "x", "fmt": "yaml", "backend": "s3", "kind": "provider",
             "reservation_id": "x", "job_id": "x", "sweep_id": "x", "user": "alice",
             "rest": "/health", "action": "accept", "proxied_path": "/status",
-            "kid": "0" * 32, "kaction": "ports"}
+            "kid": "0" * 32, "kaction": "ports"}  # hub kernels (hub/kernels.py)
     out = []
     for pattern, handler in hub_routes(prefix) + build_routes(prefix):
         path = re.sub(r"\(\?P<(\w+)>[^)]*\)\??", lambda m: fill[m.group(1)], pattern)

@@ -13,11 +13,11 @@ from jupyter_cloudtik.api.routes import build_routes, route_table
 METHODS = ("get", "post", "put", "patch", "delete")
 FILL = {"name": "some-cluster", "op_id": "some-op", "fmt": "yaml", "backend": "s3",
         "reservation_id": "some-reservation", "job_id": "some-job", "sweep_id": "some-sweep",
-        "kid": "some-kernel", "verb": "ls"}
+        "kid": "some-kernel"}
 #: routes that take a token of their own, never the server's or a login: an HPC kernel's
 #: node asks with that kernel's token (hpc/kernels/node_access.py; its own tests:
 #: tests/hpc/test_hpc_kernel_storage.py)
-OWN_TOKEN = {"KernelNodeHandler"}
+OWN_TOKEN = {"KernelNodeLsHandler", "KernelNodeGetHandler", "KernelNodePutHandler"}
 
 
 def _concrete(pattern: str) -> str:

@@ -27,6 +27,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from ...core import env as envnames
 from ...core.errors import ConfigError, ProviderError
 from ...transport.slurm import parse_kv
 from .. import script
@@ -39,7 +40,7 @@ CONNECTION_FILE = "kernel.json"
 #: the node's side of the session's storages (node_access.py, node_helper.py)
 API_FILE = "cloudtik-api.json"
 HELPER_FILE = "cloudtik_node.py"
-NODE_API_ENV = "CLOUDTIK_NODE_API"
+NODE_API_ENV = envnames.NODE_API
 #: loads ``%storage`` at the kernel's start; no name is left in the user's namespace
 STORAGE_LINE = "__import__('cloudtik_node').register();"
 SCRIPT = "kernel.sh"

@@ -24,7 +24,7 @@ from ...core import env as envnames
 from ...core.errors import CloudTikError, ConfigError, NotFoundError
 from ..base import CANCELLED, JobRef, JobStatus
 from .job import PORT_NAMES
-from .profiles import Profile, parse_profile
+from .profiles import Profile, parse_profile, parse_size
 
 log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
 PROFILES_FOR = 10.0  # s a listing of the hub's profiles is used again
@@ -83,8 +83,6 @@ def hub_profiles(url: str, fresh: bool = False) -> list[Profile]:
 
 def hub_profile(url: str, name: str, custom: Any = None) -> Profile:
     """The hub's profile ``name`` (asked afresh), at a custom size within its bounds."""
-    from .profiles import parse_size
-
     for p in hub_profiles(url, fresh=True):
         if p.name == name:
             return p.with_size(parse_size(custom, "custom")) if custom is not None else p
