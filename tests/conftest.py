@@ -370,7 +370,7 @@ def outside_the_slurm_group() -> str | None:
 # default), the real A-REX module (few tests, ~500 s) could start last and run alone for
 # minutes at the end.  A unit not listed counts one second per test.
 _UNIT_SECONDS: dict[str, float] = {  # CI of 2026-12-05 (-n 4), units of 25 s and more
-    "hpc": 1410,  # + the kernel in JupyterLab and the killed server's kernel (2026-12-05)
+    "hpc": 1560,  # + kernels through the hub, %storage on the node, reconnect (12-06)
     "tests/hpc/test_hpc_arex.py": 820,  # + the built environment, the sweep and its cancel
     "tests/hpc/test_hpc_container.py": 60,
     "jvm": 294,
