@@ -430,6 +430,11 @@ class KernelChannelHandler(WebSocketMixin, WebSocketHandler, JupyterHandler):
         if not await ensure_async(self.authorizer.is_authorized(self, self.current_user,
                                                                "execute", "cloudtik")):
             raise web.HTTPError(403)
+        # a token in the header (the user's server), never a browser's cookie: a page
+        # cannot set that header on a websocket, so no page of any origin opens one
+        if not self.request.headers.get("Authorization"):
+            raise web.HTTPError(403, "kernel channels take a token (Authorization), not a "
+                                     "browser session")
         try:
             self._reader, self._writer = await self.settings["cloudtik"].kernels.open_channel(
                 caller_of(self), kid, name)

@@ -195,6 +195,21 @@ def test_profiles_kernels_and_their_owner(hub, slurm):
     assert asyncio.run(ws(hub.token("bob"), hub_kid)) == 404
     assert asyncio.run(ws("not-a-token", hub_kid)) in (403, 401)
     assert asyncio.run(ws(hub.token("alice"), hub_kid)) == 101
+
+    # alice's own browser session (a page of any origin in her browser): no channel
+    async def ws_cookie(k: str) -> int:
+        jar = hub.browser("alice").cookies
+        url = api.replace("http://", "ws://") + f"hub/kernels/{k}/channels/iopub_port"
+        try:
+            conn = await websocket_connect(HTTPRequest(url, headers={
+                "Cookie": "; ".join(f"{c.name}={c.value}" for c in jar),
+                "Origin": hub.url.rstrip("/")}))
+        except HTTPClientError as e:
+            return e.code
+        conn.close()
+        return 101
+
+    assert asyncio.run(ws_cookie(hub_kid)) == 403
     # bob starting the profile, the other, or one that does not exist: the same 404, no job
     jobs = set(_job_ids(slurm.env))
     for name in ("debug", "large", "nope"):
