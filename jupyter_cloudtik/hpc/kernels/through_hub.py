@@ -18,6 +18,7 @@ import logging
 import os
 import time
 from typing import Any
+from urllib.parse import urlsplit
 
 from ...api.client import RestClient, _seg
 from ...core import env as envnames
@@ -28,6 +29,8 @@ from .profiles import Profile, parse_profile, parse_size
 
 log = logging.getLogger("jupyter_cloudtik.hpc.kernels")
 PROFILES_FOR = 10.0  # s a listing of the hub's profiles is used again
+#: where the sidekick may be reached without TLS: this machine only
+LOOPBACK_HOSTS = ("127.0.0.1", "::1", "localhost")
 _profiles_cache: dict[str, tuple[float, list[Profile] | CloudTikError]] = {}
 
 
@@ -124,7 +127,16 @@ class HubKernelJob:
         return "/".join(["hub/kernels", _seg(self.kid or ""), *parts])
 
     def check(self) -> None:
-        """The profile's grant and a custom size's bounds, asked of the sidekick."""
+        """The way to the sidekick carries the kernel's key and messages: encrypted, or on
+        this machine's loopback; then the profile's grant and a custom size's bounds,
+        asked of the sidekick."""
+        parts = urlsplit(self.url)
+        if parts.scheme != "https" and (parts.hostname or "") not in LOOPBACK_HOSTS:
+            raise ConfigError(
+                f"hub: the sidekick is at {parts.scheme}://{parts.hostname}, so the kernel's "
+                "key and messages would cross the network unencrypted; reach it over https "
+                "(JupyterHub's c.JupyterHub.internal_ssl) or on this machine",
+                field="hub", value=f"{parts.scheme}://{parts.hostname}")
         if self.profile.size is not None:
             self.client._json("POST", "hub/kernel-sizes", body={
                 "profile": self.profile.name, "custom": self.profile.size.to_config()})
