@@ -403,3 +403,22 @@ def test_over_ssh_the_key_stays_with_the_sidekick(tmp_path_factory, site_slurm, 
             h.stop_server("alice", timeout=30)
         finally:
             h.stop()
+
+
+def test_a_sidekick_across_the_network_without_tls_is_refused(monkeypatch):
+    """The key and the kernel's messages never cross the network in the clear: a server
+    whose sidekick is at http:// on another host refuses before any request; https://
+    and this machine's loopback pass this check."""
+    from jupyter_cloudtik.core.errors import ConfigError
+    from jupyter_cloudtik.hpc.kernels.profiles import Profile
+    from jupyter_cloudtik.hpc.kernels.through_hub import HubKernelJob
+
+    monkeypatch.setenv("JUPYTERHUB_API_TOKEN", "t" * 32)
+    profile = Profile(name="debug", backend="daint", hub=True)
+    for url in ("http://hub:8081/services/cloudtik/", "http://10.0.0.5/services/cloudtik/",
+                "ws://hub/services/cloudtik/"):
+        with pytest.raises(ConfigError) as e:
+            HubKernelJob(url, profile, key="k" * 32).check()
+        assert e.value.field == "hub" and "unencrypted" in e.value.message
+    for url in ("https://hub:8081/services/cloudtik/", "http://127.0.0.1:9/services/x/"):
+        HubKernelJob(url, profile, key="k" * 32).check()  # no size: nothing asked
