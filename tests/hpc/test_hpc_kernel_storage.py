@@ -1,9 +1,10 @@
 """Issue 33, point 3: the session's storages from an HPC kernel on its node (``%storage``).
 
 A real Jupyter server with a WebDAV storage whose password only the server holds, and a
-kernel on the project's Slurm: ``%storage ls/get/put`` in a cell copy between the storage
-and the kernel's working folder on the node, through the server; the node's token works
-for its own kernel only, and ends with it; paths stay in the working folder.
+kernel on the project's Slurm: ``%storage ls`` and ``%storage cp`` in a cell copy
+between the storage and the kernel's working folder on the node, through the server; the
+node's token works for its own kernel only, and ends with it; paths stay in the working
+folder.
 """
 
 from __future__ import annotations
@@ -119,17 +120,18 @@ def test_storage_magic_on_the_node(served, slurm):
     doc_lines = [ln for b in doc_examples.parse(doc_examples.ROOT / "docs/hpc.md")
                  if b.heading == HEADING and b.lang == "text" for ln in b.text.splitlines()]
     assert len(doc_lines) == 2, doc_lines
-    for code in ("%storage get data:results/run1.csv ../escape.csv",
-                 "%storage put run1.csv nosuch:results"):
+    for code in ("%storage cp data:results/run1.csv ../escape.csv",
+                 "%storage cp run1.csv nosuch:results"):
         status, out = run(code)
         assert out.strip() in doc_lines, (code, out)
     for code, said in (
-            ("%storage get data:results/run1.csv ../escape.csv", "leaves the kernel's"),
-            ("%storage get data:results/run1.csv /tmp/x.csv", "is not a path"),
-            ("%storage get data:results/run1.csv kernel.json", "the kernel's own files"),
-            ("%storage put ../../etc/passwd data:results", "leaves the kernel's"),
-            ("%storage put run1.csv nosuch:results", "is not NAME:path of a storage"),
-            ("%storage get /etc/passwd", "is not NAME:path of a storage"),
+            ("%storage cp data:results/run1.csv ../escape.csv", "leaves the kernel's"),
+            ("%storage cp data:results/run1.csv /tmp/x.csv", "is not a path"),
+            ("%storage cp data:results/run1.csv kernel.json", "the kernel's own files"),
+            ("%storage cp ../../etc/passwd data:results", "leaves the kernel's"),
+            ("%storage cp run1.csv nosuch:results", "is not NAME:path of a storage"),
+            ("%storage cp /etc/passwd x", "one of SRC and DST must be"),
+            ("%storage get data:results/run1.csv", "usage: %storage ls"),
             ("%storage ls nosuch:", "is not NAME:path of a storage")):
         status, out = run(code)
         assert status == "ok" and said in out, (code, out)
@@ -211,7 +213,7 @@ def test_storage_magic_over_ssh(site_slurm, env_sshd, job_account, tmp_path):
         (st,) = [k for k in server.get("hpc/kernels").json()["kernels"] if k["id"] == kid]
         assert st.get("storages") == "reachable", st
         status, out = asyncio.run(_execute(
-            server, kid, "%storage get data:results/run1.csv\nimport getpass, json, os\n"
+            server, kid, "%storage cp data:results/run1.csv .\nimport getpass, json, os\n"
             "print(open('run1.csv').read().strip().replace('\\n', ';'), getpass.getuser(), "
             "json.load(open(os.environ['CLOUDTIK_NODE_API']))['url'])"))
         assert status == "ok", out
@@ -225,7 +227,7 @@ def test_storage_magic_over_ssh(site_slurm, env_sshd, job_account, tmp_path):
         assert url.startswith("http://127.0.0.1:") and port != server_port, url
         status, out = asyncio.run(_execute(
             server, kid, "open('out.txt', 'w').write('from the node')\n"
-            "%storage put out.txt data:results/ssh"))
+            "%storage cp out.txt data:results/ssh"))
         assert status == "ok" and "data:results/ssh" in out, out
         assert (data / "results" / "ssh" / "out.txt").read_text() == "from the node"
         r = requests.delete(server.url + f"api/kernels/{kid}", headers=server.headers(),

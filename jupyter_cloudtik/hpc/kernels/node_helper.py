@@ -2,12 +2,13 @@
 
 Written into the kernel's job folder as ``cloudtik_node.py`` and loaded by the kernel at
 its start (``job.py``): the standard library only, since the node's environment need not
-have jupyter_cloudtik.  It registers the ``%storage`` line magic of the kernel::
+have jupyter_cloudtik.  It registers the ``%storage`` line magic of the kernel, with the
+session's own grammar (``ls`` and ``cp``; storage/magics.py)::
 
     %storage ls data:results              # a storage's folder, as the session lists it
-    %storage get data:results/run1.csv    # into the kernel's working folder (on the node)
-    %storage get data:inputs in           # a folder, renamed
-    %storage put plots data:results/run7  # a file or folder of the working folder
+    %storage cp data:results/run1.csv .   # into the kernel's working folder (on the node)
+    %storage cp data:inputs in            # a folder, as in/
+    %storage cp plots data:results/run7   # a file or folder of the working folder, back
 
 and the same as functions (``import cloudtik_node as s; s.get("data:x.csv")``).  Each is a
 request to the user's Jupyter server, which copies between the storage (its credentials
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import urllib.error
 import urllib.parse
@@ -27,8 +29,9 @@ import urllib.request
 from typing import Any
 
 API_ENV = "CLOUDTIK_NODE_API"
-USAGE = ("usage: %storage ls NAME:path | %storage get NAME:path [dest] | "
-         "%storage put path NAME:path")
+USAGE = ("usage: %storage ls NAME:path | %storage cp SRC DST (one of them a storage's "
+         "NAME:path, the other a path in the kernel's working folder)")
+_STORAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*:")
 
 
 def _api() -> dict[str, str]:
@@ -92,12 +95,22 @@ def _magic(line: str) -> None:
             for e in ls(rest[0]):
                 print(f"{e['name']}/" if e.get("is_dir") else
                       f"{e['name']}\t{e.get('size')}")
-        elif verb == "get" and len(rest) in (1, 2):
-            done = get(*rest)
-            print(f"{done['src']} -> {done['path']} ({done['bytes']} bytes)")
-        elif verb == "put" and len(rest) == 2:
-            done = put(*rest)
-            print(f"{done['path']} -> {done['dst']} ({done['bytes']} bytes)")
+        elif verb in ("cp", "copy") and len(rest) == 2:
+            src, dst = rest
+            if _STORAGE.match(src) and not _STORAGE.match(dst):
+                # "." or "dir/": into that folder under the source's own name
+                name = src.rstrip("/").rsplit("/", 1)[-1].split(":", 1)[-1]
+                dest = dst if dst not in (".", "./") else ""
+                if dest.endswith("/"):
+                    dest += name
+                done = get(src, dest)
+                print(f"{done['src']} -> {done['path']} ({done['bytes']} bytes)")
+            elif _STORAGE.match(dst) and not _STORAGE.match(src):
+                done = put(src, dst)
+                print(f"{done['path']} -> {done['dst']} ({done['bytes']} bytes)")
+            else:
+                print(f"%storage: one of SRC and DST must be a storage's NAME:path and the "
+                      f"other a path in the kernel's working folder; {USAGE}")
         else:
             print(USAGE)
     except RuntimeError as e:
