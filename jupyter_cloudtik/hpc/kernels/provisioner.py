@@ -288,7 +288,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
         assert self._profile is not None and self._kernels is not None
         if self.hub:
             return HubKernelJob(self._hub_url, self._profile, key,
-                                loop=asyncio.get_running_loop(), session=self._session)
+                                loop=asyncio.get_running_loop())
         return KernelJob(self._be, self._profile, key=key,
                          warn_before=self._kernels.warn_before)
 

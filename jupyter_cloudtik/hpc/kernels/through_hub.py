@@ -107,10 +107,8 @@ def hub_size_check(serverapp: Any, name: str, custom: Any) -> Profile:
 class HubKernelJob:
     """The batch job of one kernel, submitted and reached by the hub's sidekick."""
 
-    def __init__(self, url: str, profile: Profile, key: str, loop: Any = None,
-                 session: str | None = None) -> None:
+    def __init__(self, url: str, profile: Profile, key: str, loop: Any = None) -> None:
         self.url, self.profile, self.key, self.loop = url, profile, key, loop
-        self.session = session
         self.client = hub_client(url)
         self.kid: str | None = None
         self.job_id = ""
