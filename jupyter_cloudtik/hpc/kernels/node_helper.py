@@ -41,9 +41,10 @@ def _api() -> dict[str, str]:
             info = json.load(f)
         return {"url": str(info["url"]), "token": str(info["token"])}
     except (OSError, ValueError, KeyError, TypeError):
-        raise RuntimeError("the session's storages are not reachable from this kernel yet: "
-                           "the Jupyter server had not connected it (see the server's log "
-                           "or the side panel's HPC kernels section)") from None
+        raise RuntimeError("the session's storages are not reachable from this kernel: "
+                           "the Jupyter server has not connected it (the server's log and "
+                           "the side panel's HPC kernels section say why; a kernel of the "
+                           "hub's catalogue has none)") from None
 
 
 def _call(verb: str, body: dict[str, Any] | None = None, query: str = "") -> Any:
