@@ -140,6 +140,16 @@ class Hub:
                 return
             time.sleep(0.3)
 
+    def stop_all(self, users: tuple[str, ...] = ("alice", "bob")) -> None:
+        """A fixture's end: the users' servers (each best effort, so one that will not stop
+        leaves the others and the hub still stopped), then the hub."""
+        for user in users:
+            try:
+                self.stop_server(user, timeout=30)
+            except Exception:
+                pass
+        self.stop()
+
     def log_tail(self, lines: int = 60) -> str:
         path = self.base / "hub.log"
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) \

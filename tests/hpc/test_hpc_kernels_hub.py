@@ -77,12 +77,7 @@ def hub(tmp_path_factory, slurm):
         h.stop()
         raise
     yield h
-    for user in ("alice", "bob"):
-        try:
-            h.stop_server(user, timeout=30)
-        except Exception:
-            pass
-    h.stop()
+    h.stop_all()
 
 
 def _server(hub, user) -> UserServer:

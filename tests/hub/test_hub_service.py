@@ -84,12 +84,7 @@ def hub(tmp_path_factory, upstreams, webdav):
         h.stop()
         raise
     yield h
-    for user in ("alice", "bob"):
-        try:
-            h.stop_server(user, timeout=30)
-        except Exception:
-            pass
-    h.stop()
+    h.stop_all()
     log = (base / "hub.log").read_text(errors="replace")
     leaked = [s for s in ALL_SECRETS if s in log]
     assert not leaked, "a secret value reached the hub/sidekick log"

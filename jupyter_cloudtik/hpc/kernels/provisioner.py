@@ -409,7 +409,7 @@ class HPCKernelProvisioner(KernelProvisionerBase):  # type: ignore[misc]
             self.log.warning("HPC kernel %s: job %s of a server that stopped cannot be "
                              "reconnected to (%s); a new job is submitted", self.kernel_id,
                              row["native_id"], "it ended" if st.final else "its key is gone")
-            job.job_id, job.native_id, job.key = KernelJob.new_id(), None, job.key
+            job.job_id, job.native_id = KernelJob.new_id(), None
             return None
         job.key = key
         self._set(reconnected=True)
